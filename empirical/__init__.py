@@ -1,0 +1,1 @@
+"""ropesplit.empirical (being built)."""

@@ -1,0 +1,1 @@
+"""ropesplit.numerics (being built)."""

@@ -1,0 +1,55 @@
+"""Writing the CLI's outputs: JSON, CSV and text files, with clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ropesplit.errors import RopesplitError
+
+
+def output_path(path: str | Path) -> Path:
+    """Return ``path`` as a Path whose parent folder exists, or raise.
+
+    >>> output_path("/nonexistent/x.md")
+    Traceback (most recent call last):
+    ...
+    ropesplit.errors.RopesplitError: cannot write /nonexistent/x.md: folder /nonexistent ...
+    """
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise RopesplitError(f"cannot write {p}: folder {parent} does not exist")
+    if p.is_dir():
+        raise RopesplitError(f"cannot write {p}: it is a folder")
+    return p
+
+
+def _jsonable(obj: Any) -> Any:
+    """Convert numpy scalars/arrays and non-finite floats to plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy / torch scalars and arrays
+        return _jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None  # JSON has no NaN/inf; null says "not defined"
+    return obj
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (UTF-8), checking the folder exists first."""
+    p = output_path(path)
+    try:
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise RopesplitError(f"cannot write {p}: {exc.strerror}") from None
+    return p
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented, key-ordered-as-given JSON to ``path``."""
+    return write_text(path, json.dumps(_jsonable(obj), indent=2) + "\n")

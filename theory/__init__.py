@@ -1,0 +1,1 @@
+"""ropesplit.theory (being built)."""
