@@ -1,1 +1,17 @@
-"""ropesplit.theory (being built)."""
+r"""ropesplit.theory: THEORY.md derived and machine-checked with sympy.
+
+Every result is a :class:`Step` (id, kind, statement in words and LaTeX, the
+lemmas an inequality rests on) whose ``check()`` really checks it and whose
+``numeric`` is the lambdified formula (``modules="math"``, no numpy)::
+
+    >>> from ropesplit.theory import get_step
+    >>> get_step("logit_expansion").numeric(1.0, 0.0, 1.0, 0.0, 0.5, 0.0, 1.0)
+    1.0
+
+This layer imports sympy and the standard library only.
+"""
+
+from ropesplit.theory.derivation import STEPS, check_all, get_step
+from ropesplit.theory.step import CheckResult, Step
+
+__all__ = ["STEPS", "CheckResult", "Step", "check_all", "get_step"]
