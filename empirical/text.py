@@ -1,0 +1,68 @@
+"""The text the activations are read on: a fixed default, or the user's file.
+
+The default is real English that every Python ships, the language reference
+in ``pydoc_data.topics.topics``: all topics in sorted key order, joined by
+blank lines, so the selection is the same on every machine with the same
+Python. The first ``N`` tokens of the text are analysed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ropesplit.errors import RopesplitError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from ropesplit.empirical.models import LoadedModel
+
+__all__ = ["default_text", "read_text", "tokenize"]
+
+
+def default_text() -> str:
+    """The Python language reference (``pydoc_data.topics``), topics in sorted order.
+
+    >>> default_text()[:22]
+    'The "assert" statement'
+    """
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key].strip() for key in sorted(topics))
+
+
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file's contents, with a one-line error when it cannot be read."""
+    p = Path(path)
+    if not p.is_file():
+        raise RopesplitError(f"text file {p} does not exist")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RopesplitError(f"text file {p} is not UTF-8 text") from None
+    except OSError as exc:
+        raise RopesplitError(f"cannot read text file {p}: {exc.strerror}") from None
+
+
+def tokenize(loaded: LoadedModel, text: str, n_tokens: int) -> torch.Tensor:
+    """The first ``n_tokens`` token ids ``(N,)`` of ``text`` under the model's tokenizer.
+
+    The tokenizer adds its usual special tokens (a BOS where the model has
+    one), as in ordinary use. Only a prefix of a long text is tokenized, long
+    enough that its cut cannot reach the first ``n_tokens``. Raises when the
+    text is shorter than ``n_tokens``.
+    """
+    import torch
+
+    if n_tokens < 2:
+        raise RopesplitError(f"tokens must be at least 2, got {n_tokens}")
+    if loaded.tokenizer is None:
+        raise RopesplitError(f"{loaded.name} has no tokenizer; pass token ids instead")
+    ids = loaded.tokenizer(text[: 8 * n_tokens + 256])["input_ids"]
+    if len(ids) < n_tokens + 16:  # the prefix was short of tokens: the whole text
+        ids = loaded.tokenizer(text)["input_ids"]
+    if len(ids) < n_tokens:
+        raise RopesplitError(
+            f"text has only {len(ids)} tokens, fewer than the {n_tokens} asked for (--tokens)"
+        )
+    return torch.tensor(ids[:n_tokens], dtype=torch.long)  # (N,)

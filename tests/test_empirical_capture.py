@@ -1,0 +1,300 @@
+"""Capture and validation on tiny randomly initialised models of every architecture (issue 4).
+
+No download: each model is built from a config. The capture must reproduce
+the model's own attention probabilities (<= 1e-5 in float32) from the
+pre-RoPE q/k, the applied cos/sin, the scale, soft-cap and mask it records.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from hypothesis import example, given, note, settings
+from hypothesis import strategies as st
+from ropesplit.empirical import capture, load_model
+from ropesplit.empirical.capture import derive_theta, rebuild_probs
+
+from ropesplit.errors import RopesplitError, ValidationError
+
+COMMON = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_hidden_layers=2,
+    intermediate_size=64,
+    vocab_size=128,
+    max_position_embeddings=96,
+)
+
+# name: (config, expected per layer: (window, softcap, rotary_dim, rope_base), Hkv)
+ARCHS = {
+    "llama": (T.LlamaConfig(num_key_value_heads=2, **COMMON), [(None, None, 16, 1e4)] * 2, 2),
+    "mistral": (
+        T.MistralConfig(num_key_value_heads=2, sliding_window=8, **COMMON),
+        [(8, None, 16, 1e4)] * 2,
+        2,
+    ),
+    "qwen2": (
+        T.Qwen2Config(
+            num_key_value_heads=1,
+            use_sliding_window=True,
+            sliding_window=8,
+            max_window_layers=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+            **COMMON,
+        ),
+        [(None, None, 16, 5e5), (8, None, 16, 5e5)],
+        1,
+    ),  # fmt: skip
+    "gemma2": (
+        T.Gemma2Config(
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=8,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=5.0,
+            **COMMON,
+        ),
+        [(8, 5.0, 16, 1e4), (None, 5.0, 16, 1e4)],
+        2,
+    ),  # fmt: skip
+    "gemma3": (
+        T.Gemma3TextConfig(
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=8,
+            query_pre_attn_scalar=24,
+            sliding_window_pattern=2,
+            **COMMON,
+        ),
+        [(8, None, 16, 1e4), (None, None, 16, 1e6)],
+        2,
+    ),  # fmt: skip
+    "gpt_neox": (T.GPTNeoXConfig(rotary_pct=0.25, **COMMON), [(None, None, 4, 1e4)] * 2, 4),
+    "phi": (
+        T.PhiConfig(partial_rotary_factor=0.5, qk_layernorm=True, **COMMON),
+        [(None, None, 8, 1e4)] * 2,
+        4,
+    ),
+}
+N_TOKENS = 24
+
+
+def token_ids(n: int = N_TOKENS, seed: int = 0) -> torch.Tensor:
+    return torch.randint(
+        0, COMMON["vocab_size"], (n,), generator=torch.Generator().manual_seed(seed)
+    )
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def arch(request):
+    config, expected, n_kv = ARCHS[request.param]
+    loaded = load_model(config, seed=0)
+    return request.param, loaded, capture(loaded, token_ids()), expected, n_kv
+
+
+def test_capture_reproduces_the_models_attention(arch):
+    name, loaded, cache, expected, n_kv = arch
+    assert len(cache) == 2
+    assert cache.reconstruction_max_abs_diff <= 1e-5, name
+    for layer, (window, softcap, rotary_dim, base) in enumerate(expected):
+        assert cache["q", layer].shape == (4, N_TOKENS, 16)
+        assert cache["k", layer].shape == (n_kv, N_TOKENS, 16)
+        assert cache["window", layer] == window
+        assert cache["softcap", layer] == softcap
+        assert cache["rotary_dim", layer] == rotary_dim
+        assert cache["rope_base", layer] == base
+        assert cache["layout", layer] == "half"
+        theta = cache["theta", layer]
+        expected_theta = base ** (-np.arange(rotary_dim // 2) * 2.0 / rotary_dim)
+        np.testing.assert_allclose(theta[: rotary_dim // 2], expected_theta, rtol=1e-5)
+        assert not theta[rotary_dim // 2 :].any()  # the non-rotating pairs
+        np.testing.assert_array_equal(cache["kv_map", layer], np.arange(4) // (4 // n_kv))
+        assert torch.isfinite(cache["q", layer]).all()
+
+
+def test_probs_are_the_models_output_attentions(arch):
+    name, loaded, cache, _, _ = arch
+    with torch.no_grad():
+        out = loaded.model(input_ids=token_ids()[None], output_attentions=True, use_cache=False)
+    for layer, attn in enumerate(out.attentions):
+        torch.testing.assert_close(cache["probs", layer], attn[0], rtol=0, atol=0)
+        assert torch.equal(cache[f"blocks.{layer}.attn.hook_probs"], cache["probs", layer])
+
+
+def test_taps_are_removed_after_capture(arch):
+    _, loaded, _, _, _ = arch
+    home = sys.modules[type(loaded.attn[0]).__module__]
+    assert home.apply_rotary_pos_emb.__module__ == home.__name__
+    assert home.eager_attention_forward.__module__ == home.__name__
+    assert not any(m._forward_pre_hooks for m in loaded.attn)
+
+
+def test_a_wrong_mask_or_scale_fails_the_reconstruction():
+    """The check can fail: dropping Mistral's window or doubling the scale shows up."""
+    loaded = load_model(ARCHS["mistral"][0], seed=0)
+    cache = capture(loaded, token_ids())
+    args = [cache[n, 0] for n in ("q", "k", "cos", "sin", "kv_map")]
+    probs = cache["probs", 0][1].double()
+    good = rebuild_probs(*args, cache["attn_scale", 0], window=8, head=1)
+    no_window = rebuild_probs(*args, cache["attn_scale", 0], window=None, head=1)
+    double = rebuild_probs(*args, 2 * cache["attn_scale", 0], window=8, head=1)
+    assert (good - probs).abs().max() < 1e-6
+    assert (no_window - probs).abs().max() > 1e-2
+    assert (double - probs).abs().max() > 1e-3
+
+
+def test_rebuild_matches_a_float64_loop_twin():
+    loaded = load_model(ARCHS["gemma2"][0], seed=1)
+    cache = capture(loaded, token_ids(12, seed=3))
+    q, k, cos, sin = (cache[n, 0].double().numpy() for n in ("q", "k", "cos", "sin"))
+    s, cap, window, head = cache["attn_scale", 0], cache["softcap", 0], cache["window", 0], 2
+    kv = int(cache["kv_map", 0][head])
+    n_tok, r = cos.shape
+
+    def rot(x, n):
+        out = x.copy()
+        for j in range(r // 2):  # pair (j, j + r/2) turned by the applied cos/sin
+            c, sn = cos[n, j], sin[n, j]
+            out[j] = x[j] * c - x[j + r // 2] * sn
+            out[j + r // 2] = x[j + r // 2] * c + x[j] * sn
+        return out
+
+    twin = np.zeros((n_tok, n_tok))
+    for i in range(n_tok):
+        row = {}
+        for j in range(i + 1):
+            if i - j < window:
+                logit = s * float(rot(q[head, i], i) @ rot(k[kv, j], j))
+                row[j] = cap * math.tanh(logit / cap)
+        top = max(row.values())
+        total = sum(math.exp(v - top) for v in row.values())
+        for j, v in row.items():
+            twin[i, j] = math.exp(v - top) / total
+    fast = rebuild_probs(*(cache[n, 0] for n in ("q", "k", "cos", "sin", "kv_map")), s,
+                         window=window, softcap=cap, head=head)  # fmt: skip
+    np.testing.assert_allclose(fast.numpy(), twin, rtol=0, atol=1e-12)
+
+
+def test_shifted_positions_keep_theta_and_validate():
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    base = capture(loaded, token_ids())
+    shifted = capture(loaded, token_ids(), position_ids=torch.arange(N_TOKENS) + 40)
+    assert shifted.reconstruction_max_abs_diff <= 1e-5
+    np.testing.assert_allclose(shifted["theta", 1], base["theta", 1], rtol=1e-6)
+    assert torch.equal(shifted.positions, torch.arange(N_TOKENS) + 40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.floats(100.0, 1e6),
+    half_r=st.integers(1, 32),
+    n=st.integers(2, 300),
+    offset=st.integers(0, 5000),
+    amplitude=st.floats(0.5, 2.0),
+    seed=st.integers(0, 2**16),
+)
+@example(base=1e5, half_r=32, n=2048, offset=0, amplitude=1.0, seed=0)
+@example(base=1e4, half_r=1, n=2, offset=0, amplitude=1.0, seed=0)
+def test_derive_theta_recovers_the_frequencies(base, half_r, n, offset, amplitude, seed):
+    theta = base ** (-np.arange(half_r) / half_r)  # (r/2,)
+    positions = np.random.default_rng(seed).permutation(np.arange(n) + offset)
+    angles = positions[:, None] * theta  # (N, r/2)
+    cos = amplitude * np.cos(np.concatenate([angles, angles], axis=1))  # (N, r) half layout
+    sin = amplitude * np.sin(np.concatenate([angles, angles], axis=1))
+    got, amp, fit = derive_theta(cos, sin, positions)
+    note(f"max rel err {np.max(np.abs(got / theta - 1)):.2e}")
+    np.testing.assert_allclose(got, theta, rtol=1e-9, atol=1e-13)
+    assert amp == pytest.approx(amplitude, rel=1e-12)
+    assert fit < 1e-9
+
+
+def test_derive_theta_interleaved_layout():
+    theta = 1e4 ** (-np.arange(4) / 4)
+    angles = np.arange(10)[:, None] * theta
+    cos, sin = np.repeat(np.cos(angles), 2, axis=1), np.repeat(np.sin(angles), 2, axis=1)
+    got, _, _ = derive_theta(cos, sin, np.arange(10), layout="interleaved")
+    np.testing.assert_allclose(got, theta, rtol=1e-12)
+
+
+def test_derive_theta_needs_consecutive_positions():
+    angles = np.array([0, 2, 4])[:, None] * np.array([1.0, 0.1])
+    table = np.concatenate([angles, angles], axis=1)
+    with pytest.raises(RopesplitError, match="^cannot derive RoPE frequencies"):
+        derive_theta(np.cos(table), np.sin(table), np.array([0, 2, 4]))
+
+
+def test_random_init_is_deterministic_for_a_seed():
+    config = ARCHS["llama"][0]
+    a, b, c = (load_model(config, seed=s) for s in (7, 7, 8))
+    wa, wb, wc = (m.model.model.layers[0].self_attn.q_proj.weight for m in (a, b, c))
+    assert torch.equal(wa, wb)
+    assert not torch.equal(wa, wc)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64),
+            "model type gpt2 has no rotary",
+        ),
+        (
+            T.BertConfig(
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=32,
+                vocab_size=64,
+                is_decoder=True,
+            ),
+            "model type bert has no rotary",
+        ),  # fmt: skip
+    ],
+    ids=["gpt2", "bert"],
+)
+def test_unsupported_models_are_one_line_errors(config, message):
+    with pytest.raises(RopesplitError, match=f"^{message}") as info:
+        load_model(config)
+    assert "\n" not in str(info.value)
+
+
+def test_odd_head_dim_is_a_one_line_error(tmp_path):
+    """transformers refuses the config itself; the error is still ours, in one line."""
+    config = T.LlamaConfig(**COMMON).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps({**config, "head_dim": 63}))
+    with pytest.raises(RopesplitError, match="^head_dim must be even, got 63$"):
+        load_model(str(tmp_path))
+
+
+def test_nan_weights_are_a_one_line_error():
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    with torch.no_grad():
+        loaded.model.model.layers[1].self_attn.k_proj.weight[0, 0] = math.nan
+    with pytest.raises(RopesplitError, match="^non-finite activations .* layer 1"):
+        capture(loaded, token_ids())
+
+
+def test_positions_beyond_the_context_are_refused():
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    with pytest.raises(RopesplitError, match="^97 positions exceed the model's context of 96"):
+        capture(loaded, token_ids(97))
+    with pytest.raises(RopesplitError, match="^100 positions exceed"):
+        capture(loaded, token_ids(), position_ids=torch.arange(N_TOKENS) + 76)
+
+
+def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
+    cap = importlib.import_module("ropesplit.empirical.capture")  # the module, not the function
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    monkeypatch.setattr(cap, "RECONSTRUCTION_TOL", 1e-12)
+    with pytest.raises(ValidationError, match="^reconstruction_max_abs_diff .* exceeds 1e-12"):
+        cap.capture(loaded, token_ids())
