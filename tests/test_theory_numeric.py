@@ -1,0 +1,216 @@
+"""The lambdified steps against direct float64 matrix computations (hypothesis).
+
+Each identity's ``numeric`` summed over pairs must agree with plain numpy
+rotation matrices to 1e-9 relative to the natural scale ``s |q| |k|``; each
+bound must never be exceeded on random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import assume, example, given, note, settings
+from hypothesis import strategies as st
+from ropesplit.theory import get_step
+
+REL = 1e-9  # agreement of identities, relative to s |q| |k|
+SLACK = 1e-12  # bounds: allowed float rounding, relative to the bound's scale
+
+dims = st.integers(1, 128).map(lambda p: 2 * p)  # any even d in 2..256
+bases = st.floats(2.0, 1e7)
+deltas = st.integers(-1_000_000, 1_000_000)
+positions = st.integers(0, 1_000_000)
+seeds = st.integers(0, 2**32 - 1)
+layouts = st.sampled_from(["half", "interleaved"])
+SETTINGS = settings(max_examples=40, deadline=None)  # local: never a global profile
+
+
+def frequencies(d: int, base: float) -> np.ndarray:
+    """theta_l = base^(-2l/d), l = 0 .. d/2 - 1 (THEORY.md section 1)."""
+    return base ** (-2.0 * np.arange(d // 2) / d)
+
+
+def pair_index(d: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Coordinates (x_l, y_l) of every pair in the layout."""
+    P = d // 2
+    l = np.arange(P)
+    return (l, l + P) if layout == "half" else (2 * l, 2 * l + 1)
+
+
+def rope(m: float, theta: np.ndarray, layout: str) -> np.ndarray:
+    """R(m) as a dense (d, d) float64 matrix, built pair by pair (the slow twin)."""
+    d = 2 * len(theta)
+    xs, ys = pair_index(d, layout)
+    R = np.zeros((d, d))
+    for x, y, t in zip(xs, ys, theta, strict=True):
+        c, s = math.cos(m * t), math.sin(m * t)
+        R[x, x], R[x, y], R[y, x], R[y, y] = c, -s, s, c
+    return R
+
+
+def vectors(seed: int, d: int, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(d) for _ in range(n)]
+
+
+def pairs(v: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = pair_index(len(v), layout)
+    return v[xs], v[ys]
+
+
+@SETTINGS
+@given(dims, bases, positions, deltas, seeds, layouts)
+@example(2, 10_000.0, 0, 0, 0, "half")
+@example(256, 1e7, 1_000_000, 1_000_000, 1, "interleaved")
+def test_logit_expansion_matches_rotated_dot_product(d, base, j, Delta, seed, layout):
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, k = vectors(seed, d, 2)
+    i = j + Delta
+    W = s * (rope(i, theta, layout) @ q) @ (rope(j, theta, layout) @ k)
+    fn = get_step("logit_expansion").numeric
+    (a, b), (c, e) = pairs(q, layout), pairs(k, layout)
+    total = math.fsum(fn(*args, Delta, s) for args in zip(a, b, c, e, theta, strict=True))
+    note(f"W={W!r} numeric={total!r}")
+    assert abs(total - W) <= REL * s * np.linalg.norm(q) * np.linalg.norm(k)
+
+
+@SETTINGS
+@given(dims, bases, positions, deltas, seeds, layouts)
+def test_split_exact_terms_match_their_definitions(d, base, j, Delta, seed, layout):
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, kbar, delta = vectors(seed, d, 3)
+    i = j + Delta
+    back = rope(-Delta, theta, layout)  # R(-Delta), (d, d)
+    W = s * (rope(i, theta, layout) @ q) @ (rope(j, theta, layout) @ (kbar + delta))
+    want = (s * q @ back @ kbar, s * q @ delta, s * q @ (back - np.eye(d)) @ delta)
+    fn = get_step("split_exact").numeric
+    terms = [fn(*args, Delta, s) for args in zip(
+        *pairs(q, layout), *pairs(kbar, layout), *pairs(delta, layout), theta, strict=True)]
+    got = [math.fsum(t[n] for t in terms) for n in range(3)]
+    scale = s * np.linalg.norm(q) * (np.linalg.norm(kbar) + np.linalg.norm(delta))
+    assert abs(sum(got) - W) <= REL * scale
+    for g_, w_ in zip(got, want, strict=True):
+        assert abs(g_ - w_) <= REL * scale
+
+
+@SETTINGS
+@given(dims, bases, positions, positions, layouts)
+def test_rope_relative_blocks_match_matrix_product(d, base, m, n, layout):
+    theta = frequencies(d, base)
+    M = rope(m, theta, layout).T @ rope(n, theta, layout)  # (d, d)
+    xs, ys = pair_index(d, layout)
+    fn = get_step("rope_relative").numeric
+    for x, y, t in zip(xs, ys, theta, strict=True):
+        block = np.array(fn(t, m, n))
+        assert np.allclose(M[np.ix_([x, y], [x, y])], block, rtol=0, atol=REL)
+
+
+@SETTINGS
+@given(dims, bases, positions, deltas, seeds)
+def test_layouts_agree_after_the_permutation(d, base, j, Delta, seed):
+    theta, P = frequencies(d, base), d // 2
+    q, k = vectors(seed, d, 2)
+    fn = get_step("layouts_equivalent").numeric
+    Pi = np.zeros((d, d))
+    for l in range(P):
+        for t in (0, 1):
+            Pi[fn(l, t, P), 2 * l + t] = 1.0
+    assert np.array_equal(Pi @ Pi.T, np.eye(d))
+    i = j + Delta
+    inter = (rope(i, theta, "interleaved") @ q) @ (rope(j, theta, "interleaved") @ k)
+    half = (rope(i, theta, "half") @ Pi @ q) @ (rope(j, theta, "half") @ Pi @ k)
+    assert abs(half - inter) <= REL * np.linalg.norm(q) * np.linalg.norm(k)
+
+
+@SETTINGS
+@given(dims, bases, deltas, seeds, st.floats(1e-3, 1e3))
+@example(64, 100_000.0, 1, 0, 1.0)
+def test_remainder_never_exceeds_either_bound(d, base, Delta, seed, spread):
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, delta = vectors(seed, d, 2)
+    delta = spread * delta
+    E = s * q @ (rope(-Delta, theta, "half") - np.eye(d)) @ delta
+    fn = get_step("remainder_bound").numeric
+    bounds = [fn(*args, Delta, s) for args in zip(
+        *pairs(q, "half"), *pairs(delta, "half"), theta, strict=True)]
+    tight, loose = (math.fsum(b[n] for b in bounds) for n in range(2))
+    note(f"E={E!r} tight={tight!r} loose={loose!r}")
+    scale = s * np.linalg.norm(q) * np.linalg.norm(delta)
+    assert abs(E) <= tight + SLACK * scale
+    assert tight <= loose + SLACK * scale
+
+
+@SETTINGS
+@given(st.floats(-1e3, 1e3), st.floats(-1e3, 1e3), st.floats(0, 100), st.floats(0.01, 10))
+@example(1.0, 0.0, 2 * math.pi, 1.0)
+@example(0.0, 0.0, 1.0, 1.0)
+def test_exact_split_condition_is_the_worst_remainder_at_distance_one(dc, de, theta, s):
+    fn = get_step("exact_split_condition").numeric
+    grad = s * (np.array([[math.cos(theta), math.sin(theta)], [-math.sin(theta), math.cos(theta)]])
+                - np.eye(2)) @ np.array([dc, de])  # E(Delta=1) = grad . q
+    worst = fn(dc, de, theta, s)
+    scale = s * math.hypot(dc, de)
+    assert math.isclose(worst, np.linalg.norm(grad), rel_tol=1e-9, abs_tol=1e-9 * scale)
+
+
+@SETTINGS
+@given(st.floats(1e-3, 1e3), st.floats(0, 2 * math.pi), st.integers(-1000, 1000))
+def test_exact_split_condition_zero_only_on_non_rotating_pairs(norm, angle, k):
+    fn = get_step("exact_split_condition").numeric
+    assert fn(norm * math.cos(angle), norm * math.sin(angle), 2 * math.pi * k, 1.0) <= 1e-9 * norm
+    theta = 2 * math.pi * k + angle
+    assume(abs(math.sin(angle / 2)) > 1e-3)
+    assert fn(norm * math.cos(angle), norm * math.sin(angle), theta, 1.0) > 1e-4 * norm
+
+
+@SETTINGS
+@given(st.lists(st.floats(-50, 50), min_size=4, max_size=4), st.floats(-1e3, 1e3))
+def test_softmax_shift_numeric_matches_softmax_of_shifted_row(w, b):
+    x = np.array(w) + b
+    want = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+    got = get_step("softmax_shift").numeric(*w, b)
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-15)
+
+
+@SETTINGS
+@given(st.integers(1, 64), st.floats(0.0, 3.0), seeds)
+@example(2, 0.0, 0)
+def test_attention_never_leaves_the_bound(n, eps, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * 5  # f + g on one row
+    E = rng.uniform(-eps, eps, n)
+    A, Ah = np.exp(x + E - (x + E).max()), np.exp(x - x.max())
+    A, Ah = A / A.sum(), Ah / Ah.sum()
+    low, high, l1 = get_step("attention_bound").numeric(eps)
+    ratio = A / Ah
+    assert np.all(ratio >= low * (1 - 1e-12)) and np.all(ratio <= high * (1 + 1e-12))
+    assert np.abs(A - Ah).sum() <= l1 + 1e-12
+
+
+@SETTINGS
+@given(dims, bases, deltas, st.integers(-10_000, 10_000), seeds)
+def test_moving_a_key_never_exceeds_the_perturbation_bound(d, base, Delta, t, seed):
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, k = vectors(seed, d, 2)
+    move = s * q @ (rope(-(Delta + t), theta, "half") - rope(-Delta, theta, "half")) @ k
+    fn = get_step("perturbation_bound").numeric
+    bound = math.fsum(fn(*args, t, s) for args in zip(
+        *pairs(q, "half"), *pairs(k, "half"), theta, strict=True))
+    assert abs(move) <= bound + SLACK * s * np.linalg.norm(q) * np.linalg.norm(k)
+
+
+@SETTINGS
+@given(st.integers(1, 128), bases, deltas, seeds)
+@example(1, 10_000.0, 0, 0)
+def test_long_term_decay_chain_of_bounds(P, base, Delta, seed):
+    theta = frequencies(2 * P, base)
+    rng = np.random.default_rng(seed)
+    h = rng.standard_normal(P) + 1j * rng.standard_normal(P)
+    lhs, abel, decay = get_step("long_term_decay").numeric(
+        list(h.real), list(h.imag), list(theta), Delta, P)
+    direct = abs(np.sum(h * np.exp(1j * theta * Delta)))
+    jumps = np.abs(np.diff(np.append(h, 0)))  # |h_{m} - h_{m-1}|, h_P = 0
+    assert math.isclose(lhs, direct, rel_tol=1e-9, abs_tol=1e-9 * np.abs(h).sum())
+    assert lhs <= abel * (1 + 1e-12) + 1e-12
+    assert abel <= jumps.max() * decay * (1 + 1e-12) + 1e-12

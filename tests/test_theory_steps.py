@@ -1,0 +1,137 @@
+"""The step objects: all ten ids present and checked, and a broken formula fails its check.
+
+Each kind of check (identity, layout permutation, inequality, corollary,
+softmax, Abel summation) is shown to catch a deliberately wrong claim, so a
+passing check means something.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import sympy as sp
+from ropesplit.theory import STEPS, check_all, get_step
+
+from ropesplit import RopesplitError
+
+IDS = ("rope_relative", "layouts_equivalent", "logit_expansion", "split_exact",
+       "remainder_bound", "exact_split_condition", "softmax_shift", "attention_bound",
+       "perturbation_bound", "long_term_decay")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return check_all()
+
+
+def test_all_ten_steps_in_derivation_order():
+    assert tuple(step.id for step in STEPS) == IDS
+
+
+def test_every_step_checks(results):
+    failed = {k: r.detail for k, r in results.items() if not r.checked}
+    assert not failed
+    assert all(r.seconds > 0 and r.method for r in results.values())
+
+
+def test_inequalities_name_their_lemmas_and_uses_point_backwards():
+    seen: set[str] = set()
+    for step in STEPS:
+        if step.kind == "inequality":
+            assert step.lemmas
+        assert set(step.uses) <= seen, step.id
+        seen.add(step.id)
+
+
+def test_unknown_step_is_a_one_line_error():
+    with pytest.raises(RopesplitError, match=r"^unknown step 'split', expected one of rope_rel"):
+        get_step("split")
+
+
+def test_importing_theory_does_not_import_numpy_or_torch():
+    code = ("import sys, ropesplit.theory as t; t.get_step('split_exact').numeric(*[1.0] * 9);"
+            "print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _broken(step_id, claim):
+    step = dataclasses.replace(get_step(step_id), claim=claim)
+    return step, step.check()
+
+
+def _norm(x, y):
+    return sp.sqrt(x**2 + y**2)
+
+
+# each row: (step, a wrong claim, what is wrong with it)
+BROKEN = [
+    ("logit_expansion",
+     lambda a, b, c, e, t, D, s: s * ((a * c + b * e) * sp.cos(t * D) - (a * e - b * c) * sp.sin(t * D)),  # noqa: E501
+     "wrong sign of the sin term"),
+    ("rope_relative",
+     lambda t, m, n: ((sp.cos(t * (m - n)), -sp.sin(t * (m - n))),
+                      (sp.sin(t * (m - n)), sp.cos(t * (m - n)))),
+     "R(m - n) instead of R(n - m)"),
+    ("layouts_equivalent", lambda l, t, P: 2 * l + t,
+     "identity map instead of the permutation"),
+    ("split_exact",
+     lambda a, b, cb, eb, dc, de, t, D, s: (
+         s * ((a * cb + b * eb) * sp.cos(t * D) + (a * eb - b * cb) * sp.sin(t * D)),
+         s * (a * dc + b * de),
+         s * ((a * dc + b * de) * (sp.cos(t * D) - 1) + (a * de + b * dc) * sp.sin(t * D))),
+     "E with a + where a - belongs"),
+    ("remainder_bound",
+     lambda a, b, dc, de, t, D, s: (s * _norm(a, b) * _norm(dc, de) * sp.Abs(sp.sin(t * D / 2)),
+                                    s * _norm(a, b) * _norm(dc, de) * sp.Min(2, t * sp.Abs(D))),
+     "tight bound missing its factor 2"),
+    ("remainder_bound",
+     lambda a, b, dc, de, t, D, s: (
+         s * _norm(a, b) * _norm(dc, de) * 2 * sp.Abs(sp.sin(t * D / 2)),
+         s * _norm(a, b) * _norm(dc, de) * sp.Min(2, 2 * t * sp.Abs(D))),
+     "loose bound min(2, 2 theta |Delta|)"),
+    ("exact_split_condition",
+     lambda dc, de, t, s: s * _norm(dc, de) * 2 * sp.Abs(sp.sin(t)),
+     "sin(theta) instead of sin(theta / 2)"),
+    ("softmax_shift",
+     lambda w0, w1, w2, w3, b: tuple(sp.exp(w) / (sp.exp(w0) + sp.exp(w1) + sp.exp(w2) + sp.exp(w3) + b)  # noqa: E501
+                                     for w in (w0, w1, w2, w3)),
+     "b added outside the exponentials"),
+    ("attention_bound", lambda eps: (sp.exp(-eps), sp.exp(eps), sp.exp(eps) - 1),
+     "e^eps instead of e^{2 eps}"),
+    ("perturbation_bound",
+     lambda a, b, c, e, t, tt, s: s * _norm(a, b) * _norm(c, e) * 2 * sp.Abs(sp.sin(t * tt)),
+     "full angle instead of half angle"),
+]
+
+
+@pytest.mark.parametrize(("step_id", "claim", "why"), BROKEN, ids=[r[2] for r in BROKEN])
+def test_a_broken_formula_fails_its_check(step_id, claim, why):
+    step, result = _broken(step_id, claim)
+    assert not result.checked, why
+    assert "!= 0" in result.detail or "False" in result.detail or "raised" in result.detail
+
+
+def test_a_broken_abel_summation_fails():
+    good = get_step("long_term_decay").claim
+
+    def shifted(hr, hi, theta, Delta, P):
+        lhs, abel, decay = good(hr, hi, theta, Delta, P)
+        return lhs, abel, decay - 1  # sum over m = 1..P of |S_m| off by one term's worth
+
+    _, result = _broken("long_term_decay", shifted)
+    assert not result.checked
+
+
+def test_a_claim_that_cannot_even_build_is_a_failure_not_a_crash():
+    def boom(*args):
+        raise ZeroDivisionError("claim broke")
+
+    bad = dataclasses.replace(get_step("logit_expansion"))
+    object.__setattr__(bad, "claim", boom)  # bypass __post_init__'s lambdify of the claim
+    result = bad.check()
+    assert not result.checked
+    assert result.detail.startswith("check raised ZeroDivisionError: claim broke")
