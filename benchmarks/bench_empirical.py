@@ -1,0 +1,78 @@
+"""Analysis time over forward time on the default model, with peak memory (issue 4).
+
+For N = 512, 1024, 2048 tokens of the default text: one plain forward pass
+of the model (eager attention), then ``analyze`` (capture and validation timed
+apart from the statistics of all heads). The ratio is analysis / forward,
+both measured here in the same run; the target is <= 2 at N = 1024 and a peak
+resident memory within 6 GB at N = 2048.
+
+    .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import resource
+import sys
+import time
+
+
+def peak_rss_gib() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[512, 1024, 2048])
+    parser.add_argument("--model", help="Hugging Face id or folder (default: SmolLM2-135M)")
+    parser.add_argument("--gguf-file")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+
+    import torch
+    from ropesplit.empirical import default_text, forward, load_model, tokenize
+    from ropesplit.empirical.analyze import analyze
+
+    from ropesplit.io import write_json
+
+    start = time.perf_counter()
+    with contextlib.redirect_stderr(io.StringIO()):
+        loaded = load_model(args.model, args.gguf_file)
+    print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s, "
+          f"{torch.get_num_threads()} threads, peak {peak_rss_gib():.2f} GiB")  # fmt: skip
+    text = default_text()
+    rows = []
+    print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "
+          f"{'analysis/fwd':>13} {'peak GiB':>9}")  # fmt: skip
+    for n_tokens in sorted(args.tokens):
+        ids = tokenize(loaded, text, n_tokens)
+        forward(loaded, ids)  # warm-up: allocator, kernels
+        tick = time.perf_counter()
+        forward(loaded, ids)
+        fwd = time.perf_counter() - tick
+        result = analyze(loaded, ids)
+        row = {
+            "tokens": n_tokens,
+            "heads": len(result.heads),
+            "forward_s": fwd,
+            "capture_s": result.seconds["capture"],
+            "analysis_s": result.seconds["analysis"],
+            "analysis_over_forward": result.seconds["analysis"] / fwd,
+            "peak_rss_gib": peak_rss_gib(),  # peak so far; N only grows, so this N's peak
+            "reconstruction_max_abs_diff": result.reconstruction_max_abs_diff,
+        }
+        rows.append(row)
+        print(f"{n_tokens:6d} {row['heads']:6d} {fwd:10.2f} {row['capture_s']:10.2f} "
+              f"{row['analysis_s']:11.2f} {row['analysis_over_forward']:13.2f} "
+              f"{row['peak_rss_gib']:9.2f}")  # fmt: skip
+        sys.stdout.flush()
+    if args.json:
+        write_json(args.json, {"model": loaded.name, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

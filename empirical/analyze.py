@@ -1,0 +1,200 @@
+r"""The statistics of THEORY.md section 5, measured on every head of a real model.
+
+For each layer the captured pre-RoPE queries ``(H, N, d)`` and keys
+``(Hkv, N, d)`` go through ``ropesplit.numerics.stats.layer_statistics`` with
+the frequencies, scale ``s``, query-to-KV map, layout and window the capture
+derived from the model itself; nothing here recomputes a statistic. Per head:
+
+- ``r_split``: Pearson correlation of ``W`` with ``f + g`` (the paper's 0.959),
+  and ``r_split_rowcentred`` on row-centred logits;
+- ``r_3axis``: correlation with the model-free fit ``a_{i-j} + b_i + c_j``;
+- ``remainder_share`` ``||E||_F / ||W - mean W||_F``;
+- ``tightness`` ``|E_ij| / bound_ij`` (max, median; never above 1);
+- ``lowfreq_share_k`` / ``_q``: share of key (query) deviation energy in the
+  lower-frequency half of the pairs: the pattern training is claimed to learn.
+
+Per-layer and overall means summarise them; the same run on the same
+architecture at random initialisation is the control.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ropesplit.empirical.capture import capture
+from ropesplit.empirical.models import LoadedModel
+
+from ropesplit.errors import RopesplitError, ValidationError
+
+__all__ = ["PAPER_R_SPLIT", "STATISTICS", "Analysis", "analyze", "check_memory", "memory_estimate"]
+
+PAPER_R_SPLIT = 0.959  # Han & Ji (ACL 2025): corr(W, f + g), a Llama-family model
+STATISTICS = (
+    "r_split",
+    "r_split_rowcentred",
+    "r_3axis",
+    "remainder_share",
+    "tightness_max",
+    "tightness_median",
+    "lowfreq_share_k",
+    "lowfreq_share_q",
+)
+
+
+@dataclass
+class Analysis:
+    """One model's per-head statistics on one token sequence."""
+
+    model: str
+    random_init: bool
+    token_ids: list[int]
+    reconstruction_max_abs_diff: float
+    heads: list[dict[str, Any]]  # one row per (layer, head): ids, rope_base, STATISTICS
+    seconds: dict[str, float] = field(default_factory=dict)  # "capture", "analysis"
+
+    @property
+    def summary(self) -> dict[str, float]:
+        """Mean of each statistic over all heads."""
+        return _means(self.heads)
+
+    def layer_summary(self) -> list[dict[str, float]]:
+        """Mean of each statistic over the heads of each layer, in layer order."""
+        layers = sorted({row["layer"] for row in self.heads})
+        return [
+            {"layer": layer, **_means([r for r in self.heads if r["layer"] == layer])}
+            for layer in layers
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The issue's JSON record (without the control)."""
+        return {
+            "model": self.model,
+            "tokens": len(self.token_ids),
+            "token_ids": self.token_ids,
+            "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
+            "heads": self.heads,
+            "summary": self.summary,
+        }
+
+
+def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean of each statistic over ``rows`` (NaN where a head's value is undefined)."""
+    return {name: float(np.mean([row[name] for row in rows])) for name in STATISTICS}
+
+
+def memory_estimate(loaded: LoadedModel, n_tokens: int) -> int:
+    r"""Bytes one capture plus analysis of ``n_tokens`` tokens needs, roughly.
+
+    Dominated by ``N^2`` terms: the eager attention scores of one layer
+    ``(H, N, N)`` float32 a few times over, the float64 rebuild of one head,
+    and the numerics layer's per-head ``(N, N)`` float64 work arrays.
+    """
+    n_heads = int(loaded.config.num_attention_heads)
+    weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    per_square = n_heads * 4 * 4 + 8 * 16  # bytes per (i, j) pair
+    return int(weights + n_tokens**2 * per_square)
+
+
+def _available_bytes(device: Any) -> int | None:
+    """Free memory on ``device`` (host RAM for CPU), or None when unknown."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(loaded: LoadedModel, n_tokens: int) -> None:
+    """Raise a one-line error when ``n_tokens`` tokens would not fit in memory."""
+    need, have = memory_estimate(loaded, n_tokens), _available_bytes(loaded.device)
+    if have is not None and need > have:
+        raise RopesplitError(
+            f"{n_tokens} tokens need about {need / 2**30:.1f} GiB of memory, "
+            f"only {have / 2**30:.1f} GiB available; use fewer tokens (--tokens)"
+        )
+
+
+def analyze(
+    loaded: LoadedModel,
+    input_ids: Any,
+    position_ids: Any = None,
+    *,
+    seed: int = 0,
+    pair_budget: int | None = None,
+    on_layer: Callable[[int], Any] | None = None,
+) -> Analysis:
+    r"""Capture (validated) and measure every head: THEORY.md section 5 per head.
+
+    Each layer's heads go through ``numerics.stats.layer_statistics`` at once
+    with the captured ``theta``, ``s = scale a^2``, ``kv_map``, layout,
+    rotary dimension, positions and sliding window. ``seed`` fixes any pair
+    sampling (``pair_budget``); ``on_layer(1)`` is called after each layer (a
+    progress bar's ``update``).
+    """
+    import torch
+    from ropesplit.numerics.stats import layer_statistics
+
+    check_memory(loaded, int(torch.as_tensor(input_ids).numel()))
+    start = time.perf_counter()
+    cache = capture(loaded, input_ids, position_ids, keep_probs=False)
+    captured = time.perf_counter()
+    positions = cache.positions.numpy()
+    extra = {} if pair_budget is None else {"pair_budget": pair_budget}
+    rows: list[dict[str, Any]] = []
+    for layer in cache.layers:
+        stats = layer_statistics(
+            layer.q.double().numpy(),  # (H, N, d)
+            layer.k.double().numpy(),  # (Hkv, N, d)
+            layer.kv_map,
+            layer.theta,
+            layer.scale,
+            positions=positions,
+            layout=layer.layout,
+            rotary_dim=layer.rotary_dim,
+            window=layer.window,
+            seed=seed,
+            **extra,
+        )
+        for head, head_stats in enumerate(stats):
+            row = {
+                "layer": layer.layer,
+                "head": head,
+                "kv_head": int(layer.kv_map[head]),
+                "rope_base": layer.rope_base,
+            }
+            rows.append(row | {name: float(getattr(head_stats, name)) for name in STATISTICS})
+        if on_layer is not None:
+            on_layer(1)
+    done = time.perf_counter()
+    _check_bound(rows)
+    return Analysis(
+        model=loaded.name + (" (random init)" if loaded.random_init else ""),
+        random_init=loaded.random_init,
+        token_ids=[int(t) for t in cache.input_ids],
+        reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
+        heads=rows,
+        seconds={"capture": captured - start, "analysis": done - captured},
+    )
+
+
+def _check_bound(rows: list[dict[str, Any]]) -> None:
+    """Tightness above 1 would contradict the bound: refuse rather than report it."""
+    worst = max(row["tightness_max"] for row in rows)
+    if math.isfinite(worst) and worst > 1.0 + 1e-9:
+        raise ValidationError(f"tightness_max {worst:.6f} exceeds 1: the remainder bound failed")

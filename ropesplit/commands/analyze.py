@@ -1,0 +1,173 @@
+"""``ropesplit analyze``: the split and its conditions measured on every head of a real model.
+
+Loads a RoPE causal LM (default: the embedded SmolLM2-135M-Instruct), reads
+the first ``--tokens`` tokens of a text, captures every layer's pre-RoPE
+queries and keys (validated against the model's own attention), and reports
+the statistics of THEORY.md section 5 per head, beside the same architecture
+at random initialisation (the control). Exit codes: 2 bad input, 1 a failed
+validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import sys
+from typing import Any
+
+HELP = "measure the split W = f + g + E and its conditions on every head of a real model"
+
+# (column title, statistic, with the control beside it) for the terminal table
+_TABLE = (
+    ("r_split", "r_split", True),
+    ("r_3axis", "r_3axis", False),
+    ("remainder", "remainder_share", False),
+    ("tight_max", "tightness_max", False),
+    ("lowfreq_k", "lowfreq_share_k", True),
+    ("lowfreq_q", "lowfreq_share_q", False),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
+    parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
+    parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
+    parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
+    parser.add_argument("--seed", type=int, default=0, help="control weights and pair sampling")
+    parser.add_argument(
+        "--control",
+        choices=["random-init", "none"],
+        default="random-init",
+        help="the comparison model (default: same architecture at random initialisation)",
+    )
+    parser.add_argument("--no-control", dest="control", action="store_const", const="none")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
+    parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
+    parser.add_argument("--pair-budget", type=int, help="causal pairs sampled per head (numerics)")
+    parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    parser.add_argument("--csv", metavar="PATH", help="write one row per head as CSV")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ropesplit.empirical.analyze import PAPER_R_SPLIT, STATISTICS, analyze, check_memory
+    from ropesplit.empirical.models import load_model, random_init_twin
+    from ropesplit.empirical.text import default_text, read_text, tokenize
+    from ropesplit.errors import RopesplitError
+    from ropesplit.io import output_path, write_json, write_text
+
+    if args.tokens < 2:
+        raise RopesplitError(f"--tokens must be at least 2, got {args.tokens}")
+    for path in (args.json, args.csv):
+        if path:
+            output_path(path)  # a bad output folder fails now, not after the model ran
+    text = read_text(args.text) if args.text else default_text()
+    _quiet_transformers()
+    with contextlib.redirect_stderr(io.StringIO()):  # the GGUF loader's own bar
+        loaded = load_model(
+            args.model, args.gguf_file, device=args.device, dtype=args.dtype,
+            device_map=args.device_map, seed=args.seed,
+        )  # fmt: skip
+    if loaded.max_positions is not None and args.tokens > loaded.max_positions:
+        raise RopesplitError(
+            f"--tokens {args.tokens} exceeds the model's context of {loaded.max_positions} "
+            "(max_position_embeddings)"
+        )
+    check_memory(loaded, args.tokens)
+    ids = tokenize(loaded, text, args.tokens)
+    runs = [loaded] + ([random_init_twin(loaded, args.seed)] if args.control != "none" else [])
+    analyses = []
+    with tqdm(total=sum(m.n_layers for m in runs), desc="layers", unit="layer",
+              file=sys.stderr, disable=None) as bar:  # fmt: skip
+        for model in runs:
+            analyses.append(
+                analyze(
+                    model, ids, seed=args.seed, pair_budget=args.pair_budget, on_layer=bar.update
+                )  # fmt: skip
+            )
+    trained, control = analyses[0], (analyses[1] if len(analyses) > 1 else None)
+    record = trained.to_dict()
+    summary = record["summary"]
+    summary["r_split_paper"] = PAPER_R_SPLIT
+    if control is not None:
+        summary["r_split_control"] = control.summary["r_split"]
+        summary["lowfreq_share_k_control"] = control.summary["lowfreq_share_k"]
+        record["control"] = {
+            "kind": "random-init",
+            "seed": args.seed,
+            "reconstruction_max_abs_diff": control.reconstruction_max_abs_diff,
+            "heads": control.heads,
+            "summary": control.summary,
+        }
+    print(_table(trained, control, PAPER_R_SPLIT))
+    if args.json:
+        write_json(args.json, record)
+    if args.csv:
+        write_text(args.csv, _csv(trained, control, STATISTICS))
+    return 0
+
+
+def _quiet_transformers() -> None:
+    """Keep stderr to our one progress bar: no loader bars or advisory warnings."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def _fmt(value: float) -> str:
+    return f"{value:9.3f}" if value == value else f"{'nan':>9}"
+
+
+def _table(trained: Any, control: Any, paper: float) -> str:
+    """Per-layer means, model beside control where it matters, then the overall means."""
+    header = ["layer"]
+    for title, _, both in _TABLE:
+        header.append(f"{title:>9}")
+        if both and control is not None:
+            header.append(f"{'control':>9}")
+    lines = [
+        f"{trained.model}: {len(trained.token_ids)} tokens, {len(trained.heads)} heads, "
+        f"reconstruction_max_abs_diff {trained.reconstruction_max_abs_diff:.1e}",
+        " ".join(header),
+    ]
+    control_layers = control.layer_summary() if control else []
+    for index, row in enumerate(trained.layer_summary()):
+        lines.append(
+            f"{row['layer']:5d} " + _cells(row, control_layers[index] if control else None)
+        )
+    lines.append("  all " + _cells(trained.summary, control.summary if control else None))
+    verdict = f"mean r_split {trained.summary['r_split']:.3f} (paper {paper})"
+    if control:
+        low, low_control = trained.summary["lowfreq_share_k"], control.summary["lowfreq_share_k"]
+        verdict += (
+            f", control {control.summary['r_split']:.3f}; "
+            f"mean lowfreq_share_k {low:.3f}, control {low_control:.3f}"
+        )
+    lines.append(verdict)
+    return "\n".join(lines)
+
+
+def _cells(row: dict[str, float], control: dict[str, float] | None) -> str:
+    cells = []
+    for _, name, both in _TABLE:
+        cells.append(_fmt(row[name]))
+        if both and control is not None:
+            cells.append(_fmt(control[name]))
+    return " ".join(cells)
+
+
+def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
+    """One row per head, trained then control, with a ``model`` column telling which."""
+    buffer = io.StringIO()
+    columns = ["model", "layer", "head", "kv_head", "rope_base", *statistics]
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for label, analysis in (("trained", trained), ("control", control)):
+        for row in analysis.heads if analysis is not None else []:
+            writer.writerow({"model": label, **row})
+    return buffer.getvalue()

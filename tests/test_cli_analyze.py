@@ -1,0 +1,177 @@
+"""``ropesplit analyze`` end to end on tiny local models, and its bad input (issue 4).
+
+The models are tiny Llama/Gemma 2 folders written by ``save_pretrained`` with a
+byte-level tokenizer (no download). Every bad input is a one-line error with
+exit code 2 (1 for a failed validation) and no traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import math
+
+import pytest
+import torch
+import transformers as T
+
+from ropesplit.cli import main
+
+TINY = dict(
+    hidden_size=32,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    num_hidden_layers=2,
+    intermediate_size=32,
+    vocab_size=256,
+    max_position_embeddings=64,
+)
+TEXT = "Rotary position embeddings turn each pair of coordinates by an angle. " * 8
+
+
+def byte_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}  # 256 byte tokens
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return T.PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def save_model(folder, config, *, nan=False):
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config)
+    if nan:
+        with torch.no_grad():
+            model.model.layers[0].self_attn.q_proj.weight[0, 0] = math.nan
+    model.save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    text = root / "text.txt"
+    text.write_text(TEXT)
+    short = root / "short.txt"
+    short.write_text("too short")
+    gemma = T.Gemma2Config(head_dim=16, sliding_window=8, query_pre_attn_scalar=16, **TINY)
+    return {
+        "llama": save_model(root / "llama", T.LlamaConfig(**TINY)),
+        "gemma2": save_model(root / "gemma2", gemma),
+        "nan": save_model(root / "nan", T.LlamaConfig(**TINY), nan=True),
+        "gpt2": save_model(
+            root / "gpt2", T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=256)
+        ),
+        "text": str(text),
+        "short": str(short),
+        "root": root,
+    }
+
+
+def run_cli(capsys, *argv):
+    code = main(["analyze", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_analyze_writes_json_and_csv(folders, capsys, tmp_path, arch):
+    js, cs = tmp_path / "x.json", tmp_path / "x.csv"
+    argv = ["--model", folders[arch], "--text", folders["text"], "--tokens", "40"]
+    code, out, err = run_cli(capsys, *argv, "--json", str(js), "--csv", str(cs))
+    assert code == 0, err
+    record = json.loads(js.read_text())
+    assert record["tokens"] == 40 and len(record["token_ids"]) == 40
+    assert record["token_ids"] == list(TEXT.encode()[:40])  # the byte tokenizer
+    assert record["reconstruction_max_abs_diff"] <= 1e-4
+    assert [(h["layer"], h["head"], h["kv_head"]) for h in record["heads"]] == [
+        (0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0),
+    ]  # fmt: skip
+    for heads in (record["heads"], record["control"]["heads"]):
+        assert all(h["tightness_max"] <= 1.0 for h in heads)
+        assert all(-1.0 <= h["r_split"] <= 1.0 for h in heads)
+    summary = record["summary"]
+    mean = sum(h["lowfreq_share_k"] for h in record["heads"]) / 4
+    assert summary["lowfreq_share_k"] == pytest.approx(mean, rel=1e-12)
+    assert summary["lowfreq_share_k_control"] == record["control"]["summary"]["lowfreq_share_k"]
+    assert summary["r_split_paper"] == 0.959
+    rows = list(csv.DictReader(cs.open()))
+    assert [r["model"] for r in rows] == ["trained"] * 4 + ["control"] * 4
+    assert float(rows[5]["r_split"]) == pytest.approx(record["control"]["heads"][1]["r_split"])
+    assert "(paper 0.959)" in out and out.count("\n") >= 5
+
+
+def test_analyze_is_deterministic_and_no_control_drops_it(folders, capsys, tmp_path):
+    base = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "32"]
+    paths = [tmp_path / f"{i}.json" for i in range(3)]
+    for path in paths[:2]:
+        assert run_cli(capsys, *base, "--seed", "3", "--json", str(path))[0] == 0
+    assert paths[0].read_text() == paths[1].read_text()
+    assert run_cli(capsys, *base, "--no-control", "--json", str(paths[2]))[0] == 0
+    assert "control" not in json.loads(paths[2].read_text())
+
+
+def _junk_gguf(folders):
+    path = folders["root"] / "junk.gguf"
+    path.write_bytes(b"this is not a GGUF model" * 10)
+    return ["--model", str(folders["root"]), "--gguf-file", "junk.gguf"]
+
+
+def _odd_head_dim(folders):
+    folder = folders["root"] / "odd"
+    folder.mkdir(exist_ok=True)
+    config = T.LlamaConfig(**TINY).to_dict()
+    (folder / "config.json").write_text(json.dumps({**config, "head_dim": 63}))
+    return ["--model", str(folder)]
+
+
+BAD_INPUT = [
+    # (name, argv builder, exit code, start of the message)
+    ("no-rope", lambda f: ["--model", f["gpt2"]], 2, "model type gpt2 has no rotary"),
+    ("missing-path", lambda f: ["--model", "/nonexistent/model"], 2, "model path /nonexistent/"),
+    ("missing-gguf", lambda f: ["--model", f["llama"], "--gguf-file", "x.gguf"], 2, "GGUF file x"),
+    ("junk-gguf", _junk_gguf, 2, "cannot load GGUF file junk.gguf: "),
+    ("odd-head-dim", _odd_head_dim, 2, "head_dim must be even, got 63"),
+    ("nan", lambda f: ["--model", f["nan"], "--text", f["text"]], 2, "non-finite activations"),
+    ("context", lambda f: ["--model", f["llama"], "--tokens", "65"], 2, "--tokens 65 exceeds"),
+    ("short-text", lambda f: ["--model", f["llama"], "--text", f["short"]], 2, "text has only 9"),
+    ("missing-text", lambda f: ["--text", "/nonexistent.txt"], 2, "text file /nonexistent.txt"),
+    ("tokens", lambda f: ["--tokens", "1"], 2, "--tokens must be at least 2, got 1"),
+    ("out-folder", lambda f: ["--json", "/nonexistent/x.json"], 2, "cannot write /nonexistent"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "code", "message"), BAD_INPUT, ids=[b[0] for b in BAD_INPUT]
+)
+def test_bad_input_is_a_one_line_error(folders, capsys, name, argv, code, message):
+    args = argv(folders)
+    if "--tokens" not in args:
+        args += ["--tokens", "32"]
+    got, out, err = run_cli(capsys, *args)
+    assert got == code
+    assert err.startswith(f"ropesplit analyze: error: {message}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_beyond_memory_is_a_one_line_error(folders, capsys, monkeypatch):
+    analyze_module = importlib.import_module("ropesplit.empirical.analyze")
+    monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: 1000)
+    code, _, err = run_cli(capsys, "--model", folders["llama"], "--tokens", "32")
+    assert code == 2
+    assert err.startswith("ropesplit analyze: error: 32 tokens need about "), err
+
+
+def test_failed_validation_exits_1(folders, capsys, monkeypatch):
+    capture_module = importlib.import_module("ropesplit.empirical.capture")
+    monkeypatch.setattr(capture_module, "RECONSTRUCTION_TOL", 0.0)
+    argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "32"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 1
+    assert err.startswith("ropesplit analyze: error: reconstruction_max_abs_diff ")
+    assert out == ""  # no statistics reported

@@ -1,0 +1,118 @@
+"""The bridge into the numerics layer, on tiny models and on the real default model (issue 4).
+
+The strongest check of the bridge: the logits the numerics layer builds from
+the captured q/k with the derived ``theta``, scale, layout and rotary
+dimension are the model's own logits (recovered from its probabilities up to
+a per-row constant, the softmax's blind spot: THEORY.md section 4).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from ropesplit.empirical import capture, default_text, load_model, tokenize
+from ropesplit.empirical.analyze import STATISTICS, analyze, check_memory, memory_estimate
+
+from ropesplit.errors import RopesplitError
+
+COMMON = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=64,
+    vocab_size=128,
+    max_position_embeddings=128,
+)
+CONFIGS = {
+    "llama": T.LlamaConfig(**COMMON),
+    "gemma3": T.Gemma3TextConfig(
+        head_dim=16, sliding_window=6, query_pre_attn_scalar=20, sliding_window_pattern=2, **COMMON
+    ),
+    "phi": T.PhiConfig(partial_rotary_factor=0.5, **COMMON),
+    "gpt_neox": T.GPTNeoXConfig(rotary_pct=0.25, **{**COMMON, "num_key_value_heads": 4}),
+}
+IDS = torch.randint(0, 128, (30,), generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+def test_numerics_logits_are_the_models_logits(arch):
+    from ropesplit.numerics.split import split_head
+
+    loaded = load_model(CONFIGS[arch], seed=2)
+    positions = torch.arange(30) + 3  # a shift changes every angle, not the logits' pattern
+    cache = capture(loaded, IDS, positions)
+    for layer in range(2):
+        for head in (0, 3):
+            kv = int(cache["kv_map", layer][head])
+            split = split_head(
+                cache["q", layer][head].double().numpy(),
+                cache["k", layer][kv].double().numpy(),
+                cache["theta", layer],
+                cache["scale", layer],
+                positions=positions.numpy(),
+                layout=cache["layout", layer],
+                rotary_dim=cache["rotary_dim", layer],
+                window=cache["window", layer],
+            )
+            mask = np.asarray(split.mask, dtype=bool)  # (N, N) causal (and windowed)
+            logp = np.log(cache["probs", layer][head].double().numpy())  # (N, N)
+            assert np.array_equal(mask, np.isfinite(logp) & (logp > -1e30)), (arch, layer)
+            gap = np.where(mask, np.asarray(split.W) - logp, np.nan)  # W - log p = logsumexp_i
+            spread = np.nanmax(gap, axis=1) - np.nanmin(gap, axis=1)  # (N,) per-row constant?
+            assert spread.max() < 2e-5, (arch, layer, head, spread.max())
+            total = np.asarray(split.f) + np.asarray(split.g) + np.asarray(split.E)
+            np.testing.assert_allclose(total[mask], np.asarray(split.W)[mask], atol=1e-10)
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+def test_analyze_gives_finite_statistics_per_head(arch):
+    loaded = load_model(CONFIGS[arch], seed=0)
+    result = analyze(loaded, IDS, seed=0)
+    heads = 4 * 2
+    assert len(result.heads) == heads
+    assert [(r["layer"], r["head"]) for r in result.heads] == [
+        (l, h) for l in (0, 1) for h in range(4)
+    ]
+    for row in result.heads:
+        assert all(np.isfinite(row[name]) for name in STATISTICS), row
+        assert 0.0 <= row["tightness_median"] <= row["tightness_max"] <= 1.0
+        assert 0.0 <= row["lowfreq_share_k"] <= 1.0
+    for name in STATISTICS:
+        assert result.summary[name] == pytest.approx(np.mean([r[name] for r in result.heads]))
+    again = analyze(loaded, IDS, seed=0)
+    assert again.heads == result.heads  # deterministic for a seed
+
+
+def test_memory_check_names_both_numbers(monkeypatch):
+    loaded = load_model(CONFIGS["llama"], seed=0)
+    assert memory_estimate(loaded, 2048) > 3.9 * memory_estimate(loaded, 1024) - 4 * 2**20
+    analyze_module = importlib.import_module("ropesplit.empirical.analyze")
+    monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: 2**30)
+    check_memory(loaded, 512)
+    with pytest.raises(RopesplitError, match=r"^100000 tokens need about \d+\.\d GiB of memory, "):
+        check_memory(loaded, 100_000)
+
+
+# ------------------------------------------------------------- the real default model
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_model()
+
+
+def test_default_model_capture_and_statistics(smollm2):
+    ids = tokenize(smollm2, default_text(), 48)
+    assert ids.tolist() == tokenize(smollm2, default_text(), 64)[:48].tolist()
+    result = analyze(smollm2, ids, seed=0)
+    assert len(result.heads) == 270  # 30 layers x 9 query heads
+    assert result.reconstruction_max_abs_diff <= 1e-4
+    assert {r["kv_head"] for r in result.heads if r["layer"] == 7} == {0, 1, 2}
+    assert {r["rope_base"] for r in result.heads} == {100000.0}
+    assert all(r["tightness_max"] <= 1.0 for r in result.heads)
+    assert all(np.isfinite(r[name]) for r in result.heads for name in STATISTICS)
