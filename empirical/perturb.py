@@ -116,11 +116,7 @@ ORDER_SCHEMES: dict[str, Callable[[int, float, np.random.Generator], np.ndarray]
 
 def order_permutation(scheme: str, n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
     """The permutation ``(n,)`` of word-order ``scheme`` (``"adjacent"`` or ``"subset"``)."""
-    if scheme not in ORDER_SCHEMES:
-        raise RopesplitError(
-            f"order scheme must be one of {', '.join(ORDER_SCHEMES)}, got {scheme!r}"
-        )
-    return ORDER_SCHEMES[scheme](n, rate, rng)
+    return _scheme(ORDER_SCHEMES, "order", scheme)(n, rate, rng)
 
 
 def jitter_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
@@ -173,8 +169,13 @@ POSITION_SCHEMES: dict[str, Callable[[int, int, np.random.Generator], np.ndarray
 
 def perturbed_positions(scheme: str, n: int, t: int, rng: np.random.Generator) -> np.ndarray:
     """The position ids ``(n,)`` of position ``scheme`` (``"jitter"`` or ``"swap"``)."""
-    if scheme not in POSITION_SCHEMES:
-        raise RopesplitError(
-            f"position scheme must be one of {', '.join(POSITION_SCHEMES)}, got {scheme!r}"
-        )
-    return POSITION_SCHEMES[scheme](n, t, rng)
+    return _scheme(POSITION_SCHEMES, "position", scheme)(n, t, rng)
+
+
+def _scheme(
+    table: dict[str, Callable[..., np.ndarray]], kind: str, name: str
+) -> Callable[..., np.ndarray]:
+    """``table[name]``, or a one-line error naming the choices."""
+    if name not in table:
+        raise RopesplitError(f"{kind} scheme must be one of {', '.join(table)}, got {name!r}")
+    return table[name]
