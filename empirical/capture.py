@@ -384,6 +384,10 @@ def _finish_layer(state: _TapState, arguments: dict[str, Any], weights: Any) -> 
     )  # fmt: skip
 
 
+_TAPPED = ("apply_rotary_pos_emb", "eager_attention_forward")  # modeling-module names swapped
+_WRAPPERS = (_rope_wrapper, _eager_wrapper)
+
+
 @contextlib.contextmanager
 def rope_taps(
     loaded: LoadedModel, positions: np.ndarray, *, keep_probs: bool = True
@@ -394,17 +398,15 @@ def rope_taps(
     and the hooks are restored/removed in ``finally``.
     """
     state = _TapState(loaded, positions, keep_probs)
-    homes = {type(m).__module__: sys.modules[type(m).__module__] for m in loaded.attn}
-    saved = {
-        name: (home.apply_rotary_pos_emb, home.eager_attention_forward)
-        for name, home in homes.items()
+    homes: dict[str, Any] = {
+        type(m).__module__: sys.modules[type(m).__module__] for m in loaded.attn
     }
+    saved = {name: [getattr(home, tap) for tap in _TAPPED] for name, home in homes.items()}
     handles = []
     try:
         for name, home in homes.items():
-            rope, eager = saved[name]
-            home.apply_rotary_pos_emb = _rope_wrapper(rope, state)
-            home.eager_attention_forward = _eager_wrapper(eager, state)
+            for tap, original, wrap in zip(_TAPPED, saved[name], _WRAPPERS, strict=True):
+                setattr(home, tap, wrap(original, state))
         for index, module in enumerate(loaded.attn):
             handles.append(module.register_forward_pre_hook(_layer_setter(state, index)))
         yield state
@@ -412,7 +414,8 @@ def rope_taps(
         for handle in handles:
             handle.remove()
         for name, home in homes.items():
-            home.apply_rotary_pos_emb, home.eager_attention_forward = saved[name]
+            for tap, original in zip(_TAPPED, saved[name], strict=True):
+                setattr(home, tap, original)
 
 
 def _layer_setter(state: _TapState, index: int) -> Any:

@@ -164,6 +164,7 @@ def load_model(
 
     torch_dtype = _torch_dtype(dtype)
     tokenizer = None
+    built: Any = None  # the PreTrainedModel
     if isinstance(model, PretrainedConfig):
         config, name, random_init = model, f"{model.model_type} (config)", True
     else:
@@ -198,6 +199,7 @@ def load_model(
                 )
             except ValueError as exc:  # e.g. a config with no causal-LM class (BERT)
                 raise RopesplitError(f"cannot build {name}: {_one_line(exc)}") from None
+    assert built is not None
     if device_map is None:
         built = built.to(device)
     built.eval()
