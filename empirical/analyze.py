@@ -148,12 +148,13 @@ def analyze(
     progress bar's ``update``).
     """
     import torch
-    from ropesplit.numerics.stats import layer_statistics
 
     check_memory(loaded, int(torch.as_tensor(input_ids).numel()))
     start = time.perf_counter()
     cache = capture(loaded, input_ids, position_ids, keep_probs=False)
     captured = time.perf_counter()
+    from ropesplit.numerics.stats import layer_statistics  # after the validated capture
+
     positions = cache.positions.numpy()
     extra = {} if pair_budget is None else {"pair_budget": pair_budget}
     rows: list[dict[str, Any]] = []

@@ -226,19 +226,23 @@ def rebuild_probs(
     window: int | None = None,
     softcap: float | None = None,
     layout: str = "half",
-    head: int,
+    heads: slice | list[int] | None = None,
+    dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    r"""One head's attention probabilities rebuilt from the captured tensors, float64.
+    r"""Attention probabilities rebuilt from the captured tensors, in ``dtype``.
 
     .. math:: A_{ij} = \mathrm{softmax}_j\big(c \tanh(s\, (R_i q_i)^\top (R_j k_j) / c)\big),
               \quad j \le i,\ i - j < w
 
-    (no ``tanh`` without a soft-cap ``c``); returns ``(N, N)``.
+    (no ``tanh`` without a soft-cap ``c``); returns ``(len(heads), N, N)``
+    for the query heads selected (default all).
     """
+    select = slice(None) if heads is None else heads
     (n_tokens,) = q.shape[1:2]
-    qr = _rotate(q[head].double(), cos.double(), sin.double(), layout)  # (N, d)
-    kr = _rotate(k[int(kv_map[head])].double(), cos.double(), sin.double(), layout)  # (N, d)
-    logits = attn_scale * (qr @ kr.T)  # (N, N)
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    qr = _rotate(q[select].to(dtype), cos, sin, layout)  # (h, N, d)
+    kr = _rotate(k[torch.as_tensor(kv_map)[select]].to(dtype), cos, sin, layout)  # (h, N, d)
+    logits = attn_scale * (qr @ kr.transpose(1, 2))  # (h, N, N)
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
     i = torch.arange(n_tokens, device=q.device)
@@ -246,6 +250,23 @@ def rebuild_probs(
     if window is not None:
         allowed &= (i[:, None] - i[None, :]) < window
     return torch.softmax(logits.masked_fill(~allowed, -math.inf), dim=-1)
+
+
+def _reconstruction_diff(
+    q: torch.Tensor, probs: torch.Tensor, rebuild: Any, *, budget: int = 2**26
+) -> float:
+    """``max |probs - rebuild(heads)|`` over all heads, a few heads at a time.
+
+    ``rebuild(slice)`` returns those heads' probabilities ``(h, N, N)``;
+    ``budget`` bounds the elements built at once (float32: 256 MiB).
+    """
+    (n_heads, n_tokens) = q.shape[:2]
+    step = max(1, budget // n_tokens**2)
+    diff = 0.0
+    for start in range(0, n_heads, step):
+        heads = slice(start, min(start + step, n_heads))
+        diff = max(diff, float((rebuild(heads) - probs[heads].float()).abs().max()))
+    return diff
 
 
 # --------------------------------------------------------------------------- taps
@@ -360,21 +381,14 @@ def _finish_layer(state: _TapState, arguments: dict[str, Any], weights: Any) -> 
     window = extra.get("sliding_window", getattr(module, "sliding_window", None))
     softcap = arguments.get("softcap", extra.get("softcap"))
     probs = weights.detach()[0]  # (H, N, N)
-    diff = 0.0
-    for h in range(n_heads):
-        rebuilt = rebuild_probs(
-            q,
-            k,
-            cos,
-            sin,
-            kv_map,
-            float(attn_scale),
-            window=window,
-            softcap=softcap,
-            layout=layout,
-            head=h,
-        )  # (N, N)
-        diff = max(diff, float((rebuilt - probs[h].double()).abs().max()))
+    diff = _reconstruction_diff(
+        q,
+        probs,
+        lambda heads: rebuild_probs(
+            q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap,
+            layout=layout, heads=heads, dtype=torch.float32,
+        ),
+    )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin, theta=theta, rope_amplitude=amplitude,
         attn_scale=float(attn_scale), scale=float(attn_scale) * amplitude**2, kv_map=kv_map,
