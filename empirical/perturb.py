@@ -15,16 +15,16 @@ returns an index array, never touches a model. Two families:
 **Position ids** (the tokens stay in order; only the RoPE angle
 ``p_n theta_l`` of token ``n`` changes):
 
-- ``"jitter"``: ``p_n = n + t + u_n`` with ``u_n`` uniform in ``{-t..t}``
-  (the offset ``t`` keeps every id non-negative; a common offset is invisible
-  to RoPE, whose logits depend on ``p_i - p_j`` only, THEORY.md section 2);
+- ``"jitter"``: ``p_n = n + u_n`` with ``u_n`` uniform in ``{-t..t}`` (the
+  first ids may be negative: add a common offset, invisible to RoPE, whose
+  logits depend on ``p_i - p_j`` only, THEORY.md section 2);
 - ``"swap"``: disjoint transpositions of the position ids of tokens at most
   ``t`` apart, drawn left to right, so every id moves by at most ``t``.
 
 Under the split ``W = f + g + E`` none of these moves ``g``; the position
-schemes move each key by at most ``t`` (resp. ``2t``) positions, so the logit
-moves by at most ``s sum_l |q~_l||k~_l| 2|sin(theta_l t/2)|`` (THEORY.md
-section 4, position perturbation).
+schemes move every id by at most ``t``, so a distance ``p_i - p_j`` changes
+by at most ``2t`` and a logit by at most ``s sum_l |q~_l||k~_l| 2|sin(theta_l
+tau/2)|`` for that change ``tau`` (THEORY.md section 4, position perturbation).
 
     >>> rng = np.random.default_rng(0)
     >>> perm = order_permutation("subset", 10, 0.2, rng)
@@ -120,9 +120,9 @@ def order_permutation(scheme: str, n: int, rate: float, rng: np.random.Generator
 
 
 def jitter_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
-    r"""Position ids ``(n,)``: ``p_x = x + t + u_x``, ``u_x`` uniform in ``{-t..t}``.
+    r"""Position ids ``(n,)``: ``p_x = x + u_x``, ``u_x`` uniform in ``{-t..t}``.
 
-    .. math:: |(p_i - p_j) - (i - j)| \le 2t,\qquad p_x \ge 0
+    .. math:: |(p_i - p_j) - (i - j)| \le 2t,\qquad p_x \ge -t
 
     ``t = 0`` gives ``0..n-1`` without drawing from ``rng``.
     """
@@ -131,7 +131,7 @@ def jitter_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
     base = np.arange(n)
     if t == 0:
         return base
-    return base + t + rng.integers(-t, t + 1, size=n)
+    return base + rng.integers(-t, t + 1, size=n)
 
 
 def swap_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
