@@ -1,0 +1,37 @@
+r"""ropesplit.figures: the paper's eight figures, each a pure function of plain data.
+
+Every figure function takes arrays or the JSON rows of the other commands
+and returns a :class:`matplotlib.figure.Figure` (no pyplot state), so it is
+testable on tiny synthetic inputs; :mod:`ropesplit.figures.gather` collects
+their data from the layers' APIs, and :func:`write_figures` writes each as
+PDF and PNG at one-column (3.3 in) and two-column (6.9 in) width, byte-
+identical on re-runs.
+
+=====  ================  ==========================================================
+ no.   name              shows (THEORY.md)
+=====  ================  ==========================================================
+ 1     decomposition     W, f, g, E of one head on one colour scale (section 3)
+ 2     r_split           r_split per layer and head, trained vs random init (5)
+ 3     pair_energy       deviation energy per RoPE pair vs the bound's weight (3)
+ 4     bound             |E| against its bound, real heads and synthetic (3)
+ 5     sweep             r_split vs high-frequency share of key deviation (3)
+ 6     perturbation      loss ratio vs word-order / position-id perturbation (4)
+ 7     distance          key and distance components across dummy distances (4)
+ 8     length            ranges of f, g, E with and without a distance cap (4)
+=====  ================  ==========================================================
+"""
+
+from ropesplit.figures.registry import FIGURES, FigureSpec, draw, figure_files, write_figures
+from ropesplit.figures.style import DOUBLE, SINGLE, save_figure, styled
+
+__all__ = [
+    "DOUBLE",
+    "FIGURES",
+    "SINGLE",
+    "FigureSpec",
+    "draw",
+    "figure_files",
+    "save_figure",
+    "styled",
+    "write_figures",
+]
