@@ -1,0 +1,92 @@
+"""``ropesplit figures``: the paper's eight figures from one model, as PDF and PNG.
+
+Loads the model (default: the embedded SmolLM2-135M-Instruct) and its
+random-init twin, analyses every head, runs the four experiments and draws
+each figure at one-column (3.3 in) and two-column (6.9 in) width into
+``--out``, as ``fig{n}-{name}-{single|double}.{pdf|png}``. The files are
+byte-identical when re-run with the same flags. Exit code 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ropesplit.report.pipeline import RunSettings
+
+HELP = "draw the eight figures (PDF and PNG, 3.3 in and 6.9 in) from one model"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> None:
+    """The flags ``figures`` and ``report`` share: model, text, sizes, seed, head, out."""
+    parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
+    parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
+    parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
+    parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
+    parser.add_argument("--seed", type=int, default=0, help="control weights, sampling, draws")
+    parser.add_argument("--seeds", type=int, default=2,
+                        help="perturbation seeds per scheme and rate (default 2)")  # fmt: skip
+    parser.add_argument("--head", metavar="LAYER.HEAD",
+                        help="figure 1's head (default: the head with median r_split)")
+    parser.add_argument("--figure-tokens", type=int, default=96,
+                        help="tokens in figure 1's heatmaps (default 96)")  # fmt: skip
+    parser.add_argument("--out", default=out_default, help=f"output folder (default {out_default})")
+
+
+def prepare_out(path: str, what: str) -> Path:
+    """The output folder, created when only it is missing; a one-line error otherwise."""
+    from ropesplit.errors import RopesplitError
+
+    out = Path(path)
+    if not out.is_dir():
+        if not out.parent.is_dir():
+            raise RopesplitError(
+                f"cannot write {what} to {out}: folder {out.parent} does not exist"
+            )
+        out.mkdir()
+    return out
+
+
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags, checked."""
+    from ropesplit.errors import RopesplitError
+    from ropesplit.figures.gather import parse_head
+    from ropesplit.report.pipeline import RunSettings
+
+    if args.tokens < 16:
+        raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
+    if not 2 <= args.figure_tokens <= args.tokens:
+        raise RopesplitError(
+            f"--figure-tokens must lie in [2, --tokens = {args.tokens}], got {args.figure_tokens}"
+        )
+    if args.seeds < 1:
+        raise RopesplitError(f"--seeds must be at least 1, got {args.seeds}")
+    return RunSettings(
+        model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
+        seed=args.seed, seeds=args.seeds, figure_tokens=args.figure_tokens,
+        head=parse_head(args.head) if args.head else None,
+    )  # fmt: skip
+
+
+def run_pipeline(args: argparse.Namespace, what: str, stage: str) -> Any:
+    """Check the flags, then the output folder, then run ``report.pipeline.<stage>``."""
+    settings = settings_from(args)  # bad flags fail before anything is created
+    out = prepare_out(args.out, what)
+
+    from ropesplit.report import pipeline
+
+    return getattr(pipeline, stage)(settings, out)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser, out_default="figures")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, analyse, run the experiments and write every figure into ``--out``."""
+    written = run_pipeline(args, "figures", "run_figures")
+    out = args.out
+    print(f"{len(written)} files written to {out}")
+    return 0
