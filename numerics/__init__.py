@@ -1,1 +1,38 @@
-"""ropesplit.numerics (being built)."""
+r"""ropesplit.numerics: THEORY.md sections 1-5 as vectorised numpy/torch code.
+
+Modules, one idea each:
+
+    rope        frequencies, pair layouts, rotation             (section 1)
+    bound       the remainder E and its bound, term by term      (section 3)
+    split       W = f + g + E as dense matrices for one head      (sections 2-3)
+    fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
+    stats       the section 5 statistics, batched over heads     (section 5)
+    synthetic   queries and keys that satisfy, ignore or violate the pattern
+
+Shapes::
+
+    q, k        (N, d)       one head's pre-RoPE features (H or Hkv leading for a layer)
+    theta       (P,)         P = d/2 frequencies; 0 for non-rotating pairs
+    qc, kc      (N, P)       complex pairs (rope.to_pairs)
+    W, f, g, E  (N, N)       only causal pairs j <= i are meaningful
+
+Imports numpy and torch, never transformers.
+"""
+
+from ropesplit.numerics.fit import three_axis_fit
+from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
+from ropesplit.numerics.split import HeadSplit, split_head
+from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
+
+__all__ = [
+    "HeadSplit",
+    "HeadStats",
+    "frequencies",
+    "from_pairs",
+    "head_statistics",
+    "layer_statistics",
+    "rotate",
+    "split_head",
+    "three_axis_fit",
+    "to_pairs",
+]

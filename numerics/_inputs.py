@@ -1,0 +1,81 @@
+"""Checking and converting one head's inputs (shared by ``split`` and ``stats``).
+
+Every user error becomes a one-line :class:`~ropesplit.errors.RopesplitError`.
+Arrays come in as numpy arrays or CPU torch tensors and leave as float64 numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ropesplit.errors import RopesplitError
+
+
+def as_float64(name: str, x: Any, ndim: int) -> np.ndarray:
+    """``x`` as a finite float64 numpy array with ``ndim`` dimensions, or raise."""
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().double().numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise RopesplitError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise RopesplitError(f"{name} must be finite, got {np.size(arr) - np.isfinite(arr).sum()} "
+                             "non-finite values")  # fmt: skip
+    return arr
+
+
+def check_theta(theta: Any, d: int) -> np.ndarray:
+    """Frequencies ``(d/2,)``, finite and non-negative."""
+    if d % 2:
+        raise RopesplitError(f"head_dim must be even, got {d}")
+    th = as_float64("theta", theta, 1)
+    if th.shape != (d // 2,):
+        raise RopesplitError(f"theta must have shape ({d // 2},) for head_dim {d}, got {th.shape}")
+    if (th < 0).any():
+        raise RopesplitError(f"theta must be non-negative, got min {th.min()}")
+    return th
+
+
+def check_scale(scale: Any) -> float:
+    """The logit scale ``s``: a finite positive number."""
+    s = float(scale)
+    if not (np.isfinite(s) and s > 0):
+        raise RopesplitError(f"scale must be a finite positive number, got {scale}")
+    return s
+
+
+def check_positions(positions: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions_q, positions_k)``, each ``(n,)`` float64; ``None`` means ``0 .. n-1``."""
+    if positions is None:
+        p = np.arange(n, dtype=np.float64)
+        return p, p
+    if isinstance(positions, tuple | list) and len(positions) == 2:
+        pq, pk = (as_float64(name, p, 1) for name, p in zip(("positions_q", "positions_k"),
+                                                             positions, strict=True))  # fmt: skip
+    else:
+        pq = pk = as_float64("positions", positions, 1)
+    for name, p in (("positions_q", pq), ("positions_k", pk)):
+        if p.shape != (n,):
+            raise RopesplitError(f"{name} must have shape ({n},), got {p.shape}")
+    return pq, pk
+
+
+def check_window(window: Any) -> int | None:
+    """Sliding window (``i - j < window``): a positive int or None."""
+    if window is None:
+        return None
+    w = int(window)
+    if w < 1 or w != window:
+        raise RopesplitError(f"window must be a positive integer or None, got {window}")
+    return w
+
+
+def causal_mask(n: int, window: int | None) -> np.ndarray:
+    """``(n, n)`` bool: ``j <= i`` and ``i - j < window`` (by index)."""
+    i, j = np.indices((n, n))
+    mask = j <= i
+    if window is not None:
+        mask &= i - j < window
+    return mask

@@ -1,0 +1,124 @@
+r"""The additive split of one head's logits, as dense matrices (THEORY.md sections 2-3).
+
+.. math::
+    W_{ij} &= s\,\langle R(p_i)q_i, R(p'_j)k_j\rangle
+            = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}e^{i\theta_l\Delta_{ij}} \\
+    f_{ij} &= s\,\langle q_i, R(-\Delta_{ij})\bar k\rangle,\qquad
+    g_{ij}  = s\,\langle q_i, \delta_j\rangle,\qquad
+    E_{ij}  = s\,\langle q_i, (R(-\Delta_{ij}) - I)\delta_j\rangle
+
+with :math:`\delta_j = k_j - \bar k` and :math:`\Delta_{ij} = p_i - p'_j`
+(query positions ``p``, key positions ``p'``).  ``W``, ``f`` and ``g`` are
+matrix products of rotated pairs; ``E`` and the bounds are evaluated term by
+term (:mod:`.bound`) so that rounding can never read as a violation.  Dense
+``(N, N)`` float64 results, for small ``N`` (figures, experiments); the
+statistics of long sequences come from :mod:`.stats` without them.
+
+Shapes::
+
+    q, k      (N, d)   pre-RoPE queries and keys of one head
+    qc, kc    (N, P)   complex pairs (``rope.to_pairs``)
+    W f g E   (N, N)   all pairs computed; only ``mask`` (j <= i) is meaningful
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ropesplit.numerics import _inputs
+from ropesplit.numerics.bound import remainder_and_bound
+from ropesplit.numerics.rope import to_pairs
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["HeadSplit", "split_head"]
+
+_CHUNK_BYTES = 2**28  # working memory of one row chunk of the term-by-term remainder
+
+
+@dataclass(frozen=True)
+class HeadSplit:
+    """One head's split: ``W = f + g + E`` with the bound on ``|E|``, all ``(N, N)`` float64."""
+
+    W: np.ndarray  # s <R(p_i) q_i, R(p'_j) k_j>
+    f: np.ndarray  # positional relevance s <q_i, R(-Delta) kbar>
+    g: np.ndarray  # semantic importance s <q_i, delta_j>
+    E: np.ndarray  # remainder s <q_i, (R(-Delta) - I) delta_j>
+    bound: np.ndarray  # s sum_l |q~_l| |delta~_l| 2|sin(theta_l Delta / 2)|
+    bound_loose: np.ndarray  # s sum_l |q~_l| |delta~_l| min(2, theta_l |Delta|)
+    mask: np.ndarray  # bool: j <= i (and i - j < window)
+    kbar: np.ndarray  # (d,) the reference key
+    delta: np.ndarray  # (N, N) distances p_i - p'_j
+
+
+def _kbar(kbar: Any, k: np.ndarray) -> np.ndarray:
+    """The reference key: the mean key unless given, ``(d,)``."""
+    if kbar is None:
+        return k.mean(axis=0)
+    kb = _inputs.as_float64("kbar", kbar, 1)
+    if kb.shape != k.shape[1:]:
+        raise RopesplitError(f"kbar must have shape {k.shape[1:]}, got {kb.shape}")
+    return kb
+
+
+def split_head(
+    q: Any,
+    k: Any,
+    theta: Any,
+    scale: float,
+    *,
+    positions: Any = None,
+    kbar: Any = None,
+    layout: str = "half",
+    rotary_dim: int | None = None,
+    window: int | None = None,
+) -> HeadSplit:
+    r"""Split one head's logits: :math:`W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij}`.
+
+    ``q, k`` are ``(N, d)`` pre-RoPE (numpy or CPU torch), ``theta`` ``(d/2,)``
+    (0 for non-rotating pairs), ``scale`` the logit scale ``s``; ``positions``
+    is ``(N,)`` or a pair ``(positions_q, positions_k)`` (default ``0..N-1``);
+    ``kbar`` defaults to the mean key.  The mask is by index.
+
+    .. math::
+        f_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde{\bar k}_l}\,
+                 e^{i\theta_l\Delta_{ij}},\qquad
+        g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde\delta_{jl}}
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.normal(size=(2, 5, 4))
+    >>> sp = split_head(q, k, [1.0, 0.01], 0.5)
+    >>> bool(np.allclose(sp.f + sp.g + sp.E, sp.W)), sp.W.shape
+    (True, (5, 5))
+    """
+    q = _inputs.as_float64("q", q, 2)
+    k = _inputs.as_float64("k", k, 2)
+    if q.shape != k.shape:
+        raise RopesplitError(f"q and k must have one shape (N, d), got {q.shape} and {k.shape}")
+    n, d = q.shape
+    th = _inputs.check_theta(theta, d)
+    s = _inputs.check_scale(scale)
+    pq, pk = _inputs.check_positions(positions, n)
+    kb = _kbar(kbar, k)
+    qc = to_pairs(q, layout, rotary_dim)  # (N, P)
+    kc = to_pairs(k, layout, rotary_dim)  # (N, P)
+    kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
+    dc = kc - kbc  # (N, P) key deviations
+    q_rot = qc * np.exp(1j * pq[:, None] * th)  # (N, P)  R(p_i) q_i
+    w = s * (q_rot @ np.conj(kc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+    f = s * (q_rot @ np.conj(kbc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+    g = s * (qc @ np.conj(dc).T).real  # (N, N)
+    delta = pq[:, None] - pk[None, :]  # (N, N)
+    e, bound, loose = np.empty((3, n, n))
+    rows = max(1, _CHUNK_BYTES // (16 * 8 * max(n * th.size, 1)))
+    for i0 in range(0, n, rows):
+        block = slice(i0, min(n, i0 + rows))
+        parts = remainder_and_bound(qc[block, None, :], dc[None, :, :], th, delta[block], s,
+                                    loose=True)  # each (rows, N)  # fmt: skip
+        e[block], bound[block], loose[block] = (p.numpy() for p in parts)
+    mask = _inputs.causal_mask(n, _inputs.check_window(window))
+    return HeadSplit(W=w, f=f, g=g, E=e, bound=bound, bound_loose=loose, mask=mask, kbar=kb,
+                     delta=delta)  # fmt: skip
