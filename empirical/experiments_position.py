@@ -31,6 +31,7 @@ from ropesplit.empirical.experiments_forward import (
     continuation_losses,
     seed_groups,
 )
+from ropesplit.empirical.experiments_pairs import layer_pairs
 from ropesplit.empirical.models import LoadedModel, as_input_ids
 from ropesplit.empirical.perturb import POSITION_SCHEMES, perturbed_positions
 
@@ -121,12 +122,8 @@ def shift_bounds(
     Returns arrays ``(T, H)`` under :data:`BOUND_KEYS` and ``tightness``, the
     largest ``|Delta_t X| / bound`` over pairs and ``X`` (0 where the bound is 0).
     """
-    from ropesplit.numerics.rope import to_pairs
-
     i, j = pairs
-    qc = to_pairs(layer.q.double().numpy(), layout=layer.layout, rotary_dim=layer.rotary_dim)
-    kc = to_pairs(layer.k.double().numpy(), layout=layer.layout, rotary_dim=layer.rotary_dim)
-    kc = kc[layer.kv_map]  # (H, N, P): the KV head each query head reads
+    qc, kc = layer_pairs(layer)  # (H, N, P) each
     kbar = kc.mean(axis=1, keepdims=True)  # (H, 1, P)
     q_i = qc[:, i]  # (H, M, P)
     parts = {
