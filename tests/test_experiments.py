@@ -396,28 +396,6 @@ def test_pairs_reproduce_the_models_rotation(tiny, distinct_ids):
         assert math.isclose(w, expected, rel_tol=1e-9, abs_tol=1e-12)
 
 
-@pytest.mark.parametrize(
-    ("layout", "rotary_dim"), [("half", 16), ("interleaved", 16), ("half", 8), ("interleaved", 12)]
-)
-def test_to_pairs_twin(layout, rotary_dim):
-    from ropesplit.empirical.experiments_pairs import to_pairs
-
-    x = np.random.default_rng(0).normal(size=(3, 16))
-    z = to_pairs(x, layout, rotary_dim)
-    assert z.shape == (3, 8)
-    rest = 16 - rotary_dim
-    for row in range(3):
-        expected = []
-        for start, size in ((0, rotary_dim), (rotary_dim, rest)):
-            part = x[row, start : start + size]
-            for pair in range(size // 2):
-                if layout == "half":
-                    expected.append(complex(part[pair], part[pair + size // 2]))
-                else:
-                    expected.append(complex(part[2 * pair], part[2 * pair + 1]))
-        np.testing.assert_array_equal(z[row], expected)
-
-
 @given(n=st.integers(1, 40), budget=st.integers(1, 900), seed=st.integers(0, 2**16))
 @settings(max_examples=50, deadline=None)
 @example(n=40, budget=819, seed=0)  # all but one pair
@@ -522,6 +500,18 @@ def test_additive_fit_twin_and_gauge(n, k, seed, distance):
     if distance:  # c off span{1, j}: the linear-trend gauge fixed
         assert np.allclose(np.arange(n) @ fit["c"], 0, atol=1e-9)
         np.testing.assert_allclose(detrend(fit["c"]), fit["c"], atol=1e-10)
+
+
+def test_additive_fit_agrees_with_the_numerics_three_axis_fit():
+    from ropesplit.numerics.fit import three_axis_fit
+
+    w = np.random.default_rng(5).normal(size=(12, 12))
+    ours = additive_fit(w[:, :, None], distance=True)
+    theirs = three_axis_fit(w)
+    i, j = np.tril_indices(12)
+    fitted = ours["a"][i - j, 0] + ours["b"][i, 0] + ours["c"][j, 0]
+    np.testing.assert_allclose(fitted, theirs.fitted[i, j], atol=1e-8)
+    np.testing.assert_allclose(ours["c"][:, 0], detrend(theirs.c[:, None])[:, 0], atol=1e-8)
 
 
 def test_an_exactly_additive_matrix_is_recovered():
