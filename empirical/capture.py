@@ -465,7 +465,11 @@ def capture(
         raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
     positions = pos[0].cpu().numpy()
     with rope_taps(loaded, positions, keep_probs=keep_probs) as state, torch.no_grad():
-        out = loaded.model(input_ids=ids, position_ids=pos, use_cache=False)
+        # an explicit all-ones mask keeps the mask causal by index: without it,
+        # transformers reads non-+1 steps in position_ids as packed sequences
+        out = loaded.model(
+            input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids), use_cache=False
+        )
     missing = [i for i in range(loaded.n_layers) if i not in state.done]
     if missing:
         raise RopesplitError(f"no rotary embedding was applied in layers {missing}")

@@ -307,7 +307,11 @@ def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> to
     pos = as_position_ids(ids, position_ids)
     check_positions(loaded, pos)
     with torch.no_grad():
-        out = loaded.model(input_ids=ids, position_ids=pos, use_cache=False)
+        # an explicit all-ones mask keeps the mask causal by index: without it,
+        # transformers reads non-+1 steps in position_ids as packed sequences
+        out = loaded.model(
+            input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids), use_cache=False
+        )
     return out.logits[0].float()  # (N, vocab)
 
 

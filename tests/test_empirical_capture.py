@@ -304,3 +304,27 @@ def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
     loaded = load_model(ARCHS["llama"][0], seed=0)
     with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001"):
         cap.capture(loaded, token_ids())
+
+
+def test_jumping_position_ids_keep_the_mask_causal_by_index():
+    """Regression (issue 5 review): without an explicit attention mask,
+    transformers reads position ids that do not step by +1 as packed
+    sequences and masks across each jump; capture and forward must keep the
+    causal mask by index, as the rebuilt attention assumes."""
+    from ropesplit.empirical.models import forward
+
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    jumpy = torch.arange(N_TOKENS) * 3  # every step is +3
+    jumpy[N_TOKENS // 2 :] -= 20  # and one step goes backwards
+    jumpy -= jumpy.min()
+    cache = capture(loaded, token_ids(), position_ids=jumpy)
+    assert cache.reconstruction_max_abs_diff <= 1e-5
+    # the last token attends to the whole prefix, across the backward jump
+    assert float(cache["probs", 0][:, -1, : N_TOKENS // 2].sum()) > 0
+    logits = forward(loaded, token_ids(), jumpy)
+    ids = token_ids()[None]
+    with torch.no_grad():
+        masked = loaded.model(
+            input_ids=ids, position_ids=jumpy[None], attention_mask=torch.ones_like(ids)
+        ).logits[0]
+    torch.testing.assert_close(logits, masked.float())
