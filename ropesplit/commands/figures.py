@@ -70,23 +70,29 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
     )  # fmt: skip
 
 
-def run_pipeline(args: argparse.Namespace, what: str, stage: str) -> Any:
+def run_pipeline(args: argparse.Namespace, what: str, stage: str, **options: Any) -> Any:
     """Check the flags, then the output folder, then run ``report.pipeline.<stage>``."""
     settings = settings_from(args)  # bad flags fail before anything is created
     out = prepare_out(args.out, what)
 
     from ropesplit.report import pipeline
 
-    return getattr(pipeline, stage)(settings, out)
+    return getattr(pipeline, stage)(settings, out, **options)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, out_default="figures")
+    parser.add_argument("--width", choices=["single", "double", "all"], default="all",
+                        help="3.3 in (single), 6.9 in (double) or both (default)")  # fmt: skip
+    parser.add_argument("--format", choices=["pdf", "png", "all"], default="all",
+                        help="vector PDF, PNG or both (default)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """Load, analyse, run the experiments and write every figure into ``--out``."""
-    written = run_pipeline(args, "figures", "run_figures")
+    widths = ("single", "double") if args.width == "all" else (args.width,)
+    formats = ("pdf", "png") if args.format == "all" else (args.format,)
+    written = run_pipeline(args, "figures", "run_figures", widths=widths, formats=formats)
     out = args.out
     print(f"{len(written)} files written to {out}")
     return 0

@@ -113,8 +113,8 @@ def write_figures(
         if spec.name not in data:
             continue
         for width in widths:
-            fig = draw(spec.name, data[spec.name], width)
-            for fmt in formats:
+            for fmt in formats:  # a fresh figure per file: the layout never depends on
+                fig = draw(spec.name, data[spec.name], width)  # which format was saved first
                 written.append(save_figure(fig, folder / figure_files(spec, width, fmt)))
         if on_figure is not None:
             on_figure(spec.name)

@@ -228,7 +228,11 @@ def _text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dic
 
 
 def run_figures(
-    settings: RunSettings, out: str | Path, *, formats: Sequence[str] = ("pdf", "png")
+    settings: RunSettings,
+    out: str | Path,
+    *,
+    widths: Sequence[str] = ("single", "double"),
+    formats: Sequence[str] = ("pdf", "png"),
 ) -> list[Path]:
     """``ropesplit figures``: load, analyse, run the experiments, draw and write every figure."""
     from ropesplit.figures import write_figures
@@ -244,7 +248,7 @@ def run_figures(
     with stages.stage("gather", "figure data"):
         data = collect_figure_data(loaded, control, ids, analysis, perturb, settings)
     with stages.stage("figures", f"8 figures to {folder}"):
-        return write_figures(data, folder, formats=formats)
+        return write_figures(data, folder, widths=widths, formats=formats)
 
 
 def run_report(settings: RunSettings, out: str | Path) -> Path:
