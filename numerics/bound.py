@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["ATOL", "RTOL", "remainder_and_bound", "violations"]
@@ -50,19 +51,27 @@ def remainder_and_bound(
 
     with :math:`\tilde q_l = a + ib`, :math:`\tilde\delta_l = \delta_c + i\delta_e`.
     """
-    q, dev = torch.as_tensor(q).to(torch.complex128), torch.as_tensor(dev).to(torch.complex128)
+    a, b = _parts(q)
+    dc, de = _parts(dev)
     th = torch.as_tensor(theta, dtype=torch.float64)
     x = torch.as_tensor(delta, dtype=torch.float64).unsqueeze(-1) * th  # (..., P)
     half_sin, half_cos = torch.sin(0.5 * x), torch.cos(0.5 * x)  # (..., P)
-    a, b, dc, de = q.real, q.imag, dev.real, dev.imag
     along = a * dc + b * de  # Re q conj(delta)
     across = a * de - b * dc  # -Im q conj(delta)
-    e = (along * (-2.0 * half_sin * half_sin) + across * (2.0 * half_sin * half_cos)).sum(-1)
-    mag = q.abs() * dev.abs()  # (..., P) after broadcasting
+    # (e^{ix} - 1) = 2 sin(x/2) (-sin(x/2) + i cos(x/2)): no cancellation near x = 0
+    e = (2.0 * half_sin * (across * half_cos - along * half_sin)).sum(-1)
+    mag = torch.hypot(a, b) * torch.hypot(dc, de)  # (..., P) after broadcasting
     out = [scale * e, scale * (mag * (2.0 * half_sin.abs())).sum(-1)]
     if loose:
         out.append(scale * (mag * torch.clamp(x.abs(), max=2.0)).sum(-1))
     return tuple(out)
+
+
+def _parts(z: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Real and imaginary parts of complex pairs as contiguous float64 tensors."""
+    z = np.asarray(z.numpy() if isinstance(z, torch.Tensor) else z, dtype=np.complex128)
+    real, imag = np.ascontiguousarray(z.real), np.ascontiguousarray(z.imag)
+    return torch.from_numpy(real), torch.from_numpy(imag)
 
 
 def violations(e: torch.Tensor, bound: torch.Tensor) -> int:

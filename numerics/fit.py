@@ -119,8 +119,8 @@ class BandGram(_Gram):
         self.diag = np.concatenate([self.count_a, self.count_b, self.count_c])
         self._a_to = np.minimum(i, n_a - 1) + 1  # row i sees distances 0 .. min(i, n_a-1)
         self._a_to_c = np.minimum(n - 1 - i, n_a - 1) + 1  # column j: 0 .. min(n-1-j, n_a-1)
-        self._c_from = np.maximum(0, i - n_a + 1)  # row i sees columns c_from .. i
-        self._b_to = np.minimum(n - 1, i + n_a - 1) + 1  # column j sees rows j .. b_to - 1
+        self.first_col = np.maximum(0, i - n_a + 1)  # row i sees columns first_col .. i
+        self.last_row = np.minimum(n - 1, i + n_a - 1)  # column j sees rows j .. last_row
         self.pairs = int(self.count_a.sum())
 
     def apply(self, x: np.ndarray) -> np.ndarray:
@@ -134,8 +134,8 @@ class BandGram(_Gram):
         dist = np.arange(n_a)
         i = np.arange(n)
         ya = self.count_a[:, None] * a + (cb[n] - cb[dist]) + cc[n - dist]
-        yb = self.count_b[:, None] * b + ca[self._a_to] + (cc[i + 1] - cc[self._c_from])
-        yc = self.count_c[:, None] * c + ca[self._a_to_c] + (cb[self._b_to] - cb[i])
+        yb = self.count_b[:, None] * b + ca[self._a_to] + (cc[i + 1] - cc[self.first_col])
+        yc = self.count_c[:, None] * c + ca[self._a_to_c] + (cb[self.last_row + 1] - cb[i])
         return np.concatenate([ya, yb, yc])
 
 

@@ -1,0 +1,136 @@
+r"""Synthetic queries and keys that satisfy, ignore or violate the pattern (THEORY.md section 3).
+
+The bound :math:`|E_{ij}| \le s\sum_l |\tilde q_l||\tilde\delta_l|\,2|\sin(\theta_l\Delta/2)|`
+is small when the key deviation :math:`\delta_j = k_j - \bar k` sits in slow
+pairs.  Queries are i.i.d. standard normal throughout; the keys are:
+
+    random       i.i.d. standard normal: variation spread evenly over the pairs
+    structured   a constant key (i.i.d. normal, drawn once) plus deviations of the
+                 same mean energy, a share ``high_share`` of it in the faster half
+                 of the pairs and the rest in the slower half (default 0)
+    adversarial  deviations only in the fastest quarter of the pairs (at least
+                 one), no constant: the variation RoPE scrambles most
+
+Deviation energy per token is ``d`` (that of a standard normal key), spread
+evenly over the pairs of each part; each pair's deviation is a circular complex
+normal.  ``sweep`` runs ``structured`` over ``high_share`` from 0 to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ropesplit.numerics.rope import frequencies, from_pairs
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["PATTERNS", "SyntheticQK", "make_qk", "sweep"]
+
+PATTERNS = ("structured", "random", "adversarial")
+SHARES = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the sweep's high_share grid
+
+
+@dataclass(frozen=True)
+class SyntheticQK:
+    """One synthetic head: pre-RoPE ``q, k (tokens, d)``, ``theta (d/2,)``, ``scale = d^-1/2``."""
+
+    q: np.ndarray
+    k: np.ndarray
+    theta: np.ndarray
+    scale: float
+    pattern: str
+    d: int
+    base: float
+    tokens: int
+    seed: int
+    high_share: float | None  # share of deviation energy in the faster half (structured)
+
+
+def _deviations(rng: np.random.Generator, tokens: int, weights: np.ndarray) -> np.ndarray:
+    r"""``(tokens, P)`` circular complex normal pairs with :math:`E|\tilde\delta_l|^2 = w_l`."""
+    p = weights.size
+    z = rng.normal(size=(tokens, p)) + 1j * rng.normal(size=(tokens, p))  # E|z|^2 = 2
+    return z * np.sqrt(weights / 2.0)
+
+
+def make_qk(
+    pattern: str,
+    *,
+    d: int = 64,
+    base: float = 10000.0,
+    tokens: int = 512,
+    seed: int = 0,
+    high_share: float | None = None,
+) -> SyntheticQK:
+    r"""Queries and keys of one synthetic head with the given ``pattern`` (half layout).
+
+    ``structured``: :math:`k_j = k_0 + \delta_j` with
+    :math:`\sum_{l\in\text{fast}} E|\tilde\delta_{jl}|^2 = \text{high\_share}\cdot d`
+    and the rest of the energy ``d`` in the slow half.
+
+    >>> qk = make_qk("structured", d=8, tokens=5, seed=1)
+    >>> qk.q.shape, qk.k.shape, qk.theta.shape, qk.high_share
+    ((5, 8), (5, 8), (4,), 0.0)
+    """
+    if pattern not in PATTERNS:
+        raise RopesplitError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
+    if tokens < 1:
+        raise RopesplitError(f"tokens must be at least 1, got {tokens}")
+    theta = frequencies(d, base)  # checks d and base
+    p = d // 2
+    if pattern == "structured":
+        high_share = 0.0 if high_share is None else float(high_share)
+        if not 0.0 <= high_share <= 1.0:
+            raise RopesplitError(f"high_share must lie in [0, 1], got {high_share}")
+    elif high_share is not None:
+        raise RopesplitError(f"high_share applies to the structured pattern only, not {pattern!r}")
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(tokens, d))
+    if pattern == "random":
+        k = rng.normal(size=(tokens, d))
+    else:
+        fast = np.argsort(-theta, kind="stable")  # fastest pair first
+        weights = np.zeros(p)
+        if pattern == "structured":
+            n_fast = p // 2
+            weights[fast[:n_fast]] = d * high_share / max(n_fast, 1)
+            weights[fast[n_fast:]] = d * (1.0 - high_share if n_fast else 1.0) / (p - n_fast)
+            constant = rng.normal(size=d)
+        else:
+            n_fast = max(1, p // 4)
+            weights[fast[:n_fast]] = d / n_fast
+            constant = np.zeros(d)
+        k = constant + from_pairs(_deviations(rng, tokens, weights))  # (tokens, d)
+    return SyntheticQK(q=q, k=k, theta=theta, scale=d**-0.5, pattern=pattern, d=d,
+                       base=float(base), tokens=tokens, seed=seed,
+                       high_share=high_share)  # fmt: skip
+
+
+def sweep(
+    *,
+    d: int = 64,
+    base: float = 10000.0,
+    tokens: int = 256,
+    seed: int = 0,
+    shares: Sequence[float] = SHARES,
+    pair_budget: int | None = None,
+) -> list[dict[str, Any]]:
+    r"""The structured pattern over ``high_share``: one row per share with every statistic.
+
+    Rows: ``high_share, d, base, tokens, seed`` and the fields of
+    :class:`~ropesplit.numerics.stats.HeadStats`.  ``r_split`` falls as the
+    share of deviation energy in the fast pairs grows.
+    """
+    from ropesplit.numerics.stats import head_statistics
+
+    rows = []
+    for share in shares:
+        qk = make_qk("structured", d=d, base=base, tokens=tokens, seed=seed, high_share=share)
+        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=pair_budget,
+                                seed=seed)  # fmt: skip
+        rows.append({"high_share": float(share), "d": d, "base": float(base), "tokens": tokens,
+                     "seed": seed, **stats.as_dict()})  # fmt: skip
+    return rows
