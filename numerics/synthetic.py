@@ -81,9 +81,9 @@ def make_qk(
         raise RopesplitError(f"tokens must be at least 1, got {tokens}")
     theta = frequencies(d, base)  # checks d and base
     p = d // 2
+    share = 0.0 if high_share is None else float(high_share)
     if pattern == "structured":
-        high_share = 0.0 if high_share is None else float(high_share)
-        if not 0.0 <= high_share <= 1.0:
+        if not 0.0 <= share <= 1.0:
             raise RopesplitError(f"high_share must lie in [0, 1], got {high_share}")
     elif high_share is not None:
         raise RopesplitError(f"high_share applies to the structured pattern only, not {pattern!r}")
@@ -96,8 +96,8 @@ def make_qk(
         weights = np.zeros(p)
         if pattern == "structured":
             n_fast = p // 2
-            weights[fast[:n_fast]] = d * high_share / max(n_fast, 1)
-            weights[fast[n_fast:]] = d * (1.0 - high_share if n_fast else 1.0) / (p - n_fast)
+            weights[fast[:n_fast]] = d * share / max(n_fast, 1)
+            weights[fast[n_fast:]] = d * (1.0 - share if n_fast else 1.0) / (p - n_fast)
             constant = rng.normal(size=d)
         else:
             n_fast = max(1, p // 4)
@@ -106,7 +106,7 @@ def make_qk(
         k = constant + from_pairs(_deviations(rng, tokens, weights))  # (tokens, d)
     return SyntheticQK(q=q, k=k, theta=theta, scale=d**-0.5, pattern=pattern, d=d,
                        base=float(base), tokens=tokens, seed=seed,
-                       high_share=high_share)  # fmt: skip
+                       high_share=share if pattern == "structured" else None)  # fmt: skip
 
 
 def sweep(
