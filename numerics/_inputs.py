@@ -54,9 +54,11 @@ def check_positions(positions: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(positions, tuple | list) and len(positions) == 2:
         pq, pk = (as_float64(name, p, 1) for name, p in zip(("positions_q", "positions_k"),
                                                              positions, strict=True))  # fmt: skip
+        names = ("positions_q", "positions_k")
     else:
         pq = pk = as_float64("positions", positions, 1)
-    for name, p in (("positions_q", pq), ("positions_k", pk)):
+        names = ("positions", "positions")
+    for name, p in zip(names, (pq, pk), strict=True):
         if p.shape != (n,):
             raise RopesplitError(f"{name} must have shape ({n},), got {p.shape}")
     return pq, pk

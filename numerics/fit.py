@@ -57,6 +57,7 @@ class _Gram:
     n_a: int
     n: int
     diag: np.ndarray  # (K,)
+    d_min: int = 0  # unknown a[t] is a_D for D = d_min + t
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -95,7 +96,7 @@ class _Gram:
         """Move ``x (K, H)`` along the gauge directions: ``c`` no mean, no trend; ``b`` no mean."""
         a, b, c = x[: self.n_a], x[self.n_a : self.n_a + self.n], x[self.n_a + self.n :]
         j = np.arange(self.n, dtype=np.float64)[:, None] - (self.n - 1) / 2
-        dist = np.arange(self.n_a, dtype=np.float64)[:, None]
+        dist = np.arange(self.n_a, dtype=np.float64)[:, None] + self.d_min
         if self.n > 1:  # trend: a_D -= t D, b_i += t i, c_j -= t j leaves every fit alone
             t = -(j * c).sum(0) / (j * j).sum()  # (H,)
             a, b, c = a - t * dist, b + t * (j + (self.n - 1) / 2), c - t * (j + (self.n - 1) / 2)

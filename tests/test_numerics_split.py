@@ -1,0 +1,177 @@
+"""numerics.split and numerics.bound: W = f + g + E and |E| <= bound (issue 3, THEORY.md 2-3)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, example, given, note, settings
+from hypothesis import strategies as st
+from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound
+from ropesplit.numerics.rope import frequencies, to_pairs
+from ropesplit.numerics.split import split_head
+
+from ropesplit.errors import RopesplitError
+
+LAYOUTS = ("half", "interleaved")
+
+
+def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None):
+    """Reference twin: every (i, j, l) term of THEORY.md section 3 in a plain float64 loop."""
+    qc, kc = to_pairs(q, layout, rotary_dim), to_pairs(k, layout, rotary_dim)
+    kb = to_pairs(kbar, layout, rotary_dim)
+    n, p = qc.shape
+    out = {name: np.zeros((n, n)) for name in ("W", "f", "g", "E", "bound", "bound_loose")}
+    for i in range(n):
+        for j in range(n):
+            delta = pq[i] - pk[j]
+            for l in range(p):
+                rot = complex(math.cos(theta[l] * delta), math.sin(theta[l] * delta))
+                dev = kc[j, l] - kb[l]
+                out["W"][i, j] += s * (qc[i, l] * kc[j, l].conjugate() * rot).real
+                out["f"][i, j] += s * (qc[i, l] * kb[l].conjugate() * rot).real
+                out["g"][i, j] += s * (qc[i, l] * dev.conjugate()).real
+                out["E"][i, j] += s * (qc[i, l] * dev.conjugate() * (rot - 1)).real
+                mag = s * abs(qc[i, l]) * abs(dev)
+                out["bound"][i, j] += mag * 2 * abs(math.sin(theta[l] * delta / 2))
+                out["bound_loose"][i, j] += mag * min(2.0, theta[l] * abs(delta))
+    return out
+
+
+@st.composite
+def heads(draw, max_n=6):
+    """A small head: ``q, k (n, d)``, theta, scale, positions and options."""
+    n = draw(st.integers(1, max_n))
+    d = 2 * draw(st.integers(1, 6))
+    r = 2 * draw(st.integers(1, d // 2))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    q, k = rng.normal(size=(2, n, d)) * draw(st.sampled_from([1e-3, 1.0, 1e3]))
+    base = draw(st.floats(2.0, 1e7))
+    theta = frequencies(d, base, rotary_dim=r)
+    pq = rng.integers(-10**6, 10**6, size=n).astype(float)
+    pk = pq if draw(st.booleans()) else rng.uniform(-1e6, 1e6, size=n)
+    return {"q": q, "k": k, "theta": theta, "scale": draw(st.floats(0.01, 10.0)),
+            "positions": (pq, pk), "layout": draw(st.sampled_from(LAYOUTS)), "rotary_dim": r}
+
+
+@settings(max_examples=40, deadline=None)
+@given(head=heads())
+def test_split_head_matches_the_loop_twin(head):
+    sp = split_head(**head)
+    pq, pk = head["positions"]
+    want = loop_split(head["q"], head["k"], head["theta"], head["scale"], pq, pk,
+                      head["k"].mean(0), head["layout"], head["rotary_dim"])  # fmt: skip
+    size = head["scale"] * np.abs(head["q"]).sum(1)[:, None] * np.abs(head["k"]).sum(1)[None, :]
+    for name, ref in want.items():
+        got = getattr(sp, name)
+        note(f"{name}: max diff {np.abs(got - ref).max()}")
+        # angles up to 1e6 rad: the loop's cos/sin and numpy's agree to ~1e-10 of the size
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9 * size.max())
+    # W rotates at absolute positions (phase error ~ eps |p| theta), E at Delta: same 1e-9
+    np.testing.assert_allclose(sp.f + sp.g + sp.E, sp.W, rtol=0, atol=1e-9 * size.max())
+
+
+@st.composite
+def extreme_pairs(draw):
+    """Query and deviation pairs of extreme magnitudes, any base, distances up to 1e6."""
+    p = draw(st.integers(1, 8))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    mags = draw(st.tuples(st.floats(-60, 60), st.floats(-60, 60)))
+    q = (rng.normal(size=p) + 1j * rng.normal(size=p)) * 10.0 ** mags[0]
+    dev = (rng.normal(size=p) + 1j * rng.normal(size=p)) * 10.0 ** mags[1]
+    base = draw(st.floats(2.0, 1e7))
+    r = 2 * draw(st.integers(1, p))
+    theta = frequencies(2 * p, base, rotary_dim=r)
+    delta = draw(st.one_of(st.integers(-10**6, 10**6).map(float), st.floats(-1e6, 1e6)))
+    return q, dev, theta, delta, draw(st.floats(1e-3, 1e3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=extreme_pairs())
+@example(case=(np.array([1 + 1j]), np.array([1e-60 - 1e-60j]), np.array([1.0]), 1e6, 1.0))
+@example(case=(np.array([3 - 1j]), np.array([2 + 5j]), np.array([1.0]), 0.0, 1.0))  # Delta 0
+@example(case=(np.array([1e60j]), np.array([1e60]), np.array([2.0 ** -23]), 1.0, 1e3))  # tiny x
+@example(case=(np.array([1.0 + 0j]), np.array([1.0 + 0j]), np.array([0.0]), 1e6, 1.0))  # theta 0
+def test_bound_is_never_violated(case):
+    q, dev, theta, delta, s = case
+    e, tight, loose = (float(v) for v in remainder_and_bound(q, dev, theta, delta, s, loose=True))
+    note(f"E={e!r} bound={tight!r} loose={loose!r}")
+    assert abs(e) <= tight * (1 + RTOL) + ATOL
+    assert tight <= loose * (1 + RTOL) + ATOL  # 2|sin(x/2)| <= min(2, |x|)
+    if delta == 0 or not theta.any():
+        assert e == 0.0 and tight == 0.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(head=heads(), seed=st.integers(0, 2**32 - 1))
+def test_f_does_not_depend_on_the_key(head, seed):
+    kbar = head["k"].mean(0)
+    other = np.random.default_rng(seed).normal(size=head["k"].shape)
+    a = split_head(**head, kbar=kbar)
+    b = split_head(**(head | {"k": other}), kbar=kbar)
+    np.testing.assert_array_equal(a.f, b.f)
+    assert not np.array_equal(a.g, b.g)
+
+
+@settings(max_examples=30, deadline=None)
+@given(head=heads(), shift=st.floats(-1e5, 1e5), seed=st.integers(0, 2**32 - 1))
+def test_g_does_not_depend_on_delta(head, shift, seed):
+    n = head["q"].shape[0]
+    jitter = np.random.default_rng(seed).uniform(-1e3, 1e3, size=n)
+    a = split_head(**head)
+    b = split_head(**(head | {"positions": (jitter + shift, jitter)}))
+    np.testing.assert_array_equal(a.g, b.g)
+
+
+@settings(max_examples=30, deadline=None)
+@given(head=heads(), seed=st.integers(0, 2**32 - 1))
+def test_remainder_vanishes_when_deviations_sit_in_non_rotating_pairs(head, seed):
+    d, r = head["q"].shape[1], head["rotary_dim"]
+    assume(r < d)
+    n = head["q"].shape[0]
+    k = np.tile(head["k"][0], (n, 1))  # constant in the rotating coordinates ...
+    k[:, r:] += np.random.default_rng(seed).normal(size=(n, d - r)) * 5  # ... varying elsewhere
+    sp = split_head(**(head | {"k": k}), kbar=k[0])  # the mean is the constant only up to rounding
+    np.testing.assert_array_equal(sp.bound, 0.0)
+    np.testing.assert_array_equal(sp.E, 0.0)
+
+
+def test_mask_is_by_index_and_windowed():
+    q = np.ones((5, 2))
+    sp = split_head(q, q, [1.0], 1.0, positions=(np.zeros(5), np.arange(5.0)), window=2)
+    i, j = np.indices((5, 5))
+    np.testing.assert_array_equal(sp.mask, (j <= i) & (i - j < 2))
+    np.testing.assert_array_equal(sp.delta, -j.astype(float))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"q": np.zeros((3, 4)), "k": np.zeros((2, 4))}, "q and k must have one shape"),
+        ({"q": np.zeros(4), "k": np.zeros(4)}, "q must have 2 dimensions"),
+        ({"theta": [1.0]}, r"theta must have shape \(2,\) for head_dim 4"),
+        ({"theta": [1.0, -1.0]}, "theta must be non-negative"),
+        ({"scale": 0.0}, "scale must be a finite positive number"),
+        ({"positions": np.arange(2.0)}, r"positions must have shape \(3,\)"),
+        ({"window": 0}, "window must be a positive integer"),
+        ({"kbar": np.zeros(3)}, r"kbar must have shape \(4,\)"),
+        ({"q": np.full((3, 4), np.nan)}, "q must be finite"),
+        ({"layout": "gptj"}, "layout must be 'half' or 'interleaved'"),
+    ],
+)
+def test_split_head_errors(kwargs, message):
+    args = {"q": np.ones((3, 4)), "k": np.ones((3, 4)), "theta": [1.0, 0.1], "scale": 1.0}
+    with pytest.raises(RopesplitError, match=message):
+        split_head(**(args | kwargs))
+
+
+def test_accepts_torch_tensors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(2, 4, 6))
+    a = split_head(q, k, frequencies(6), 0.5)
+    b = split_head(torch.from_numpy(q).float(), torch.from_numpy(k).float(), frequencies(6), 0.5)
+    np.testing.assert_allclose(a.W, b.W, atol=1e-5)
