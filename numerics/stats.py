@@ -298,11 +298,12 @@ def _logit_sums(
         both = torch.linalg.vector_norm(w.add_(e), dim=-1) ** 2
         we[:, i0:i1] = 0.5 * (both - ww[:, i0:i1] - ee[:, i0:i1])
         del w, e
+    several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
     sums = {
         "tww": ww.sum(-1), "twe": we.sum(-1), "tee": ee.sum(-1),
-        "cww": (ww - row_w * row_w / count_b).sum(-1),
-        "cwe": (we - row_w * row_e / count_b).sum(-1),
-        "cee": (ee - row_e * row_e / count_b).sum(-1),
+        "cww": torch.where(several, ww - row_w * row_w / count_b, 0.0).sum(-1),
+        "cwe": torch.where(several, we - row_w * row_e / count_b, 0.0).sum(-1),
+        "cee": torch.where(several, ee - row_e * row_e / count_b, 0.0).sum(-1),
         "e_sq": ee.sum(-1) + gram.pairs * mean_e**2,
     }  # fmt: skip
     res = {key: val.numpy() for key, val in sums.items()}

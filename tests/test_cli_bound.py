@@ -1,0 +1,69 @@
+"""``ropesplit bound``: the table, the JSON, the exit codes (issue 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ropesplit.cli import main
+
+KEYS = {"pattern", "d", "base", "tokens", "seed", "r_split", "r_split_rowcentred", "r_3axis",
+        "remainder_share", "tightness_max", "tightness_median", "lowfreq_share_k"}  # fmt: skip
+
+
+def test_all_patterns_pass_and_order(tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert main(["bound", "--tokens", "128", "--d", "32", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["violations"] == 0
+    cases = {case["pattern"]: case for case in data["cases"]}
+    assert list(cases) == ["structured", "random", "adversarial"]
+    for case in data["cases"]:
+        assert KEYS <= set(case) and case["tokens"] == 128 and case["d"] == 32
+        assert 0 <= case["tightness_max"] <= 1 and case["sampled_pairs"] is None
+    r = [cases[p]["r_split"] for p in ("structured", "random", "adversarial")]
+    assert r[0] > r[1] > r[2]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "pattern" and len(lines) == 5
+    assert lines[-1] == "0 bound violations"
+
+
+def test_one_pattern_and_sampling(tmp_path):
+    out = tmp_path / "x.json"
+    args = ["bound", "--pattern", "random", "--tokens", "100", "--d", "8", "--seed", "3",
+            "--pair-budget", "400", "--json", str(out)]  # fmt: skip
+    assert main(args) == 0
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["pattern"] == "random" and case["seed"] == 3 and case["sampled_pairs"] == 100
+
+
+def test_a_violation_exits_1(monkeypatch, capsys):
+    # a kernel whose bound is half the true one must be caught, not reported as a pass
+    import ropesplit.numerics.stats as stats
+
+    real = stats.remainder_and_bound
+
+    def halved(*args, **kwargs):
+        e, bound = real(*args, **kwargs)
+        return e, bound * torch.where(e.abs() > 0, 0.5, 1.0)
+
+    monkeypatch.setattr(stats, "remainder_and_bound", halved)
+    assert main(["bound", "--pattern", "random", "--tokens", "20", "--d", "4"]) == 1
+    assert "the bound FAILED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--d", "63"], "head_dim must be even and positive, got 63"),
+        (["--tokens", "0"], "tokens must be at least 1, got 0"),
+        (["--base", "1"], "base must be a finite number above 1"),
+        (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, message, capsys):
+    assert main(["bound", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ropesplit bound: error: {message}") and err.count("\n") == 1

@@ -1,0 +1,176 @@
+"""numerics.stats: the THEORY.md section 5 statistics against a float64 loop twin (issue 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ropesplit.numerics.fit import three_axis_fit
+from ropesplit.numerics.rope import frequencies, from_pairs, to_pairs
+from ropesplit.numerics.split import split_head
+from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
+from ropesplit.numerics.synthetic import make_qk
+
+from ropesplit.errors import RopesplitError
+
+FLOATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
+          "tightness_median", "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip
+
+
+def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", rotary_dim=None):
+    """Reference twin: THEORY.md section 5 from the dense split, pair by pair, in float64."""
+    sp = split_head(q, k, theta, s, positions=positions, window=window, layout=layout,
+                    rotary_dim=rotary_dim)  # fmt: skip
+    m = sp.mask
+    w, fg, e = sp.W[m], (sp.f + sp.g)[m], sp.E[m]
+    rows = [(sp.W[i, m[i]], (sp.f + sp.g)[i, m[i]]) for i in range(len(m))]
+    wc = np.concatenate([a - a.mean() for a, _ in rows])
+    fc = np.concatenate([b - b.mean() for _, b in rows])
+    pos = sp.bound[m] > 0
+    ratio = np.abs(e[pos]) / sp.bound[m][pos] if pos.any() else np.array([np.nan])
+    theta = np.asarray(theta)
+    order = np.argsort(theta, kind="stable")
+    p = theta.size
+    low = np.zeros(p)
+    low[order[: p // 2]] = 1
+    if p % 2:
+        low[order[p // 2]] = 0.5
+    dev_k = np.abs(to_pairs(k - sp.kbar, layout, rotary_dim)) ** 2
+    dev_q = np.abs(to_pairs(q - q.mean(0), layout, rotary_dim)) ** 2
+    return {
+        "r_split": np.corrcoef(w, fg)[0, 1],
+        "r_split_rowcentred": (wc @ fc) / np.sqrt((wc @ wc) * (fc @ fc)) if wc.any() else np.nan,
+        "r_3axis": three_axis_fit(sp.W, m).r,
+        "remainder_share": np.linalg.norm(e) / np.linalg.norm(w - w.mean()),
+        "tightness_max": ratio.max(),
+        "tightness_median": np.median(ratio),
+        "lowfreq_share_k": (dev_k.sum(0) @ low) / dev_k.sum(),
+        "lowfreq_share_q": (dev_q.sum(0) @ low) / dev_q.sum(),
+        "n_pairs": int(m.sum()),
+    }
+
+
+@st.composite
+def heads(draw):
+    n = draw(st.integers(3, 40))
+    d = 2 * draw(st.integers(1, 8))
+    r = 2 * draw(st.integers(1, d // 2))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    q, k = rng.normal(size=(2, n, d)) + rng.normal(size=(2, 1, d)) * draw(st.floats(0, 3))
+    positions = draw(st.sampled_from(["default", "jitter", "pair"]))
+    pos = {"default": None, "jitter": np.arange(n) + rng.uniform(-0.5, 0.5, n),
+           "pair": (np.full(n, 7.0), np.zeros(n))}[positions]  # fmt: skip
+    return {"q": q, "k": k, "theta": frequencies(d, draw(st.floats(2.0, 1e6)), rotary_dim=r),
+            "s": draw(st.floats(0.05, 5.0)), "positions": pos, "rotary_dim": r,
+            "window": draw(st.one_of(st.none(), st.integers(1, n))),
+            "layout": draw(st.sampled_from(["half", "interleaved"]))}  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(head=heads())
+def test_head_statistics_match_the_reference_twin(head):
+    got = head_statistics(head["q"], head["k"], head["theta"], head["s"],
+                          positions=head["positions"], window=head["window"],
+                          layout=head["layout"], rotary_dim=head["rotary_dim"],
+                          pair_budget=None)  # fmt: skip
+    want = reference_stats(**head)
+    assert got.n_pairs == want["n_pairs"] and got.sampled_pairs is None and got.violations == 0
+    for name in FLOATS:
+        a, b = getattr(got, name), want[name]
+        if math.isnan(b):
+            assert math.isnan(a), name
+        else:
+            assert a == pytest.approx(b, abs=1e-8), name
+        assert isinstance(a, float)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rotary=st.sampled_from([None, 4]))
+def test_layouts_give_the_same_statistics(seed, rotary):
+    # the same head stored in the two layouts (a fixed permutation of coordinates)
+    rng = np.random.default_rng(seed)
+    qc, kc = rng.normal(size=(2, 30, 4)) + 1j * rng.normal(size=(2, 30, 4))
+    theta = frequencies(8, 100.0, rotary_dim=rotary)
+    stats = [head_statistics(from_pairs(qc, layout, rotary), from_pairs(kc, layout, rotary),
+                             theta, 0.3, layout=layout, rotary_dim=rotary, pair_budget=None)
+             for layout in ("half", "interleaved")]  # fmt: skip
+    for name in FLOATS:
+        assert getattr(stats[0], name) == pytest.approx(getattr(stats[1], name), abs=1e-12)
+
+
+def test_layer_statistics_equal_per_head_statistics():
+    rng = np.random.default_rng(3)
+    q, k = rng.normal(size=(4, 50, 8)), rng.normal(size=(2, 50, 8)) + 1.0
+    kv_map = [0, 0, 1, 1]
+    theta = frequencies(8, 1e4)
+    batched = layer_statistics(q, k, kv_map, theta, 0.35, window=20, pair_budget=600, seed=5)
+    for h, stats in enumerate(batched):
+        alone = head_statistics(q[h], k[kv_map[h]], theta, 0.35, window=20, pair_budget=600,
+                                seed=5)  # fmt: skip
+        for name in FLOATS:
+            assert getattr(stats, name) == pytest.approx(getattr(alone, name), abs=1e-12)
+
+
+def test_sampling_is_seeded_reported_and_close_to_exact():
+    qk = make_qk("random", d=16, base=1e4, tokens=200, seed=1)
+    args = (qk.q, qk.k, qk.theta, qk.scale)
+    exact = head_statistics(*args, pair_budget=None)
+    a = head_statistics(*args, pair_budget=8 * 2000, seed=3)
+    b = head_statistics(*args, pair_budget=8 * 2000, seed=3)
+    c = head_statistics(*args, pair_budget=8 * 2000, seed=4)
+    assert a == b and a.sampled_pairs == 2000 and exact.sampled_pairs is None
+    assert a.tightness_median != c.tightness_median
+    assert a.tightness_max <= exact.tightness_max
+    assert a.tightness_median == pytest.approx(exact.tightness_median, rel=0.1)
+    for name in ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share"):
+        assert getattr(a, name) == getattr(exact, name)  # only the bound check is sampled
+
+
+def test_three_axis_is_one_on_a_head_with_additive_logits():
+    # keys with deviations in theta = 0 pairs only and a constant reference: W = f + g with
+    # f(q, Delta) = s <q, R(-Delta) kbar>; one query for all rows makes f a function of i - j
+    rng = np.random.default_rng(0)
+    n, d = 40, 6
+    theta = frequencies(d, 100.0, rotary_dim=4)
+    q = np.tile(rng.normal(size=d), (n, 1))
+    k = np.tile(rng.normal(size=d), (n, 1))
+    k[:, 4:] += rng.normal(size=(n, 2))
+    stats = head_statistics(q, k, theta, 1.0, rotary_dim=4, pair_budget=None)
+    assert stats.r_3axis == pytest.approx(1.0, abs=1e-10)
+    assert stats.r_split == pytest.approx(1.0, abs=1e-10)
+    assert stats.remainder_share < 1e-12 and stats.violations == 0
+    assert stats.lowfreq_share_k == pytest.approx(1.0)  # theta = 0 pairs are the lowest
+
+
+def test_torch_inputs_and_plain_python_fields():
+    torch = pytest.importorskip("torch")
+    qk = make_qk("structured", d=8, tokens=30, seed=0)
+    a = head_statistics(qk.q, qk.k, qk.theta, qk.scale)
+    b = head_statistics(torch.from_numpy(qk.q), torch.from_numpy(qk.k), qk.theta, qk.scale)
+    assert a == b
+    for field in dataclasses.fields(HeadStats):
+        value = getattr(a, field.name)
+        assert value is None or type(value) in (float, int), field.name
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"k": np.zeros((2, 5, 6))}, r"k must have shape \(Hkv, 5, 4\) like q"),
+        ({"kv_map": [0, 2]}, r"kv_map must be 2 indices into 2 KV heads"),
+        ({"kv_map": [0]}, r"kv_map must be 2 indices"),
+        ({"pair_budget": 1}, "pair_budget must be at least d/2 = 2"),
+        ({"kbar": np.zeros((2, 3))}, r"kbar must have shape \(2, 4\)"),
+        ({"scale": -1.0}, "scale must be a finite positive number"),
+        ({"positions": (np.zeros(5), np.zeros(4))}, r"positions_k must have shape \(5,\)"),
+    ],
+)
+def test_layer_statistics_errors(kwargs, message):
+    args = {"q": np.ones((2, 5, 4)), "k": np.ones((2, 5, 4)), "kv_map": [0, 1],
+            "theta": [1.0, 0.1], "scale": 1.0}  # fmt: skip
+    with pytest.raises(RopesplitError, match=message):
+        layer_statistics(**(args | kwargs))
