@@ -29,13 +29,19 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# pytest includes the strict docs build and runs the tutorial's code
 test: lint typecheck pytest
 
+# the main job: theory checks, numerics table, every head of the embedded model
+# beside its random-init control, the paper's experiments, figures -> report/
 report: $(STAMP)
-	$(BIN)/ropesplit derive --check --out docs/derivation.md
+	$(BIN)/ropesplit report --out report
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) site build .pytest_cache .mypy_cache .ruff_cache .hypothesis
