@@ -32,7 +32,15 @@ from ropesplit.empirical.models import LoadedModel
 
 from ropesplit.errors import RopesplitError, ValidationError
 
-__all__ = ["PAPER_R_SPLIT", "STATISTICS", "Analysis", "analyze", "check_memory", "memory_estimate"]
+__all__ = [
+    "PAPER_R_SPLIT",
+    "STATISTICS",
+    "Analysis",
+    "analysis_record",
+    "analyze",
+    "check_memory",
+    "memory_estimate",
+]
 
 PAPER_R_SPLIT = 0.959  # Han & Ji (ACL 2025): corr(W, f + g), a Llama-family model
 STATISTICS = (
@@ -192,6 +200,28 @@ def analyze(
         heads=rows,
         seconds={"capture": captured - start, "analysis": done - captured},
     )
+
+
+def analysis_record(trained: Analysis, control: Analysis | None, seed: int) -> dict[str, Any]:
+    """The ``ropesplit analyze --json`` record: the trained model, then its control.
+
+    The summary carries the paper's ``r_split`` and the control's means of
+    ``r_split`` and ``lowfreq_share_k`` beside the model's own.
+    """
+    record = trained.to_dict()
+    summary = record["summary"]
+    summary["r_split_paper"] = PAPER_R_SPLIT
+    if control is not None:
+        summary["r_split_control"] = control.summary["r_split"]
+        summary["lowfreq_share_k_control"] = control.summary["lowfreq_share_k"]
+        record["control"] = {
+            "kind": "random-init",
+            "seed": seed,
+            "reconstruction_max_abs_diff": control.reconstruction_max_abs_diff,
+            "heads": control.heads,
+            "summary": control.summary,
+        }
+    return record
 
 
 def _check_bound(rows: list[dict[str, Any]]) -> None:

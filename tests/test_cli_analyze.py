@@ -34,7 +34,7 @@ def byte_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}  # 256 byte tokens
+    vocab = {c: b for b, c in bytes_to_unicode().items()}  # 256 byte tokens, id = byte value
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -54,7 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import PAPER_R_SPLIT, STATISTICS, analyze, check_memory
+    from ropesplit.empirical.analyze import (
+        PAPER_R_SPLIT,
+        STATISTICS,
+        analysis_record,
+        analyze,
+        check_memory,
+    )
     from ropesplit.empirical.models import load_model, random_init_twin
     from ropesplit.empirical.text import default_text, read_text, tokenize
     from ropesplit.errors import RopesplitError
@@ -90,19 +96,7 @@ def run(args: argparse.Namespace) -> int:
                 )  # fmt: skip
             )
     trained, control = analyses[0], (analyses[1] if len(analyses) > 1 else None)
-    record = trained.to_dict()
-    summary = record["summary"]
-    summary["r_split_paper"] = PAPER_R_SPLIT
-    if control is not None:
-        summary["r_split_control"] = control.summary["r_split"]
-        summary["lowfreq_share_k_control"] = control.summary["lowfreq_share_k"]
-        record["control"] = {
-            "kind": "random-init",
-            "seed": args.seed,
-            "reconstruction_max_abs_diff": control.reconstruction_max_abs_diff,
-            "heads": control.heads,
-            "summary": control.summary,
-        }
+    record = analysis_record(trained, control, args.seed)
     print(_table(trained, control, PAPER_R_SPLIT))
     if args.json:
         write_json(args.json, record)

@@ -137,27 +137,13 @@ def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str,
     """The ``ropesplit analyze --json`` record: trained heads, summary, and the control."""
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import analyze
-    from ropesplit.figures.paper import PAPER_R_SPLIT
+    from ropesplit.empirical.analyze import analysis_record, analyze
 
     models = [loaded] + ([control] if control is not None else [])
     with tqdm(total=sum(m.n_layers for m in models), desc="layers", unit="layer",
               file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         runs = [analyze(m, ids, seed=seed, on_layer=bar.update) for m in models]
-    record = runs[0].to_dict()
-    record["summary"]["r_split_paper"] = PAPER_R_SPLIT
-    if control is not None:
-        other = runs[1]
-        record["summary"]["r_split_control"] = other.summary["r_split"]
-        record["summary"]["lowfreq_share_k_control"] = other.summary["lowfreq_share_k"]
-        record["control"] = {
-            "kind": "random-init",
-            "seed": seed,
-            "reconstruction_max_abs_diff": other.reconstruction_max_abs_diff,
-            "heads": other.heads,
-            "summary": other.summary,
-        }
-    return record
+    return analysis_record(runs[0], runs[1] if control is not None else None, seed)
 
 
 def _perturb(loaded: Any, ids: Any, settings: RunSettings) -> dict[str, Any]:
