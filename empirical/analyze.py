@@ -187,7 +187,10 @@ def analyze(
                 "kv_head": int(layer.kv_map[head]),
                 "rope_base": layer.rope_base,
             }
-            rows.append(row | {name: float(getattr(head_stats, name)) for name in STATISTICS})
+            row |= {name: float(getattr(head_stats, name)) for name in STATISTICS}
+            # tightness is exact unless N^2 P exceeded the pair budget: say which
+            row |= {"n_pairs": head_stats.n_pairs, "sampled_pairs": head_stats.sampled_pairs}
+            rows.append(row)
         if on_layer is not None:
             on_layer(1)
     done = time.perf_counter()

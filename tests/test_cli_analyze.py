@@ -180,3 +180,21 @@ def test_failed_validation_exits_1(folders, capsys, monkeypatch):
     assert code == 1
     assert err.startswith("ropesplit analyze: error: reconstruction_max_abs_diff ")
     assert out == ""  # no statistics reported
+
+
+@pytest.mark.parametrize("budget, sampled", [("80", True), ("1000000000", False)])
+def test_the_output_says_when_tightness_is_sampled(folders, capsys, tmp_path, budget, sampled):
+    """Issue 4 / issue 3: beyond the pair budget the bound check samples pairs, and says so."""
+    js = tmp_path / "x.json"
+    argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "24"]
+    code, out, err = run_cli(capsys, *argv, "--no-control", "--pair-budget", budget,
+                             "--json", str(js))  # fmt: skip
+    assert code == 0, err
+    rows = json.loads(js.read_text())["heads"]
+    assert all(row["n_pairs"] == 24 * 25 // 2 for row in rows)
+    if sampled:
+        assert all(0 < row["sampled_pairs"] < row["n_pairs"] for row in rows)
+        assert "sampled causal pairs per head" in out
+    else:
+        assert all(row["sampled_pairs"] is None for row in rows)
+        assert "tightness exact over every causal pair" in out

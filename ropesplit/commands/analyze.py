@@ -46,7 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
     parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
-    parser.add_argument("--pair-budget", type=int, help="causal pairs sampled per head (numerics)")
+    parser.add_argument(
+        "--pair-budget",
+        type=int,
+        help="largest (causal pairs x d/2) per head whose bound is checked exactly; "
+        "beyond it tightness comes from a seeded sample of pairs (numerics' default)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
     parser.add_argument("--csv", metavar="PATH", help="write one row per head as CSV")
 
@@ -124,9 +129,16 @@ def _table(trained: Any, control: Any, paper: float) -> str:
         header.append(f"{title:>9}")
         if both and control is not None:
             header.append(f"{'control':>9}")
+    sampled = {row["sampled_pairs"] for row in trained.heads} - {None}
     lines = [
         f"{trained.model}: {len(trained.token_ids)} tokens, {len(trained.heads)} heads, "
         f"reconstruction_max_abs_diff {trained.reconstruction_max_abs_diff:.1e}",
+        (
+            f"tightness from {min(sampled)} sampled causal pairs per head of "
+            f"{trained.heads[0]['n_pairs']} (--pair-budget for exact)"
+            if sampled
+            else "tightness exact over every causal pair"
+        ),
         " ".join(header),
     ]
     control_layers = control.layer_summary() if control else []
@@ -158,7 +170,8 @@ def _cells(row: dict[str, float], control: dict[str, float] | None) -> str:
 def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
     """One row per head, trained then control, with a ``model`` column telling which."""
     buffer = io.StringIO()
-    columns = ["model", "layer", "head", "kv_head", "rope_base", *statistics]
+    columns = ["model", "layer", "head", "kv_head", "rope_base", *statistics, "n_pairs",
+               "sampled_pairs"]  # fmt: skip
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for label, analysis in (("trained", trained), ("control", control)):
