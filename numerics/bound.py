@@ -40,10 +40,10 @@ def remainder_and_bound(
 ) -> tuple[torch.Tensor, ...]:
     r"""``(E, bound)`` (and ``bound_loose`` when ``loose``) for broadcast pairs of vectors.
 
-    ``q`` and ``dev`` are complex pairs ``(..., P)`` (numpy or torch; they
-    broadcast against each other), ``theta`` is ``(P,)`` and ``delta`` the
-    distances ``(...)``; the results are float64 tensors of the broadcast
-    shape ``(...)``.
+    ``q`` and ``dev`` are complex pairs ``(..., P)`` (numpy or torch, or
+    ``(real, imag)`` pairs of float64 tensors; they broadcast against each
+    other), ``theta`` is ``(P,)`` and ``delta`` the distances ``(...)``; the
+    results are float64 tensors of the broadcast shape ``(...)``.
 
     .. math::
         E = s\sum_l \big[(a\,\delta_c + b\,\delta_e)(-2\sin^2\tfrac{x_l}{2})
@@ -68,7 +68,13 @@ def remainder_and_bound(
 
 
 def _parts(z: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Real and imaginary parts of complex pairs as contiguous float64 tensors."""
+    """Real and imaginary parts of complex pairs as contiguous float64 tensors.
+
+    ``z`` is complex (numpy or torch), or already a ``(real, imag)`` pair of
+    float64 tensors (as gathered by the batched statistics).
+    """
+    if isinstance(z, tuple):
+        return z
     z = np.asarray(z.numpy() if isinstance(z, torch.Tensor) else z, dtype=np.complex128)
     real, imag = np.ascontiguousarray(z.real), np.ascontiguousarray(z.imag)
     return torch.from_numpy(real), torch.from_numpy(imag)
