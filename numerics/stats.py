@@ -60,6 +60,7 @@ __all__ = ["PAIR_BUDGET", "HeadStats", "head_statistics", "layer_statistics"]
 PAIR_BUDGET = 2**18  # (pair, frequency) terms of the exact bound check before sampling
 _WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
+_EXACT_CHUNK = 2**18  # (pair, frequency) terms per chunk of the exact bound check
 
 
 @dataclass(frozen=True)
@@ -395,7 +396,7 @@ def _tightness(
         return [_summary(_ratio(e[x], bound[x]), size, violations(e[x], bound[x]))
                 for x in range(h)]  # fmt: skip
     out = []
-    rows = max(1, _WORK_BYTES // (12 * 8 * n * max(p, 1)))
+    rows = max(1, _EXACT_CHUNK // (n * max(p, 1)))  # cache-sized: (rows, cols, P) terms
     for x in range(h):
         ratios, bad = [], 0
         for i0 in range(0, n, rows):
