@@ -13,8 +13,6 @@ resident memory within 6 GB at N = 2048.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import resource
 import statistics
 import sys
@@ -42,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from ropesplit.io import write_json
 
     start = time.perf_counter()
-    with contextlib.redirect_stderr(io.StringIO()):
-        loaded = load_model(args.model, args.gguf_file)
+    loaded = load_model(args.model, args.gguf_file)
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s, "
           f"{torch.get_num_threads()} threads, peak {peak_rss_gib():.2f} GiB")  # fmt: skip
     text = default_text()

@@ -21,10 +21,13 @@ learned" claim.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import math
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,6 +143,23 @@ def _resolve_source(model: str | None, gguf_file: str | None) -> tuple[str, str 
     return (str(path) if path.exists() else model), gguf_file, model
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Keep stderr for the caller's own progress bar while transformers loads a model.
+
+    Sets transformers' logging to errors only and turns its progress bars off
+    (for the rest of the process), and swallows what is still written to
+    stderr inside the block (the GGUF de-quantiser prints its own bar).
+    Exceptions pass through untouched.
+    """
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    with contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
 def load_model(
     model: Any = None,
     gguf_file: str | None = None,
@@ -171,16 +191,17 @@ def load_model(
         source, gguf, name = _resolve_source(model, gguf_file)
         kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
         try:
-            config = AutoConfig.from_pretrained(source, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-            if not random_init:
-                built = AutoModelForCausalLM.from_pretrained(
-                    source,
-                    attn_implementation="eager",
-                    dtype=torch_dtype,
-                    device_map=device_map,
-                    **kwargs,
-                )
+            with quiet_loading():  # the GGUF loader's own bars and advisory warnings
+                config = AutoConfig.from_pretrained(source, **kwargs)
+                tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+                if not random_init:
+                    built = AutoModelForCausalLM.from_pretrained(
+                        source,
+                        attn_implementation="eager",
+                        dtype=torch_dtype,
+                        device_map=device_map,
+                        **kwargs,
+                    )
         except RopesplitError:
             raise
         except Exception as exc:  # transformers/gguf raise many types; report one line

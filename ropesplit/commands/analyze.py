@@ -11,7 +11,6 @@ validation.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import io
 import sys
@@ -77,12 +76,10 @@ def run(args: argparse.Namespace) -> int:
         if path:
             output_path(path)  # a bad output folder fails now, not after the model ran
     text = read_text(args.text) if args.text else default_text()
-    _quiet_transformers()
-    with contextlib.redirect_stderr(io.StringIO()):  # the GGUF loader's own bar
-        loaded = load_model(
-            args.model, args.gguf_file, device=args.device, dtype=args.dtype,
-            device_map=args.device_map, seed=args.seed,
-        )  # fmt: skip
+    loaded = load_model(
+        args.model, args.gguf_file, device=args.device, dtype=args.dtype,
+        device_map=args.device_map, seed=args.seed,
+    )  # fmt: skip
     if loaded.max_positions is not None and args.tokens > loaded.max_positions:
         raise RopesplitError(
             f"--tokens {args.tokens} exceeds the model's context of {loaded.max_positions} "
@@ -108,14 +105,6 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_text(args.csv, _csv(trained, control, STATISTICS))
     return 0
-
-
-def _quiet_transformers() -> None:
-    """Keep stderr to our one progress bar: no loader bars or advisory warnings."""
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
 
 
 def _fmt(value: float) -> str:

@@ -69,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         output_path(args.json)  # a bad output folder fails now, not after the model ran
     text = read_text(args.text) if args.text else default_text()
-    _quiet_transformers()
     start = time.perf_counter()
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
     ids = tokenize(loaded, text, args.tokens)
@@ -86,14 +85,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, record)
     return 0
-
-
-def _quiet_transformers() -> None:
-    """Keep stderr to our one progress bar: no loader bars or advisory warnings."""
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
 
 
 def tables(record: dict[str, Any]) -> str:

@@ -105,15 +105,6 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _quiet_loading() -> contextlib.AbstractContextManager[Any]:
-    """Silence transformers' advisory warnings and the GGUF loader's own bars."""
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    return contextlib.redirect_stderr(io.StringIO())
-
-
 def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
     """The model, its random-init twin (or None), the token ids ``(N,)`` and the text."""
     from ropesplit.empirical.analyze import check_memory
@@ -121,8 +112,7 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
     from ropesplit.empirical.text import default_text, read_text, tokenize
 
     text = read_text(settings.text) if settings.text else default_text()
-    with _quiet_loading():
-        loaded = load_model(settings.model, settings.gguf_file, seed=settings.seed)
+    loaded = load_model(settings.model, settings.gguf_file, seed=settings.seed)
     if loaded.max_positions is not None and settings.tokens > loaded.max_positions:
         raise RopesplitError(
             f"--tokens {settings.tokens} exceeds the model's context of {loaded.max_positions}"
