@@ -60,7 +60,8 @@ def test_numerics_logits_are_the_models_logits(arch):
                 window=cache["window", layer],
             )
             mask = np.asarray(split.mask, dtype=bool)  # (N, N) causal (and windowed)
-            logp = np.log(cache["probs", layer][head].double().numpy())  # (N, N)
+            with np.errstate(divide="ignore"):  # masked pairs: p = 0 -> log p = -inf, checked
+                logp = np.log(cache["probs", layer][head].double().numpy())  # (N, N)
             assert np.array_equal(mask, np.isfinite(logp) & (logp > -1e30)), (arch, layer)
             gap = np.where(mask, np.asarray(split.W) - logp, np.nan)  # W - log p = logsumexp_i
             spread = np.nanmax(gap, axis=1) - np.nanmin(gap, axis=1)  # (N,) per-row constant?
