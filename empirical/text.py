@@ -50,12 +50,17 @@ def tokenize(loaded: LoadedModel, text: str, n_tokens: int) -> torch.Tensor:
     The tokenizer adds its usual special tokens (a BOS where the model has
     one), as in ordinary use. Only a prefix of a long text is tokenized, long
     enough that its cut cannot reach the first ``n_tokens``. Raises when the
-    text is shorter than ``n_tokens``.
+    text is shorter than ``n_tokens`` or ``n_tokens`` exceeds the model's context.
     """
     import torch
 
     if n_tokens < 2:
         raise RopesplitError(f"tokens must be at least 2, got {n_tokens}")
+    limit = loaded.max_positions
+    if limit is not None and n_tokens > limit:
+        raise RopesplitError(
+            f"--tokens {n_tokens} exceeds the model's context of {limit} (max_position_embeddings)"
+        )
     if loaded.tokenizer is None:
         raise RopesplitError(f"{loaded.name} has no tokenizer; pass token ids instead")
     ids = loaded.tokenizer(text[: 8 * n_tokens + 256])["input_ids"]

@@ -91,7 +91,7 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
         (["--layers", "5", "--tokens", "24"], "layers must lie in [0, 2), got [5]"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
         (["--text", "/nonexistent.txt"], "text file /nonexistent.txt does not exist"),
-        (["--tokens", "70", "--experiment", "length"], "70 tokens already exceed the training"),
+        (["--tokens", "70", "--experiment", "length"], "--tokens 70 exceeds the model's context"),
     ],
 )
 def test_bad_input_is_one_line(tiny_loader, capsys, argv, message):

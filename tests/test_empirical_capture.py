@@ -328,3 +328,12 @@ def test_jumping_position_ids_keep_the_mask_causal_by_index():
             input_ids=ids, position_ids=jumpy[None], attention_mask=torch.ones_like(ids)
         ).logits[0]
     torch.testing.assert_close(logits, masked.float())
+
+
+def test_tokenize_refuses_more_tokens_than_the_context():
+    """One check, where the token count is asked for: analyze, perturb and report share it."""
+    from ropesplit.empirical.text import tokenize
+
+    loaded = load_model(ARCHS["llama"][0], seed=0)  # max_position_embeddings = 96
+    with pytest.raises(RopesplitError, match="^--tokens 97 exceeds the model's context of 96"):
+        tokenize(loaded, "any text", 97)

@@ -80,13 +80,8 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.gguf_file, device=args.device, dtype=args.dtype,
         device_map=args.device_map, seed=args.seed,
     )  # fmt: skip
-    if loaded.max_positions is not None and args.tokens > loaded.max_positions:
-        raise RopesplitError(
-            f"--tokens {args.tokens} exceeds the model's context of {loaded.max_positions} "
-            "(max_position_embeddings)"
-        )
+    ids = tokenize(loaded, text, args.tokens)  # (N,); refuses more than the context
     check_memory(loaded, args.tokens)
-    ids = tokenize(loaded, text, args.tokens)
     runs = [loaded] + ([random_init_twin(loaded, args.seed)] if args.control != "none" else [])
     analyses = []
     with tqdm(total=sum(m.n_layers for m in runs), desc="layers", unit="layer",

@@ -113,12 +113,8 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
 
     text = read_text(settings.text) if settings.text else default_text()
     loaded = load_model(settings.model, settings.gguf_file, seed=settings.seed)
-    if loaded.max_positions is not None and settings.tokens > loaded.max_positions:
-        raise RopesplitError(
-            f"--tokens {settings.tokens} exceeds the model's context of {loaded.max_positions}"
-        )
+    ids = tokenize(loaded, text, settings.tokens)  # (N,); refuses more than the context
     check_memory(loaded, settings.tokens)
-    ids = tokenize(loaded, text, settings.tokens)
     control = random_init_twin(loaded, settings.seed) if settings.control else None
     return loaded, control, ids, text
 
