@@ -31,6 +31,7 @@ from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel
 
 from ropesplit.errors import RopesplitError, ValidationError
+from ropesplit.paper import PAPER_R_SPLIT
 
 __all__ = [
     "PAPER_R_SPLIT",
@@ -42,7 +43,6 @@ __all__ = [
     "memory_estimate",
 ]
 
-PAPER_R_SPLIT = 0.959  # Han & Ji (ACL 2025): corr(W, f + g), a Llama-family model
 STATISTICS = (
     "r_split",
     "r_split_rowcentred",
