@@ -64,6 +64,16 @@ def check_positions(positions: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     return pq, pk
 
 
+def check_distances(distances: Any, n: int, positions: Any) -> np.ndarray:
+    """An arbitrary ``(n, n)`` distance map ``Delta_ij`` (float64); not with ``positions``."""
+    if positions is not None:
+        raise RopesplitError("give positions or distances, not both")
+    dist = as_float64("distances", distances, 2)
+    if dist.shape != (n, n):
+        raise RopesplitError(f"distances must have shape ({n}, {n}), got {dist.shape}")
+    return dist
+
+
 def check_window(window: Any) -> int | None:
     """Sliding window (``i - j < window``): a positive int or None."""
     if window is None:

@@ -8,9 +8,13 @@ r"""The additive split of one head's logits, as dense matrices (THEORY.md sectio
     E_{ij}  = s\,\langle q_i, (R(-\Delta_{ij}) - I)\delta_j\rangle
 
 with :math:`\delta_j = k_j - \bar k` and :math:`\Delta_{ij} = p_i - p'_j`
-(query positions ``p``, key positions ``p'``).  ``W``, ``f`` and ``g`` are
-matrix products of rotated pairs; ``E`` and the bounds are evaluated term by
-term (:mod:`.bound`) so that rounding can never read as a violation.  Dense
+(query positions ``p``, key positions ``p'``), or an arbitrary distance map
+``distances`` :math:`\Delta_{ij}` (e.g. LM-Infinite's cap :math:`\min(\Delta, L)`), under
+which :math:`W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
+e^{i\theta_l\Delta_{ij}}` and ``f``, ``E`` and the bounds take the same :math:`\Delta_{ij}`.
+``W``, ``f`` and ``g`` are matrix products of rotated pairs; ``E`` and the
+bounds are evaluated term by term (:mod:`.bound`) so that rounding can never
+read as a violation.  Dense
 ``(N, N)`` float64 results, for small ``N`` (figures, experiments); the
 statistics of long sequences come from :mod:`.stats` without them.
 
@@ -50,7 +54,7 @@ class HeadSplit:
     bound_loose: np.ndarray  # s sum_l |q~_l| |delta~_l| min(2, theta_l |Delta|)
     mask: np.ndarray  # bool: j <= i (and i - j < window)
     kbar: np.ndarray  # (d,) the reference key
-    delta: np.ndarray  # (N, N) distances p_i - p'_j
+    delta: np.ndarray  # (N, N) distances p_i - p'_j (or the given distance map)
 
 
 def _kbar(kbar: Any, k: np.ndarray) -> np.ndarray:
@@ -74,13 +78,16 @@ def split_head(
     layout: str = "half",
     rotary_dim: int | None = None,
     window: int | None = None,
+    distances: Any = None,
 ) -> HeadSplit:
     r"""Split one head's logits: :math:`W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij}`.
 
     ``q, k`` are ``(N, d)`` pre-RoPE (numpy or CPU torch), ``theta`` ``(d/2,)``
     (0 for non-rotating pairs), ``scale`` the logit scale ``s``; ``positions``
     is ``(N,)`` or a pair ``(positions_q, positions_k)`` (default ``0..N-1``);
-    ``kbar`` defaults to the mean key.  The mask is by index.
+    ``kbar`` defaults to the mean key.  ``distances`` ``(N, N)`` replaces
+    ``positions`` by an arbitrary distance map :math:`\Delta_{ij}` (``W`` and
+    ``f`` then rotate by :math:`\Delta_{ij}` term by term).  The mask is by index.
 
     .. math::
         f_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde{\bar k}_l}\,
@@ -101,19 +108,31 @@ def split_head(
     n, d = q.shape
     th = _inputs.check_theta(theta, d)
     s = _inputs.check_scale(scale)
-    pq, pk = _inputs.check_positions(positions, n)
+    if distances is None:
+        pq, pk = _inputs.check_positions(positions, n)
+        delta = pq[:, None] - pk[None, :]  # (N, N)
+    else:
+        delta = _inputs.check_distances(distances, n, positions)  # (N, N)
     kb = _kbar(kbar, k)
     qc = to_pairs(q, layout, rotary_dim)  # (N, P)
     kc = to_pairs(k, layout, rotary_dim)  # (N, P)
     kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
     dc = kc - kbc  # (N, P) key deviations
-    q_rot = qc * np.exp(1j * pq[:, None] * th)  # (N, P)  R(p_i) q_i
-    w = s * (q_rot @ np.conj(kc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
-    f = s * (q_rot @ np.conj(kbc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
     g = s * (qc @ np.conj(dc).T).real  # (N, N)
-    delta = pq[:, None] - pk[None, :]  # (N, N)
     e, bound, loose = np.empty((3, n, n))
     rows = max(1, _CHUNK_BYTES // (16 * 8 * max(n * th.size, 1)))
+    if distances is None:  # absolute rotations: W and f are matrix products
+        q_rot = qc * np.exp(1j * pq[:, None] * th)  # (N, P)  R(p_i) q_i
+        w = s * (q_rot @ np.conj(kc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+        f = s * (q_rot @ np.conj(kbc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+    else:  # an arbitrary Delta_ij: rotate term by term, row chunk by row chunk
+        w, f = np.empty((2, n, n))
+        for i0 in range(0, n, rows):
+            block = slice(i0, min(n, i0 + rows))
+            rot = np.exp(1j * delta[block, :, None] * th)  # (rows, N, P)
+            q_block = qc[block, None, :] * rot  # (rows, N, P)  q~_il e^{i theta_l Delta_ij}
+            w[block] = s * np.einsum("ijp,jp->ij", q_block, np.conj(kc)).real
+            f[block] = s * (q_block @ np.conj(kbc)).real
     for i0 in range(0, n, rows):
         block = slice(i0, min(n, i0 + rows))
         parts = remainder_and_bound(qc[block, None, :], dc[None, :, :], th, delta[block], s,

@@ -17,15 +17,18 @@ from ropesplit.errors import RopesplitError
 LAYOUTS = ("half", "interleaved")
 
 
-def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None):
-    """Reference twin: every (i, j, l) term of THEORY.md section 3 in a plain float64 loop."""
+def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None, distances=None):
+    """Reference twin: every (i, j, l) term of THEORY.md section 3 in a plain float64 loop.
+
+    ``Delta_ij = pq[i] - pk[j]``, or ``distances[i, j]`` when a distance map is given.
+    """
     qc, kc = to_pairs(q, layout, rotary_dim), to_pairs(k, layout, rotary_dim)
     kb = to_pairs(kbar, layout, rotary_dim)
     n, p = qc.shape
     out = {name: np.zeros((n, n)) for name in ("W", "f", "g", "E", "bound", "bound_loose")}
     for i in range(n):
         for j in range(n):
-            delta = pq[i] - pk[j]
+            delta = pq[i] - pk[j] if distances is None else distances[i, j]
             for l in range(p):
                 rot = complex(math.cos(theta[l] * delta), math.sin(theta[l] * delta))
                 dev = kc[j, l] - kb[l]
@@ -71,6 +74,39 @@ def test_split_head_matches_the_loop_twin(head):
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9 * size.max())
     # W rotates at absolute positions (phase error ~ eps |p| theta), E at Delta: same 1e-9
     np.testing.assert_allclose(sp.f + sp.g + sp.E, sp.W, rtol=0, atol=1e-9 * size.max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(head=heads(), cap=st.integers(0, 8), seed=st.integers(0, 2**32 - 1),
+       kind=st.sampled_from(["capped", "arbitrary"]))  # fmt: skip
+def test_split_head_under_a_distance_map_matches_the_loop_twin(head, cap, seed, kind):
+    n = head["q"].shape[0]
+    i, j = np.indices((n, n))
+    if kind == "capped":  # LM-Infinite's cap: Delta -> min(Delta, L)
+        dist = np.minimum(i - j, cap).astype(float)
+    else:
+        dist = np.random.default_rng(seed).uniform(-1e4, 1e4, size=(n, n))
+    head = head | {"positions": None}
+    sp = split_head(**head, distances=dist)
+    want = loop_split(head["q"], head["k"], head["theta"], head["scale"], None, None,
+                      head["k"].mean(0), head["layout"], head["rotary_dim"],
+                      distances=dist)  # fmt: skip
+    size = head["scale"] * np.abs(head["q"]).sum(1)[:, None] * np.abs(head["k"]).sum(1)[None, :]
+    for name, ref in want.items():
+        np.testing.assert_allclose(getattr(sp, name), ref, rtol=1e-9, atol=1e-9 * size.max())
+    np.testing.assert_allclose(sp.f + sp.g + sp.E, sp.W, rtol=0, atol=1e-9 * size.max())
+    np.testing.assert_array_equal(sp.delta, dist)
+    np.testing.assert_array_equal(sp.mask, j <= i)  # the mask stays causal by index
+
+
+def test_distance_map_of_the_positions_gives_the_positions_split():
+    rng = np.random.default_rng(3)
+    q, k = rng.normal(size=(2, 7, 6))
+    pos = np.arange(7.0)
+    a = split_head(q, k, frequencies(6), 0.4, positions=pos)
+    b = split_head(q, k, frequencies(6), 0.4, distances=pos[:, None] - pos[None, :])
+    for name in ("W", "f", "g", "E", "bound", "bound_loose"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-12, atol=1e-12)
 
 
 @st.composite
@@ -160,6 +196,8 @@ def test_mask_is_by_index_and_windowed():
         ({"kbar": np.zeros(3)}, r"kbar must have shape \(4,\)"),
         ({"q": np.full((3, 4), np.nan)}, "q must be finite"),
         ({"layout": "gptj"}, "layout must be 'half' or 'interleaved'"),
+        ({"distances": np.zeros((3, 2))}, r"distances must have shape \(3, 3\)"),
+        ({"distances": np.zeros((3, 3)), "positions": np.arange(3.0)}, "positions or distances"),
     ],
 )
 def test_split_head_errors(kwargs, message):
