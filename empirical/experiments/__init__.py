@@ -1,0 +1,34 @@
+r"""The paper's experiments, one module each, in a registry (``EXPERIMENTS``).
+
+Each experiment states its prediction in words before it runs, measures,
+and judges every row and itself from the measured numbers
+(:class:`~.base.Verdict`: agrees, disagrees or inconclusive, with the reason).
+
+    distance   the same query/key pairs at dummy distances (claim 3)
+    order      word-order perturbation of the context (claim 1)
+    position   position-id perturbation (THEORY.md section 4)
+    length     distances beyond the training length, LM-Infinite's cap
+
+:func:`run_experiments` runs any of them and returns the JSON record
+(:mod:`.registry`). Adding one: a module defining ``EXPERIMENT`` (an
+:class:`~.base.Experiment`) and a line in :data:`EXPERIMENTS`.
+"""
+
+from ropesplit.empirical.experiments.base import Context, Experiment, Settings, Verdict
+from ropesplit.empirical.experiments.registry import (
+    EXPERIMENTS,
+    PREDICTIONS,
+    forward_count,
+    run_experiments,
+)
+
+__all__ = [
+    "EXPERIMENTS",
+    "PREDICTIONS",
+    "Context",
+    "Experiment",
+    "Settings",
+    "Verdict",
+    "forward_count",
+    "run_experiments",
+]

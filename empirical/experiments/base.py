@@ -1,0 +1,168 @@
+r"""What every experiment is: a prediction in words, a run, rows, and a verdict from the numbers.
+
+An :class:`Experiment` is a frozen record of functions (no subclassing):
+
+- ``prediction``: what THEORY.md section 4 (and the paper) predict, in
+  words, with the thresholds the verdict uses, fixed before anything runs;
+- ``needs``: the forward passes and captures it needs, in words;
+- ``run(context) -> rows``: flat dicts of measured numbers (JSON-ready);
+- ``judge(row) -> Verdict``: each row's verdict, from that row's numbers;
+- ``verdict(rows) -> Verdict``: the experiment's verdict, from its rows;
+- ``forward_count(settings) -> int``: forward passes at most (a progress
+  bar's total).
+
+A :class:`Context` hands an experiment the model, the token ids, the
+:class:`Settings` and two services: :meth:`Context.capture` (the text's own
+capture, shared and cached, or a capture at other position ids, each
+recorded in :attr:`Context.captured`) and :meth:`Context.forwarded` (a
+progress callback). No formula lives here: experiments call numerics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from ropesplit.empirical.capture import Capture, capture
+from ropesplit.empirical.models import LoadedModel
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["OUTCOMES", "Context", "Experiment", "Row", "Settings", "Verdict", "combine"]
+
+OUTCOMES = ("agrees", "disagrees", "inconclusive")
+Row = dict[str, Any]
+DEFAULT_LAYER_COUNT = 6  # layers the distance fits use by default, evenly spaced
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``outcome`` (``"agrees"``, ``"disagrees"`` or ``"inconclusive"``) and why, in numbers."""
+
+    outcome: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise RopesplitError(
+                f"outcome must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}"
+            )
+
+
+def combine(verdicts: Sequence[Verdict], what: str) -> Verdict:
+    """One verdict for many: any ``disagrees`` wins, then ``inconclusive``, else ``agrees``.
+
+    The reason counts the outcomes and quotes the first reason of the winning kind.
+    """
+    if not verdicts:
+        return Verdict("inconclusive", f"no {what} to judge")
+    counts = {o: sum(v.outcome == o for v in verdicts) for o in OUTCOMES}
+    for outcome in ("disagrees", "inconclusive", "agrees"):
+        if counts[outcome]:
+            first = next(v for v in verdicts if v.outcome == outcome)
+            tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o])
+            return Verdict(outcome, f"{tally} of {len(verdicts)} {what}; e.g. {first.reason}")
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run may vary: seeds, the base seed, the fitted layers, the forward batch size.
+
+    ``seeds`` is the number of perturbation draws per setting (the order
+    experiment's bootstrap resamples them); ``layers`` (default six evenly
+    spaced) are the layers the per-head fits of the distance experiment use.
+    """
+
+    seeds: int = 8
+    seed: int = 0
+    layers: tuple[int, ...] | None = None
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        for name, value in (("seeds", self.seeds), ("batch_size", self.batch_size)):
+            if value < 1:
+                raise RopesplitError(f"{name} must be at least 1, got {value}")
+
+
+def default_layers(n_layers: int, count: int = DEFAULT_LAYER_COUNT) -> list[int]:
+    """``count`` evenly spaced layer indices from first to last (all when fewer)."""
+    return sorted({int(round(x)) for x in np.linspace(0, n_layers - 1, min(count, n_layers))})
+
+
+def check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
+    """The layer indices, checked to lie in ``[0, n_layers)``."""
+    bad = [layer for layer in layers if not 0 <= layer < n_layers]
+    if bad or not layers:
+        raise RopesplitError(f"layers must lie in [0, {n_layers}), got {list(layers)}")
+    return list(layers)
+
+
+@dataclass
+class Context:
+    """The model, the text's token ids ``(N,)`` and the settings, with capture and progress.
+
+    ``captured`` lists, in order, the label of every capture read (``"text"``
+    for the text at positions ``0..N-1``, else the caller's label, one model
+    run each): the record's proof of which settings were measured from their
+    own forward pass.
+    """
+
+    loaded: LoadedModel
+    ids: torch.Tensor  # (N,) int64 token ids
+    settings: Settings = field(default_factory=Settings)
+    on_forward: Callable[[int], Any] | None = None
+    captured: list[str] = field(default_factory=list)
+    _text: Capture | None = field(default=None, repr=False)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def layers(self) -> list[int]:
+        """The fitted layers: the settings' own, or six evenly spaced; checked."""
+        n_layers = self.loaded.n_layers
+        chosen = self.settings.layers
+        return check_layers(default_layers(n_layers) if chosen is None else list(chosen), n_layers)
+
+    def forwarded(self, count: int) -> None:
+        """Report ``count`` forward passes done (a progress bar's ``update``)."""
+        if self.on_forward is not None:
+            self.on_forward(count)
+
+    def capture(
+        self, position_ids: Any = None, *, label: str = "text", keep_logits: bool = False
+    ) -> Capture:
+        """The text's capture at ``position_ids`` (default ``0..N-1``, cached), recorded.
+
+        Every call other than the cached default runs the model once and is
+        validated like any capture (``empirical.capture``).
+        """
+        if position_ids is None and not keep_logits:
+            if self._text is None:
+                self._text = capture(self.loaded, self.ids, keep_probs=False)
+            self.captured.append("text")
+            return self._text
+        cache = capture(self.loaded, self.ids, position_ids, keep_probs=False,
+                        keep_logits=keep_logits)  # fmt: skip
+        self.captured.append(label)
+        return cache
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment of the registry (see the module docstring for each field)."""
+
+    name: str
+    title: str
+    prediction: str
+    needs: str
+    run: Callable[[Context], list[Row]]
+    judge: Callable[[Row], Verdict]
+    verdict: Callable[[list[Row]], Verdict]
+    forward_count: Callable[[Settings], int]
+    check: Callable[[Context], None] = lambda context: None  # fails early on bad input

@@ -1,0 +1,174 @@
+r"""Batched forward passes for the experiments: the continuation loss of many inputs.
+
+Every experiment of issue 5 compares the model's mean next-token loss on the
+untouched continuation (the last 25% of the tokens) across perturbed inputs:
+
+.. math:: L = -\frac{1}{N - c} \sum_{n=c}^{N-1} \log p(x_n \mid x_{<n}),
+          \qquad c = \text{the context length}
+
+Inputs are ``(B, N)`` token ids and ``(B, N)`` position ids; identical rows
+are run once (so a 0% perturbation is the very same forward pass as the
+baseline and its ratio is exactly 1), the rest in batches of ``batch_size``.
+
+The position ids go to the model together with an all-ones attention mask:
+without one, transformers reads any step other than +1 in the position ids
+as the start of a new packed sequence and masks across it, which would turn
+a position perturbation into a different attention pattern. With the mask
+the attention stays causal by index, as THEORY.md section 2 assumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from ropesplit.empirical.models import LoadedModel
+
+from ropesplit.errors import RopesplitError
+
+__all__ = [
+    "CONTEXT_SHARE",
+    "context_length",
+    "continuation_losses",
+    "forward_batch",
+    "model_context",
+    "ratio_summary",
+    "seed_groups",
+]
+
+CONTEXT_SHARE = 0.75  # the first 75% of the tokens are the context, the rest the continuation
+
+
+def model_context(loaded: LoadedModel) -> int | None:
+    """The training length ``L``: ``original_max_position_embeddings`` when RoPE is scaled.
+
+    Falls back to ``max_position_embeddings``; ``None`` when the config states neither.
+    """
+    config = loaded.config
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
+    original = original or getattr(config, "original_max_position_embeddings", None)
+    return int(original) if original else loaded.max_positions
+
+
+def forward_batch(
+    loaded: LoadedModel, ids: torch.Tensor, positions: torch.Tensor, start: int
+) -> Any:
+    r"""Logits ``(B, N - start + 1, vocab)`` of rows ``start - 1 .. N - 1``, one forward pass.
+
+    ``ids`` and ``positions`` are ``(B, N)`` int64; the mask is causal by index
+    (an explicit all-ones attention mask, see the module docstring).
+    """
+    (batch, n_tokens) = ids.shape
+    with torch.no_grad():
+        out = loaded.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=torch.ones(batch, n_tokens, dtype=torch.long, device=ids.device),
+            use_cache=False,
+            logits_to_keep=n_tokens - start + 1,  # only the rows that predict the continuation
+        )
+    return out.logits
+
+
+def _check_inputs(loaded: LoadedModel, ids: np.ndarray, positions: np.ndarray, start: int) -> None:
+    if ids.ndim != 2 or positions.shape != ids.shape:
+        raise RopesplitError(
+            f"ids and positions must both be (B, N), got {ids.shape} and {positions.shape}"
+        )
+    (_, n_tokens) = ids.shape
+    if not 1 <= start < n_tokens:
+        raise RopesplitError(f"continuation start must lie in [1, {n_tokens}), got {start}")
+    vocab = int(loaded.config.vocab_size)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise RopesplitError(f"token ids must lie in [0, {vocab}), got {int(ids.max())}")
+    if ids.size and int(positions.min()) < 0:
+        raise RopesplitError(f"positions must be >= 0, got {int(positions.min())}")
+
+
+def continuation_losses(
+    loaded: LoadedModel,
+    ids: Any,
+    positions: Any,
+    start: int,
+    *,
+    batch_size: int = 8,
+    on_forward: Callable[[int], Any] | None = None,
+) -> np.ndarray:
+    r"""Mean next-token loss (nats) over tokens ``start..N-1`` for each row, ``(B,)`` float64.
+
+    .. math:: L_b = -\frac{1}{N - c} \sum_{n=c}^{N-1} \log p(x_{b,n} \mid x_{b,<n}; p_{b,\le n})
+
+    ``ids`` and ``positions`` are ``(B, N)``. Identical (ids, positions) rows
+    share one forward pass; ``on_forward(k)`` is called after each batch with
+    the number of rows it ran (a progress bar's ``update``).
+    """
+    ids_np = np.asarray(ids, dtype=np.int64)
+    pos_np = np.asarray(positions, dtype=np.int64)
+    _check_inputs(loaded, ids_np, pos_np, start)
+    if batch_size < 1:
+        raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
+    rows = np.concatenate([ids_np, pos_np], axis=1)  # (B, 2N): one key per distinct input
+    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    losses = np.empty(len(first))
+    device = loaded.device
+    for lo in range(0, len(first), batch_size):
+        chosen = first[lo : lo + batch_size]
+        batch_ids = torch.as_tensor(ids_np[chosen], device=device)  # (b, N)
+        batch_pos = torch.as_tensor(pos_np[chosen], device=device)  # (b, N)
+        logits = forward_batch(loaded, batch_ids, batch_pos, start)  # (b, N - start + 1, vocab)
+        for row in range(len(chosen)):
+            logp = torch.log_softmax(logits[row, :-1].double(), dim=-1)  # (N - start, vocab)
+            target = batch_ids[row, start:, None]  # (N - start, 1)
+            losses[lo + row] = -float(logp.gather(1, target).mean())
+        if on_forward is not None:
+            on_forward(len(chosen))
+    if not np.all(np.isfinite(losses)):
+        raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
+    return losses[inverse.ravel()]
+
+
+def context_length(n_tokens: int, share: float = CONTEXT_SHARE) -> int:
+    """Tokens in the context, ``round(share N)``; the continuation keeps at least one token."""
+    context = int(round(share * n_tokens))
+    if not 1 <= context < n_tokens:
+        raise RopesplitError(
+            f"tokens must leave a context and a continuation, got {n_tokens} tokens "
+            f"(context {context})"
+        )
+    return context
+
+
+def ratio_summary(losses: np.ndarray, baseline: float) -> dict[str, float]:
+    r"""Mean loss, mean ratio to ``baseline`` and the ratio's spread over seeds.
+
+    .. math:: \mathrm{ratio} = \frac{1}{S}\sum_s L_s / L_0,\qquad
+              \mathrm{spread} = \mathrm{std}_s(L_s / L_0)\ (\text{sample, } S - 1)
+
+    ``spread`` is 0 for a single seed.
+    """
+    ratios = np.asarray(losses, dtype=np.float64) / baseline  # (S,)
+    spread = float(np.std(ratios, ddof=1)) if ratios.size > 1 else 0.0
+    return {"loss": float(np.mean(losses)), "ratio": float(np.mean(ratios)), "spread": spread}
+
+
+def seed_groups(
+    labels: list[dict[str, Any]], losses: np.ndarray, baseline: float, keys: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """One row per distinct ``keys`` of ``labels`` (first-seen order), its seeds summarised.
+
+    Each row holds the ``keys``, :func:`ratio_summary` of its seeds' losses
+    and ``moved``, the mean of the labels' ``moved``.
+    """
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for index, label in enumerate(labels):
+        groups.setdefault(tuple(label[k] for k in keys), []).append(index)
+    rows = []
+    for group, chosen in groups.items():
+        row = dict(zip(keys, group, strict=True))
+        row |= ratio_summary(np.asarray(losses)[chosen], baseline)
+        row["moved"] = float(np.mean([labels[k]["moved"] for k in chosen]))
+        rows.append(row)
+    return rows

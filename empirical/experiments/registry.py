@@ -1,0 +1,167 @@
+r"""The registry of experiments and the one entry point that runs them: :func:`run_experiments`.
+
+``EXPERIMENTS`` maps each name to its :class:`~.base.Experiment`, in the
+order they run. Adding an experiment is one module defining an
+``EXPERIMENT`` plus one line here.
+
+The record :func:`run_experiments` returns (and ``ropesplit perturb --json``
+writes)::
+
+    {"header": {...},                         # model, tokens, seeds, layers, ...
+     "experiments": {name: {"title", "prediction", "needs",
+                            "verdict", "reason",  # the experiment's verdict
+                            "own_capture"}},      # labels of the captures it read
+     name: [row, ...]}                            # each row with "verdict", "reason"
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from ropesplit.empirical.experiments import distance, order, position
+from ropesplit.empirical.experiments.base import Context, Experiment, Row, Settings, Verdict
+from ropesplit.empirical.experiments.forward import context_length, model_context
+from ropesplit.empirical.models import LoadedModel, as_input_ids
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["EXPERIMENTS", "PREDICTIONS", "forward_count", "run_experiments"]
+
+
+def _old_length() -> Experiment:
+    """The length experiment of ``empirical.experiments_length`` (H-LMINF replaces it)."""
+    from ropesplit.empirical.experiments_length import length_experiment, spacing
+
+    def check(context: Context) -> None:
+        if model_context(context.loaded) is None:
+            raise RopesplitError(
+                f"{context.loaded.name} states no training length for --experiment length"
+            )
+        spacing(context.n_tokens, int(model_context(context.loaded) or 0))
+
+    def run(context: Context) -> list[Row]:
+        return length_experiment(context.loaded, context.ids, context.capture(),
+                                 layers=context.layers, batch_size=context.settings.batch_size,
+                                 on_forward=context.forwarded)  # fmt: skip
+
+    def judge(row: Row) -> Verdict:
+        return Verdict("inconclusive", "the spaced and capped settings reuse the text's capture, "
+                       "so g's change is not measured (issue 9, finding 2)")  # fmt: skip
+
+    return Experiment(
+        name="length",
+        title="Length extrapolation",
+        prediction="g identical in every setting (position-free); f leaves its trained range "
+        "when spaced and stays in it with the cap",
+        needs="the text's capture and three forward passes (original, spaced, capped)",
+        run=run, judge=judge, verdict=lambda rows: judge({}), forward_count=lambda s: 3,
+        check=check,
+    )  # fmt: skip
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    "distance": distance.EXPERIMENT,
+    "order": order.EXPERIMENT,
+    "position": position.EXPERIMENT,
+    "length": _old_length(),  # H-LMINF: replace with `length.EXPERIMENT`
+}
+
+# the prediction of each experiment, in words (the report and the CLI print them)
+PREDICTIONS = {name: e.prediction for name, e in EXPERIMENTS.items()}
+
+
+def _chosen(experiments: Sequence[str]) -> list[Experiment]:
+    unknown = [name for name in experiments if name not in EXPERIMENTS]
+    if unknown or not experiments:
+        raise RopesplitError(
+            f"experiments must be among {', '.join(EXPERIMENTS)}, got {list(experiments)}"
+        )
+    return [e for name, e in EXPERIMENTS.items() if name in experiments]
+
+
+def forward_count(experiments: Sequence[str], settings: Settings | int | None = None) -> int:
+    """Forward passes the experiments run at most (a progress bar's total).
+
+    ``settings`` may be a seed count (the old signature ``forward_count(names, seeds)``).
+    """
+    if settings is None or isinstance(settings, int):
+        settings = Settings() if settings is None else Settings(seeds=settings)
+    return sum(e.forward_count(settings) for e in _chosen(experiments))
+
+
+def _header(context: Context) -> dict[str, Any]:
+    token_ids = [int(t) for t in context.ids]
+    digest = hashlib.sha256(np.asarray(token_ids, dtype=np.int64).tobytes()).hexdigest()
+    loaded = context.loaded
+    return {
+        "model": loaded.name + (" (random init)" if loaded.random_init else ""),
+        "tokens": len(token_ids),
+        "context_tokens": context_length(len(token_ids)),
+        "token_ids_sha256": digest,
+        "token_ids": token_ids,
+        "seed": context.settings.seed,
+        "seeds": context.settings.seeds,
+        "layers": context.layers,
+        "training_length": model_context(loaded),
+    }
+
+
+def run_experiments(
+    loaded: LoadedModel,
+    input_ids: Any,
+    *,
+    experiments: Sequence[str] = tuple(EXPERIMENTS),
+    settings: Settings | None = None,
+    seeds: int | None = None,
+    seed: int | None = None,
+    layers: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    on_forward: Callable[[int], Any] | None = None,
+    on_stage: Callable[[str], Any] | None = None,
+) -> dict[str, Any]:
+    r"""Run the chosen experiments of :data:`EXPERIMENTS`; the record of the module docstring.
+
+    ``settings`` (default :class:`~.base.Settings`) may be overridden field
+    by field with ``seeds``, ``seed``, ``layers``, ``batch_size``.
+    ``on_forward(k)`` follows the forward passes, ``on_stage(name)``
+    announces each experiment. Every row gets ``verdict`` and ``reason``
+    from its experiment's ``judge``.
+    """
+    chosen = _chosen(experiments)
+    base = settings or Settings()
+    settings = Settings(
+        seeds=base.seeds if seeds is None else seeds,
+        seed=base.seed if seed is None else seed,
+        layers=base.layers if layers is None else tuple(layers),
+        batch_size=base.batch_size if batch_size is None else batch_size,
+    )
+    ids = as_input_ids(loaded, input_ids)[0].cpu()  # (N,)
+    context = Context(loaded, ids, settings, on_forward)
+    context_length(context.n_tokens)  # enough tokens for a context and a continuation
+    for experiment in chosen:
+        experiment.check(context)
+    record: dict[str, Any] = {"header": _header(context), "experiments": {}}
+    for experiment in chosen:
+        if on_stage is not None:
+            on_stage(experiment.name)
+        before = len(context.captured)
+        rows = experiment.run(context)
+        for row in rows:
+            verdict = experiment.judge(row)
+            row["verdict"], row["reason"] = verdict.outcome, verdict.reason
+        overall = experiment.verdict(rows)
+        record[experiment.name] = rows
+        record["experiments"][experiment.name] = {
+            "title": experiment.title,
+            "prediction": experiment.prediction,
+            "needs": experiment.needs,
+            "verdict": overall.outcome,
+            "reason": overall.reason,
+            "own_capture": list(dict.fromkeys(context.captured[before:])),
+        }
+    if context._text is not None:
+        record["header"]["reconstruction_max_abs_diff"] = context._text.reconstruction_max_abs_diff
+    return record
