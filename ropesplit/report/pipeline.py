@@ -44,7 +44,10 @@ _VERSIONED = ("ropesplit", "numpy", "torch", "transformers", "sympy", "matplotli
 class RunSettings:
     """What one run reads and how much it computes (defaults sized for 2 CPU cores)."""
 
-    model: str | None = None  # Hugging Face id or folder; None: the embedded SmolLM2-135M
+    # Hugging Face id or folder; None: the embedded SmolLM2-135M; or a causal LM
+    # object in memory (transformers PreTrainedModel) with its ``tokenizer``
+    model: Any = None
+    tokenizer: Any = None  # only with a model object
     gguf_file: str | None = None  # a GGUF file inside ``model``'s folder
     text: str | None = None  # a UTF-8 file; None: Python's language reference
     tokens: int = 512  # tokens analysed and perturbed
@@ -112,7 +115,8 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
     from ropesplit.empirical.text import default_text, read_text, tokenize
 
     text = read_text(settings.text) if settings.text else default_text()
-    loaded = load_model(settings.model, settings.gguf_file, seed=settings.seed)
+    loaded = load_model(settings.model, settings.gguf_file, tokenizer=settings.tokenizer,
+                        seed=settings.seed)  # fmt: skip
     ids = tokenize(loaded, text, settings.tokens)  # (N,); refuses more than the context
     check_memory(loaded, settings.tokens)
     control = random_init_twin(loaded, settings.seed) if settings.control else None

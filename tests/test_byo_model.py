@@ -1,0 +1,123 @@
+"""Bring your own model (issue 13): an in-memory transformers causal LM and its tokenizer.
+
+A tiny Llama is saved with ``save_pretrained`` (no download), then read both
+ways: by path, and as objects held in memory (loaded with the SDPA attention
+a notebook would have). Both give the same token ids and the same per-head
+statistics; the random-init control comes from the object's config; objects
+ropesplit cannot read fail with one line.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as T
+from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
+from ropesplit.empirical.analyze import STATISTICS
+from ropesplit.empirical.models import from_model, random_init_twin
+from test_cli_analyze import TEXT, TINY, save_model
+
+from ropesplit.errors import RopesplitError
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("byo") / "llama", T.LlamaConfig(**TINY))
+
+
+def objects(folder, **kwargs):
+    model = T.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa", **kwargs)
+    return model, T.AutoTokenizer.from_pretrained(folder)
+
+
+def test_object_and_path_give_the_same_per_head_numbers(folder):
+    by_path = load_model(folder)
+    model, tok = objects(folder)
+    assert model.config._attn_implementation == "sdpa"
+    by_object = load_model(model, tokenizer=tok)
+    assert model.config._attn_implementation == "eager"  # switched in place for the capture
+    ids_path, ids_object = tokenize(by_path, TEXT, 40), tokenize(by_object, TEXT, 40)
+    assert ids_path.tolist() == ids_object.tolist()
+    a, b = analyze(by_path, ids_path, seed=3), analyze(by_object, ids_object, seed=3)
+    assert len(a.heads) == len(b.heads) == TINY["num_hidden_layers"] * TINY["num_attention_heads"]
+    for row_a, row_b in zip(a.heads, b.heads, strict=True):
+        assert (row_a["layer"], row_a["head"]) == (row_b["layer"], row_b["head"])
+        for name in STATISTICS:
+            assert row_a[name] == pytest.approx(row_b[name], rel=1e-9, abs=1e-12, nan_ok=True)
+    # a different model is not "equal": the comparison can fail
+    other = analyze(random_init_twin(by_path, seed=5), ids_path, seed=3)
+    pairs = zip(a.heads, other.heads, strict=True)
+    assert any(abs(x["r_split"] - y["r_split"]) > 1e-6 for x, y in pairs)
+
+
+def test_object_keeps_its_dtype_unless_told_and_runs_the_experiments(folder):
+    model, tok = objects(folder, dtype=torch.float64)
+    loaded = load_model(model, tokenizer=tok, name="my-fine-tune")
+    assert loaded.name == "my-fine-tune" and loaded.model.dtype == torch.float64
+    moved = load_model(model, tokenizer=tok, dtype="float32", name="my-fine-tune")
+    assert moved.model.dtype == torch.float32
+    ids = tokenize(moved, TEXT, 48)
+    record = run_experiments(moved, ids, experiments=["distance"], seeds=1, layers=[0, 1])
+    assert record["header"]["model"] == "my-fine-tune" and record["distance"]
+
+
+def test_random_init_control_is_built_from_the_objects_config(folder):
+    model, tok = objects(folder)
+    control = load_model(model, tokenizer=tok, random_init=True, seed=7)
+    assert control.random_init and control.tokenizer is tok
+    assert control.model is not model
+    assert type(control.model) is type(model)
+    assert control.config.num_hidden_layers == model.config.num_hidden_layers
+    same = load_model(model, tokenizer=tok, random_init=True, seed=7)
+    params = list(control.model.parameters())
+    assert any(not torch.equal(p, q) for p, q in zip(params, model.parameters(), strict=True))
+    assert all(torch.equal(p, q) for p, q in zip(params, same.model.parameters(), strict=True))
+
+
+def quantised(model):
+    """Integer weights, as a quantised checkpoint holds them."""
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            setattr(module, name, torch.nn.Parameter(param.data.to(torch.int8), False))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: torch.nn.Linear(2, 2), "model must be a transformers PreTrainedModel, got Linear"),
+        (lambda: 42, "model must be a path, a Hugging Face id, a PretrainedConfig or a "
+                     "transformers causal LM, got int"),  # fmt: skip
+        (lambda: T.LlamaModel(T.LlamaConfig(**TINY)), "has no language-model head"),
+        (lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64)),
+         "model type gpt2 has no rotary position embedding"),  # fmt: skip
+        (lambda: quantised(T.LlamaForCausalLM(T.LlamaConfig(**TINY))),
+         "model dtype must be one of float32, float64, bfloat16, float16, got int8"),  # fmt: skip
+    ],
+)
+def test_unreadable_objects_fail_with_one_line(make, message):
+    with pytest.raises(RopesplitError) as info:
+        load_model(make())
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_tokenizer_checks(folder):
+    model, _ = objects(folder)
+    with pytest.raises(RopesplitError, match="tokenizer must be a transformers tokenizer, got int"):
+        from_model(model, 3)
+    with pytest.raises(RopesplitError, match="tokenizer= goes with a model object"):
+        load_model(folder, tokenizer=object())
+
+
+def test_report_loads_a_model_object(folder, tmp_path):
+    from ropesplit.report import pipeline
+
+    model, tok = objects(folder)
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    settings = pipeline.RunSettings(model=model, tokenizer=tok, text=str(text), tokens=40)
+    loaded, control, ids, _ = pipeline._load(settings)
+    assert loaded.model is model and control is not None and control.random_init
+    assert control.config.hidden_size == model.config.hidden_size
+    assert ids.tolist() == tok(TEXT)["input_ids"][:40]
