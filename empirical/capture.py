@@ -1,22 +1,28 @@
 r"""Capture pre-RoPE queries and keys where the model applies rotary embeddings.
 
-Every supported modeling module (``transformers.models.*.modeling_*``) calls
-its own module-level ``apply_rotary_pos_emb(q, k, cos, sin)`` and then
-``eager_attention_forward(module, query, key, value, mask, scaling=...)``
-from the attention forward. :func:`rope_taps` swaps both names for
-pass-through wrappers (restored in ``finally``) and puts a forward pre-hook
-on each attention module that says which layer is running, in the manner of
-TransformerLens' ``blocks.6.attn.hook_q``. So the capture records exactly
-what the model rotates (after any q/k norm), the ``cos``/``sin`` it applies
-(every RoPE scaling included), and the scale, soft-cap and window it uses,
-without re-implementing any model.
+Through :func:`ropesplit.empirical.taps.taps` (the one patching module) the
+capture sees every layer's ``apply_rotary_pos_emb(q, k, cos, sin)`` (its
+arguments and the model's own result ``(R q, R k)``), the pre-softmax logits
+the eager attention hands to ``softmax`` and the attention function's
+arguments and probabilities. So it records exactly what the model rotates
+(after any q/k norm), the ``cos``/``sin`` it applies (every RoPE scaling
+included), and the scale, soft-cap and window it uses, without
+re-implementing any model.
 
 From the captured ``cos``/``sin`` the frequencies of THEORY.md section 1 are
 derived, ``cos[n, l] = a cos(p_n theta_l)``, ``sin[n, l] = a sin(p_n theta_l)``
-(``a`` a constant attention factor, folded into the scale as ``s a^2``), and
-the model's own attention probabilities are rebuilt from the captured tensors
-(THEORY.md section 2, then soft-cap, mask, softmax) to validate the capture:
-``reconstruction_max_abs_diff`` above :data:`RECONSTRUCTION_TOL` is a
+(``a`` a constant attention factor, folded into the scale as ``s a^2``).
+
+Validation (what it checks, and no more): from the captured tensors alone,
+the capture rebuilds, per layer, (1) the rotated queries and keys, compared
+with the tensors the model's RoPE produced, relative to their largest entry
+(:data:`ROPE_TOL`); (2) the pre-softmax logits ``W`` of THEORY.md section 2
+(then soft-cap), compared with the model's own on every attended pair,
+relative to the largest logit (:data:`LOGIT_TOL`); (3) the probabilities
+after mask and softmax, compared absolutely (:data:`RECONSTRUCTION_TOL`).
+Passing says the captured ``q``, ``k``, ``cos``/``sin``, scale, soft-cap and
+mask reproduce this forward pass's logits to float32 rounding; it does not
+say the model's other parts, or other inputs, behave alike. A failure is a
 :class:`~ropesplit.errors.ValidationError`.
 
 Shapes (batch of one)::
@@ -25,37 +31,42 @@ Shapes (batch of one)::
     k       (Hkv, N, d)   pre-RoPE keys, Hkv KV heads; head h reads kv_map[h]
     cos/sin (N, r)        as applied; r = rotary_dim <= d
     theta   (d/2,)        float64 frequencies, 0 for the d - r non-rotating coords
+    W       (H, N, N)     pre-softmax logits (rebuilt per head during validation)
     probs   (H, N, N)     the model's attention probabilities (kept on request)
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import math
 import re
-import sys
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import torch
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.taps import taps
 
 from ropesplit.errors import RopesplitError, ValidationError
 
 __all__ = [
+    "LOGIT_TOL",
     "RECONSTRUCTION_TOL",
+    "ROPE_TOL",
     "Capture",
     "LayerCapture",
+    "allowed_pairs",
     "capture",
+    "check_reconstruction",
     "derive_theta",
+    "rebuild_logits",
     "rebuild_probs",
-    "rope_taps",
 ]
 
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
+LOGIT_TOL = 1e-5  # max |W - W_model| / max |W_model| over attended pairs (float32: ~1e-7)
+ROPE_TOL = 1e-5  # max |R q - (R q)_model| / max |(R q)_model|, queries and keys
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
 
@@ -78,8 +89,16 @@ class LayerCapture:
     layout: str  # "half" or "interleaved"
     rotary_dim: int  # r: coordinates that rotate
     rope_base: float | None  # the config's RoPE base for this layer's type
-    reconstruction_max_abs_diff: float
+    reconstruction_max_abs_diff: float  # max |A - A_model| (probabilities)
+    rope_max_rel_diff: float = math.nan  # max |R q - (R q)_model| / max |(R q)_model|, q and k
+    logit_max_abs_diff: float = math.nan  # max |W - W_model| over the attended pairs
+    logit_scale: float = math.nan  # max |W_model| over the attended pairs
     probs: torch.Tensor | None = None  # (H, N, N) the model's own, if kept
+
+    @property
+    def logit_max_rel_diff(self) -> float:
+        """``logit_max_abs_diff / logit_scale``: the logit error relative to the logit scale."""
+        return self.logit_max_abs_diff / self.logit_scale if self.logit_scale else math.nan
 
     @property
     def head_dim(self) -> int:
@@ -103,6 +122,26 @@ class Capture:
     def reconstruction_max_abs_diff(self) -> float:
         """Largest ``|probs - rebuilt|`` over all layers and heads."""
         return max(layer.reconstruction_max_abs_diff for layer in self.layers)
+
+    @property
+    def logit_max_rel_diff(self) -> float:
+        """Largest per-layer ``max |W - W_model| / max |W_model|`` (attended pairs)."""
+        return max(layer.logit_max_rel_diff for layer in self.layers)
+
+    @property
+    def rope_max_rel_diff(self) -> float:
+        """Largest per-layer relative difference of the rebuilt ``R q``/``R k``."""
+        return max(layer.rope_max_rel_diff for layer in self.layers)
+
+    def validation(self) -> dict[str, float]:
+        """The three validation numbers, for JSON records: probabilities, logits, RoPE."""
+        return {
+            "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
+            "logit_max_rel_diff": self.logit_max_rel_diff,
+            "logit_max_abs_diff": max(layer.logit_max_abs_diff for layer in self.layers),
+            "logit_scale": max(layer.logit_scale for layer in self.layers),
+            "rope_max_rel_diff": self.rope_max_rel_diff,
+        }
 
     @property
     def n_tokens(self) -> int:
@@ -215,6 +254,46 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) 
     return torch.cat((rot * cos + turned * sin, rest), dim=-1)
 
 
+def allowed_pairs(n_tokens: int, window: int | None = None, device: Any = None) -> torch.Tensor:
+    """``(N, N)`` bool: ``j <= i`` (causal by index) and ``i - j < window`` when windowed."""
+    i = torch.arange(n_tokens, device=device)
+    allowed = i[None, :] <= i[:, None]  # (N, N)
+    if window is not None:
+        allowed &= (i[:, None] - i[None, :]) < window
+    return allowed
+
+
+def rebuild_logits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv_map: np.ndarray,
+    attn_scale: float,
+    *,
+    softcap: float | None = None,
+    layout: str = "half",
+    heads: slice | list[int] | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    r"""Pre-softmax logits rebuilt from the captured tensors, in ``dtype``, every pair.
+
+    .. math:: W_{ij} = c \tanh\big(s\, (R_i q_i)^\top (R_j k_j) / c\big)
+
+    (THEORY.md section 2; no ``tanh`` without a soft-cap ``c``); returns
+    ``(len(heads), N, N)`` for the query heads selected (default all). The
+    mask is not applied: see :func:`allowed_pairs`.
+    """
+    select = slice(None) if heads is None else heads
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    qr = _rotate(q[select].to(dtype), cos, sin, layout)  # (h, N, d)
+    kr = _rotate(k[torch.as_tensor(kv_map)[select]].to(dtype), cos, sin, layout)  # (h, N, d)
+    logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attn_scale)  # (h, N, N)
+    if softcap is not None:
+        logits = logits.div_(softcap).tanh_().mul_(softcap)
+    return logits
+
+
 def rebuild_probs(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -237,51 +316,97 @@ def rebuild_probs(
     (no ``tanh`` without a soft-cap ``c``); returns ``(len(heads), N, N)``
     for the query heads selected (default all).
     """
-    select = slice(None) if heads is None else heads
-    (n_tokens,) = q.shape[1:2]
-    cos, sin = cos.to(dtype), sin.to(dtype)
-    qr = _rotate(q[select].to(dtype), cos, sin, layout)  # (h, N, d)
-    kr = _rotate(k[torch.as_tensor(kv_map)[select]].to(dtype), cos, sin, layout)  # (h, N, d)
-    logits = attn_scale * (qr @ kr.transpose(1, 2))  # (h, N, N)
-    if softcap is not None:
-        logits = softcap * torch.tanh(logits / softcap)
-    i = torch.arange(n_tokens, device=q.device)
-    allowed = i[None, :] <= i[:, None]  # (N, N), causal by index
-    if window is not None:
-        allowed &= (i[:, None] - i[None, :]) < window
-    return torch.softmax(logits.masked_fill(~allowed, -math.inf), dim=-1)
+    logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap, layout=layout,
+                            heads=heads, dtype=dtype)  # fmt: skip
+    allowed = allowed_pairs(q.shape[1], window, q.device)  # (N, N)
+    return torch.softmax(logits.masked_fill_(~allowed, -math.inf), dim=-1)
 
 
-def _reconstruction_diff(
-    q: torch.Tensor, probs: torch.Tensor, rebuild: Any, *, budget: int = 2**26
-) -> float:
-    """``max |probs - rebuild(heads)|`` over all heads, a few heads at a time.
+@dataclass
+class Reconstruction:
+    """How far the capture's rebuild is from the model's own tensors, one layer.
 
-    ``rebuild(slice)`` returns those heads' probabilities ``(h, N, N)``;
-    ``budget`` bounds the elements built at once (float32: 256 MiB).
+    ``rope_max_rel_diff``: ``max |R q - (R q)_model| / max |(R q)_model|``
+    (queries and keys); ``logit_max_abs_diff``: ``max |W - W_model|`` over
+    the attended pairs, ``logit_scale``: ``max |W_model|`` there;
+    ``probs_max_abs_diff``: ``max |A - A_model|``.
+    """
+
+    rope_max_rel_diff: float
+    logit_max_abs_diff: float
+    logit_scale: float
+    probs_max_abs_diff: float
+
+    @property
+    def logit_max_rel_diff(self) -> float:
+        return self.logit_max_abs_diff / max(self.logit_scale, _TINY)
+
+
+_TINY = 1e-30
+
+
+def _max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
+    """``max |rebuilt - model| / max |model|`` (0 when both vanish)."""
+    scale = float(model.abs().max()) if model.numel() else 0.0
+    return float((rebuilt - model).abs().max()) / max(scale, _TINY) if model.numel() else 0.0
+
+
+def _reconstruct(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv_map: np.ndarray,
+    attn_scale: float,
+    *,
+    window: int | None,
+    softcap: float | None,
+    layout: str,
+    model_logits: torch.Tensor | None,
+    probs: torch.Tensor,
+    budget: int = 2**25,
+) -> tuple[float, float, float]:
+    """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads, a few at a time.
+
+    Logits are rebuilt once per head in float32 (the model's precision) and
+    compared on the attended pairs with the model's pre-softmax logits
+    ``model_logits`` ``(H, N, N)`` (when tapped); their softmax is compared
+    with ``probs``. ``budget`` bounds the elements built at once (128 MiB).
     """
     (n_heads, n_tokens) = q.shape[:2]
+    blocked = ~allowed_pairs(n_tokens, window, q.device)  # (N, N)
     step = max(1, budget // n_tokens**2)
-    diff = 0.0
+    logit_diff = logit_scale = prob_diff = 0.0
     for start in range(0, n_heads, step):
         heads = slice(start, min(start + step, n_heads))
-        diff = max(diff, float((rebuild(heads) - probs[heads].float()).abs().max()))
-    return diff
+        logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
+                                layout=layout, heads=heads, dtype=torch.float32)  # (h, N, N)
+        if model_logits is not None:
+            model = model_logits[heads].float().masked_fill(blocked, 0.0)  # (h, N, N)
+            logit_scale = max(logit_scale, float(model.abs().amax()))
+            diff = model.sub_(logits).abs_().masked_fill_(blocked, 0.0)
+            logit_diff = max(logit_diff, float(diff.amax()))
+            del model, diff
+        rebuilt = torch.softmax(logits.masked_fill_(blocked, -math.inf), dim=-1)  # (h, N, N)
+        prob_diff = max(prob_diff, float(rebuilt.sub_(probs[heads].float()).abs_().amax()))
+    return logit_diff, logit_scale, prob_diff
 
 
 # --------------------------------------------------------------------------- taps
 
 
 @dataclass
-class _TapState:
-    """What the wrappers share during one forward pass."""
+class _CaptureState:
+    """What the capture's taps share during one forward pass."""
 
     loaded: LoadedModel
     positions: np.ndarray  # (N,)
     keep_probs: bool
-    layer: int | None = None
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: dict[int, LayerCapture] = field(default_factory=dict)
+    tables: dict[tuple[int, int], tuple[str, np.ndarray, float, float]] = field(
+        default_factory=dict
+    )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude, fit: one derivation per table
 
 
 def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
@@ -290,45 +415,62 @@ def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
     return x.transpose(0, 1) if unsqueeze_dim == 2 else x
 
 
-def _rope_wrapper(original: Any, state: _TapState) -> Any:
-    signature = inspect.signature(original)
+def _on_rope(state: _CaptureState) -> Any:
+    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
+        unsq = int(arguments.get("unsqueeze_dim", 1))
+        q, k = _heads_first(arguments["q"], unsq), _heads_first(arguments["k"], unsq)
+        cos, sin = arguments["cos"].detach()[0], arguments["sin"].detach()[0]  # (N, r)
+        q_rot, k_rot = (_heads_first(x, unsq) for x in rotated)  # the model's R q, R k
+        layout = _table(state, cos, sin)[0]
+        rope_diff = max(
+            _max_rel(_rotate(q, cos, sin, layout), q_rot),
+            _max_rel(_rotate(k, cos, sin, layout), k_rot),
+        )
+        state.raw[layer] = {
+            "q": q.float().clone(),  # (H, N, r_or_d)
+            "k": k.float().clone(),  # (Hkv, N, r_or_d)
+            "cos": cos.clone(),  # (N, r)
+            "sin": sin.clone(),  # (N, r)
+            "rope_diff": rope_diff,
+        }
 
-    def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        unsq = int(bound.arguments.get("unsqueeze_dim", 1))
-        q, k, cos, sin = (bound.arguments[n] for n in ("q", "k", "cos", "sin"))
-        if state.layer is not None:
-            state.raw[state.layer] = {
-                "q": _heads_first(q, unsq).float().clone(),  # (H, N, r_or_d)
-                "k": _heads_first(k, unsq).float().clone(),  # (Hkv, N, r_or_d)
-                "cos": cos.detach()[0].clone(),  # (N, r)
-                "sin": sin.detach()[0].clone(),  # (N, r)
-            }
-        return original(*args, **kwargs)
-
-    return apply_rotary_pos_emb
-
-
-def _eager_wrapper(original: Any, state: _TapState) -> Any:
-    signature = inspect.signature(original)
-
-    def eager_attention_forward(*args: Any, **kwargs: Any) -> Any:
-        out, weights = original(*args, **kwargs)
-        if state.layer is not None and state.layer in state.raw:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            state.done[state.layer] = _finish_layer(state, bound.arguments, weights)
-            del state.raw[state.layer]
-        return out, weights
-
-    return eager_attention_forward
+    return record
 
 
-def _finish_layer(state: _TapState, arguments: dict[str, Any], weights: Any) -> LayerCapture:
-    """Assemble, check and validate one layer from what the two wrappers saw."""
-    layer = state.layer
-    assert layer is not None
+def _on_logits(state: _CaptureState) -> Any:
+    def record(layer: int, logits: torch.Tensor) -> None:
+        if layer in state.raw:
+            state.raw[layer]["logits"] = logits[0]  # (H, N, N), mask added
+
+    return record
+
+
+def _on_attention(state: _CaptureState) -> Any:
+    def finish(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
+        if layer in state.raw:
+            state.done[layer] = _finish_layer(state, layer, arguments, result[1])
+            del state.raw[layer]
+
+    return finish
+
+
+def _table(
+    state: _CaptureState, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[str, np.ndarray, float, float]:
+    """Layout, ``theta (r/2,)``, amplitude and fit of one cos/sin table (derived once per table)."""
+    key = (cos.data_ptr(), sin.data_ptr())
+    if key not in state.tables:
+        cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
+        layout = _detect_layout(cos_np, sin_np)
+        theta, amplitude, fit = derive_theta(cos_np, sin_np, state.positions, layout=layout)
+        state.tables[key] = (layout, theta, amplitude, fit)
+    return state.tables[key]
+
+
+def _finish_layer(
+    state: _CaptureState, layer: int, arguments: Mapping[str, Any], weights: Any
+) -> LayerCapture:
+    """Assemble, check and validate one layer from what the taps saw."""
     raw, module = state.raw[layer], arguments["module"]
     extra = arguments.get("kwargs", {})
     query, key = arguments["query"].detach()[0], arguments["key"].detach()[0]  # (H|Hkv, N, d)
@@ -351,9 +493,7 @@ def _finish_layer(state: _TapState, arguments: dict[str, Any], weights: Any) -> 
     (r,) = cos.shape[-1:]
     if r % 2 or r > d:
         raise RopesplitError(f"rotary_dim must be even and at most head_dim {d}, got {r}")
-    cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
-    layout = _detect_layout(cos_np, sin_np)
-    theta_r, amplitude, fit = derive_theta(cos_np, sin_np, state.positions, layout=layout)
+    layout, theta_r, amplitude, fit = _table(state, cos, sin)
     eps = float(torch.finfo(cos.dtype).eps)
     if abs(amplitude - 1.0) <= 4 * eps:  # no attention factor: 1 up to the table's rounding
         amplitude = 1.0
@@ -379,64 +519,23 @@ def _finish_layer(state: _TapState, arguments: dict[str, Any], weights: Any) -> 
     if attn_scale is None:
         attn_scale = getattr(module, "scaling", None) or d**-0.5
     window = extra.get("sliding_window", getattr(module, "sliding_window", None))
+    window = int(window) if window else None
     softcap = arguments.get("softcap", extra.get("softcap"))
+    softcap = float(softcap) if softcap else None
     probs = weights.detach()[0]  # (H, N, N)
-    diff = _reconstruction_diff(
-        q,
-        probs,
-        lambda heads: rebuild_probs(
-            q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap,
-            layout=layout, heads=heads, dtype=torch.float32,
-        ),
+    logit_diff, logit_scale, prob_diff = _reconstruct(
+        q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
+        model_logits=raw.get("logits"), probs=probs,
     )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin, theta=theta, rope_amplitude=amplitude,
         attn_scale=float(attn_scale), scale=float(attn_scale) * amplitude**2, kv_map=kv_map,
-        window=int(window) if window else None, softcap=float(softcap) if softcap else None,
-        layout=layout, rotary_dim=int(r), rope_base=base, reconstruction_max_abs_diff=diff,
+        window=window, softcap=softcap, layout=layout, rotary_dim=int(r), rope_base=base,
+        reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=raw["rope_diff"],
+        logit_max_abs_diff=logit_diff if "logits" in raw else math.nan,
+        logit_scale=logit_scale if "logits" in raw else math.nan,
         probs=probs.float().clone() if state.keep_probs else None,
     )  # fmt: skip
-
-
-_TAPPED = ("apply_rotary_pos_emb", "eager_attention_forward")  # modeling-module names swapped
-_WRAPPERS = (_rope_wrapper, _eager_wrapper)
-
-
-@contextlib.contextmanager
-def rope_taps(
-    loaded: LoadedModel, positions: np.ndarray, *, keep_probs: bool = True
-) -> Iterator[_TapState]:
-    """Swap ``apply_rotary_pos_emb``/``eager_attention_forward`` for taps, for one block.
-
-    Pre-hooks on the attention modules set the running layer; the originals
-    and the hooks are restored/removed in ``finally``.
-    """
-    state = _TapState(loaded, positions, keep_probs)
-    homes: dict[str, Any] = {
-        type(m).__module__: sys.modules[type(m).__module__] for m in loaded.attn
-    }
-    saved = {name: [getattr(home, tap) for tap in _TAPPED] for name, home in homes.items()}
-    handles = []
-    try:
-        for name, home in homes.items():
-            for tap, original, wrap in zip(_TAPPED, saved[name], _WRAPPERS, strict=True):
-                setattr(home, tap, wrap(original, state))
-        for index, module in enumerate(loaded.attn):
-            handles.append(module.register_forward_pre_hook(_layer_setter(state, index)))
-        yield state
-    finally:
-        for handle in handles:
-            handle.remove()
-        for name, home in homes.items():
-            for tap, original in zip(_TAPPED, saved[name], strict=True):
-                setattr(home, tap, original)
-
-
-def _layer_setter(state: _TapState, index: int) -> Any:
-    def hook(module: Any, args: Any) -> None:
-        state.layer = index
-
-    return hook
 
 
 def capture(
@@ -452,19 +551,24 @@ def capture(
 
     ``input_ids`` is ``(N,)`` or ``(1, N)``; ``position_ids`` (default
     ``0..N-1``) sets the RoPE angle ``p_n theta_l`` of token ``n``; the mask is
-    causal by index. Each layer's attention probabilities are rebuilt from the
-    capture and compared with the model's own; with ``validate`` a largest
-    difference above :data:`RECONSTRUCTION_TOL` raises ``ValidationError``.
+    causal by index. Each layer is rebuilt from the capture and compared with
+    the model's own tensors: the rotated queries/keys (relative to their
+    largest entry), the pre-softmax logits on the attended pairs (relative to
+    the largest logit) and the probabilities (absolute). With ``validate``, a
+    difference above :data:`ROPE_TOL`, :data:`LOGIT_TOL` or
+    :data:`RECONSTRUCTION_TOL` raises ``ValidationError``.
     ``keep_probs=False`` drops the ``(H, N, N)`` probabilities after that check
-    (they dominate memory at large N).
+    (they dominate memory at large N); ``keep_logits`` keeps the model's
+    output logits ``(N, vocab)``.
     """
     ids = as_input_ids(loaded, input_ids)  # (1, N)
     pos = as_position_ids(ids, position_ids)  # (1, N)
     check_positions(loaded, pos)
     if loaded.model.config._attn_implementation != "eager":
         raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
-    positions = pos[0].cpu().numpy()
-    with rope_taps(loaded, positions, keep_probs=keep_probs) as state, torch.no_grad():
+    state = _CaptureState(loaded, pos[0].cpu().numpy(), keep_probs)
+    with taps(loaded, on_rope=_on_rope(state), on_attention=_on_attention(state),
+              on_logits=_on_logits(state)), torch.no_grad():  # fmt: skip
         # an explicit all-ones mask keeps the mask causal by index: without it,
         # transformers reads non-+1 steps in position_ids as packed sequences
         out = loaded.model(
@@ -479,9 +583,22 @@ def capture(
         positions=pos[0].cpu(),
         logits=out.logits[0].float() if keep_logits else None,
     )
-    if validate and not result.reconstruction_max_abs_diff <= RECONSTRUCTION_TOL:
-        raise ValidationError(
-            f"reconstruction_max_abs_diff {result.reconstruction_max_abs_diff:.2e} exceeds "
-            f"{RECONSTRUCTION_TOL:g}: the capture does not reproduce the model's attention"
-        )
+    if validate:
+        check_reconstruction(result)
     return result
+
+
+def check_reconstruction(cache: Capture) -> None:
+    """Raise ``ValidationError`` when any rebuild misses its tolerance (one line, all numbers)."""
+    checks = (
+        ("reconstruction_max_abs_diff", cache.reconstruction_max_abs_diff, RECONSTRUCTION_TOL),
+        ("logit_max_rel_diff", cache.logit_max_rel_diff, LOGIT_TOL),
+        ("rope_max_rel_diff", cache.rope_max_rel_diff, ROPE_TOL),
+    )
+    if all(value <= tol for _, value, tol in checks):
+        return
+    raise ValidationError(
+        ", ".join(f"{name} {value:.2e} {'exceeds' if not value <= tol else 'within'} {tol:g}"
+                  for name, value, tol in checks)
+        + ": the capture does not reproduce the model's attention"
+    )  # fmt: skip

@@ -10,24 +10,23 @@ range:
 
 (``R(L) q`` against the unrotated ``k`` is ``s q^T R(-L) k``, the logit at
 distance ``L``). The model is not re-implemented: :func:`distance_cap`
-wraps the modeling module's ``apply_rotary_pos_emb`` to keep the unrotated
-``q``/``k`` of the running layer (as the capture does) and registers
+uses :func:`ropesplit.empirical.taps.taps` to keep the unrotated ``q``/``k``
+of the running layer (``on_rope``, as the capture does) and to register
 :func:`capped_attention` in transformers' ``AttentionInterface`` under
-:data:`CAP_ATTENTION`, switching the model to it for the block. The mask,
-softmax and value product are those of ``eager_attention_forward``.
+:data:`CAP_ATTENTION` for the block. The mask, softmax and value product are
+those of ``eager_attention_forward``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.taps import TapState, taps
 
 from ropesplit.errors import RopesplitError
 
@@ -44,7 +43,7 @@ class _CapState:
     positions: torch.Tensor  # (B, N) the position ids of the batch
     rotary: Any  # the model's rotary embedding module
     raw: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    layer: int | None = None  # the attention module now running (its index)
+    taps: TapState | None = None  # says which attention module is running
     far: int = 0  # pairs evaluated at the cap so far (all layers, heads count once)
 
 
@@ -119,7 +118,8 @@ def capped_attention(
     state = _STATE[-1]
     if kwargs.get("sliding_window") or kwargs.get("softcap"):
         raise RopesplitError("the distance cap supports full attention without soft-capping")
-    q_raw, k_raw = state.raw.pop(state.layer if state.layer is not None else -1)
+    assert state.taps is not None
+    q_raw, k_raw = state.raw.pop(state.taps.running())
     n_rep = query.shape[1] // key.shape[1]
     cos, sin = state.rotary(q_raw, torch.full_like(state.positions[:, :1], state.cap))  # (B, 1, d)
     q_cap = q_raw * cos[:, None] + _rotate_half(q_raw) * sin[:, None]  # (B, H, N, d): R(L) q
@@ -150,20 +150,14 @@ def _check_table(q: torch.Tensor, cos: torch.Tensor) -> None:
         raise RopesplitError("the distance cap needs the half-split RoPE layout")
 
 
-def _rope_wrapper(original: Any, state: _CapState) -> Any:
-    signature = inspect.signature(original)
-
-    def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        _check_table(bound.arguments["q"], bound.arguments["cos"])
-        if int(bound.arguments.get("unsqueeze_dim", 1)) != 1:
+def _record_unrotated(state: _CapState) -> Any:
+    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
+        _check_table(arguments["q"], arguments["cos"])
+        if int(arguments.get("unsqueeze_dim", 1)) != 1:
             raise RopesplitError("the distance cap needs q/k laid out (B, H, N, d)")
-        key = state.layer if state.layer is not None else -1
-        state.raw[key] = (bound.arguments["q"], bound.arguments["k"])  # unrotated
-        return original(*args, **kwargs)
+        state.raw[layer] = (arguments["q"], arguments["k"])  # unrotated
 
-    return apply_rotary_pos_emb
+    return record
 
 
 @contextlib.contextmanager
@@ -171,42 +165,20 @@ def distance_cap(loaded: LoadedModel, positions: torch.Tensor, cap: int) -> Iter
     r"""Within the block, the model's attention evaluates every distance above ``cap`` at ``cap``.
 
     ``positions`` ``(B, N)`` are the position ids the block's forward pass
-    receives. The model's attention implementation, the modeling module's
-    ``apply_rotary_pos_emb`` and the pre-hooks are restored in ``finally``.
+    receives. The taps (``apply_rotary_pos_emb``, the registered attention,
+    the model's attention implementation, the pre-hooks) are restored in
+    ``finally``.
     """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
     if cap < 0:
         raise RopesplitError(f"distance cap must be >= 0, got {cap}")
     if _STATE:
         raise RopesplitError("distance_cap() blocks do not nest")
-    AttentionInterface.register(CAP_ATTENTION, capped_attention)
-    AttentionMaskInterface.register(CAP_ATTENTION, eager_mask)
     state = _CapState(int(cap), positions, _rotary_module(loaded))
-    homes = {type(m).__module__: sys.modules[type(m).__module__] for m in loaded.attn}
-    saved = {name: home.apply_rotary_pos_emb for name, home in homes.items()}
-    previous = loaded.model.config._attn_implementation
-    handles = []
     try:
-        for name, home in homes.items():
-            home.apply_rotary_pos_emb = _rope_wrapper(saved[name], state)
-        for index, module in enumerate(loaded.attn):
-            handles.append(module.register_forward_pre_hook(_layer_setter(state, index)))
-        loaded.model.config._attn_implementation = CAP_ATTENTION
-        _STATE.append(state)
-        yield state
+        with taps(loaded, on_rope=_record_unrotated(state),
+                  attention=(CAP_ATTENTION, capped_attention)) as tap_state:  # fmt: skip
+            state.taps = tap_state
+            _STATE.append(state)
+            yield state
     finally:
         _STATE.clear()
-        loaded.model.config._attn_implementation = previous
-        for handle in handles:
-            handle.remove()
-        for name, home in homes.items():
-            home.apply_rotary_pos_emb = saved[name]
-
-
-def _layer_setter(state: _CapState, index: int) -> Any:
-    def hook(module: Any, args: Any) -> None:
-        state.layer = index
-
-    return hook

@@ -103,6 +103,10 @@ def test_capture_reproduces_the_models_attention(arch):
     name, loaded, cache, expected, n_kv = arch
     assert len(cache) == 2
     assert cache.reconstruction_max_abs_diff <= 1e-5, name
+    # logit level: the rebuilt R q, R k and pre-softmax W against the model's own tensors
+    assert cache.rope_max_rel_diff <= 1e-6, name
+    assert cache.logit_max_rel_diff <= 1e-6, name
+    assert all(cache["logit_scale", layer] > 0 for layer in range(2))
     for layer, (window, softcap, rotary_dim, base) in enumerate(expected):
         assert cache["q", layer].shape == (4, N_TOKENS, 16)
         assert cache["k", layer].shape == (n_kv, N_TOKENS, 16)
@@ -131,6 +135,40 @@ def test_probs_are_the_models_output_attentions(arch):
 def test_taps_are_removed_after_capture(arch):
     _, loaded, _, _, _ = arch
     home = sys.modules[type(loaded.attn[0]).__module__]
+    assert home.apply_rotary_pos_emb.__module__ == home.__name__
+    assert home.eager_attention_forward.__module__ == home.__name__
+    assert torch.nn.functional.softmax.__module__ == "torch.nn.functional"
+    assert not any(m._forward_pre_hooks for m in loaded.attn)
+
+
+def test_taps_restore_everything_even_when_the_block_fails():
+    """One patching module: wrappers, hooks, the registered attention and the
+    model's attention implementation all go back in ``finally``."""
+    from ropesplit.empirical.taps import taps
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    home = sys.modules[type(loaded.attn[0]).__module__]
+    seen = []
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        return home.eager_attention_forward(module, query, key, value, attention_mask, scaling,
+                                            dropout=dropout, **kwargs)  # fmt: skip
+
+    with pytest.raises(RuntimeError, match="inside"):
+        with taps(loaded, on_rope=lambda layer, a, r: seen.append(("rope", layer)),
+                  on_attention=lambda layer, a, r: seen.append(("attn", layer)),
+                  attention=("ropesplit_test", attention)):  # fmt: skip
+            assert loaded.model.config._attn_implementation == "ropesplit_test"
+            with torch.no_grad():
+                loaded.model(input_ids=token_ids()[None], use_cache=False)
+            raise RuntimeError("inside")
+    # each layer: its rope, then the registered attention (which calls the eager one)
+    assert seen == [("rope", 0), ("attn", 0), ("attn", 0), ("rope", 1), ("attn", 1), ("attn", 1)]
+    assert loaded.model.config._attn_implementation == "eager"
+    assert "ropesplit_test" not in AttentionInterface._global_mapping
+    assert "ropesplit_test" not in AttentionMaskInterface._global_mapping
     assert home.apply_rotary_pos_emb.__module__ == home.__name__
     assert home.eager_attention_forward.__module__ == home.__name__
     assert not any(m._forward_pre_hooks for m in loaded.attn)
@@ -295,15 +333,50 @@ def test_positions_beyond_the_context_are_refused():
 def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
     """A capture that misreads the scale must be refused at the real tolerance, 1e-4."""
     cap = importlib.import_module("ropesplit.empirical.capture")  # the module, not the function
-    original = cap.rebuild_probs
+    original = cap.rebuild_logits
 
     def wrong_scale(q, k, cos, sin, kv_map, attn_scale, **kw):
         return original(q, k, cos, sin, kv_map, 1.5 * attn_scale, **kw)
 
-    monkeypatch.setattr(cap, "rebuild_probs", wrong_scale)
+    monkeypatch.setattr(cap, "rebuild_logits", wrong_scale)
     loaded = load_model(ARCHS["llama"][0], seed=0)
-    with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001"):
+    with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001, "
+                       r"logit_max_rel_diff .* exceeds 1e-05") as info:  # fmt: skip
         cap.capture(loaded, token_ids())
+    assert "\n" not in str(info.value)
+
+
+def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeypatch):
+    """Issue 9 point 5: a logit error on pairs whose probability is tiny moves
+    the probabilities by far less than 1e-4, yet every statistic is computed
+    on logits. Rebuilt logits lowered by 30 wherever they already sit 20 below
+    their row's largest (p < e^-20) pass the probability check and fail the
+    logit check."""
+    cap = importlib.import_module("ropesplit.empirical.capture")
+    original = cap.rebuild_logits
+
+    def low_pairs_wrong(*args, **kw):
+        logits = original(*args, **kw)  # (h, N, N), every pair
+        n = logits.shape[-1]
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        top = logits.masked_fill(~causal, -math.inf).amax(-1, keepdim=True)  # (h, N, 1)
+        return torch.where(causal & (logits < top - 20), logits - 30, logits)
+
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    with torch.no_grad():  # sharp attention: logits spread over tens of units
+        for module in loaded.attn:
+            module.q_proj.weight.mul_(30.0)
+            module.k_proj.weight.mul_(30.0)
+    honest = cap.capture(loaded, token_ids())
+    assert honest.validation()["logit_scale"] > 40
+    assert honest.logit_max_rel_diff <= 1e-6 and honest.reconstruction_max_abs_diff <= 1e-6
+    monkeypatch.setattr(cap, "rebuild_logits", low_pairs_wrong)
+    wrong = cap.capture(loaded, token_ids(), validate=False)
+    note_ = (wrong.reconstruction_max_abs_diff, wrong.logit_max_rel_diff)
+    assert wrong.reconstruction_max_abs_diff <= cap.RECONSTRUCTION_TOL, note_  # let through
+    assert wrong.logit_max_rel_diff > 100 * cap.LOGIT_TOL, note_  # caught
+    with pytest.raises(ValidationError, match=r"within 0\.0001, logit_max_rel_diff .* exceeds"):
+        cap.check_reconstruction(wrong)
 
 
 def test_jumping_position_ids_keep_the_mask_causal_by_index():
