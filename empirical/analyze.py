@@ -65,6 +65,7 @@ class Analysis:
     reconstruction_max_abs_diff: float
     heads: list[dict[str, Any]]  # one row per (layer, head): ids, rope_base, STATISTICS
     seconds: dict[str, float] = field(default_factory=dict)  # "capture", "analysis"
+    validation: dict[str, float] = field(default_factory=dict)  # Capture.validation(): logit level
 
     @property
     def summary(self) -> dict[str, float]:
@@ -86,6 +87,7 @@ class Analysis:
             "tokens": len(self.token_ids),
             "token_ids": self.token_ids,
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
+            **self.validation,
             "heads": self.heads,
             "summary": self.summary,
         }
@@ -202,6 +204,7 @@ def analyze(
         reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
         heads=rows,
         seconds={"capture": captured - start, "analysis": done - captured},
+        validation=cache.validation(),
     )
 
 
