@@ -6,6 +6,7 @@ Modules, one idea each:
     bound       the remainder E and its bound, term by term      (section 3)
     split       W = f + g + E as dense matrices for one head      (sections 2-3)
     fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
+    perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
     synthetic   queries and keys that satisfy, ignore or violate the pattern
 

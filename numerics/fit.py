@@ -1,25 +1,30 @@
-r"""The three-axis fit :math:`W_{ij} \approx a_{i-j} + b_i + c_j` (THEORY.md sections 4-5).
+r"""Additive least-squares fits on the masked pairs (THEORY.md sections 4-5).
 
-Least squares over the masked pairs :math:`\mathcal M`:
+The three-axis fit :math:`W_{ij} \approx a_{i-j} + b_i + c_j` and the
+two-axis fit :math:`W_{ij} \approx u_i + v_j` (a query effect plus a key
+effect: the controlled-distance experiment), least squares over the masked
+pairs :math:`\mathcal M`:
 
 .. math::
     \min_{a,b,c} \sum_{(i,j)\in\mathcal M} (W_{ij} - a_{i-j} - b_i - c_j)^2
     \quad\Longleftrightarrow\quad G x = A^\top w
 
-with :math:`x = (a, b, c)` and :math:`A` the 0/1 design matrix of the pairs.
+with :math:`x = (a, b, c)` (or :math:`(b, c)`) and :math:`A` the 0/1 design
+matrix of the pairs.
 The Gram matrix :math:`G = A^\top A` depends on the mask only (pairs per
 distance, row and column, and their cross counts) and the right-hand side
 :math:`A^\top w` is the masked diagonal, row and column sums of ``W``.  For a
 causal (banded) mask :math:`G x` costs ``O(N)`` with cumulative sums, so the
 normal equations are solved to convergence (relative residual
 :data:`TOL`) by conjugate gradients with a diagonal preconditioner, all
-heads at once, and the solver is cached per ``(N, window)``.
+heads (or matrices: :func:`additive_fits`) at once, and the solver is cached
+per ``(N, window, axes)``.
 
 :math:`G` is singular: the gauge directions (a constant moved between ``a``
-and ``b``, or ``b`` and ``c``, and the trend :math:`b_i = \alpha i`,
+and ``b``, or ``b`` and ``c``, and, three-axis, the trend :math:`b_i = \alpha i`,
 :math:`c_j = -\alpha j`, :math:`a_D = -\alpha D`) change no fitted value.
 CG started at 0 stays orthogonal to them; the returned solution is then
-normalised (``c`` without mean or trend, ``b`` without mean).
+normalised (``c`` without mean, and three-axis without trend and ``b`` without mean).
 """
 
 from __future__ import annotations
@@ -33,7 +38,15 @@ from ropesplit.numerics import _inputs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["TOL", "BandGram", "ThreeAxisFit", "band_gram", "three_axis_fit"]
+__all__ = [
+    "TOL",
+    "AdditiveFits",
+    "BandGram",
+    "ThreeAxisFit",
+    "additive_fits",
+    "band_gram",
+    "three_axis_fit",
+]
 
 TOL = 1e-12  # relative residual ||G x - r|| / ||r|| at which CG stops
 
@@ -90,39 +103,48 @@ class _Gram:
             rz = rz_new
         if (np.linalg.norm(res, axis=0) <= np.sqrt(tol) * np.linalg.norm(rhs, axis=0)).all():
             return x, 10 * k  # stalled at the rounding floor, still far below any use
-        raise RopesplitError(f"three-axis fit did not converge in {10 * k} iterations")
+        raise RopesplitError(f"additive fit did not converge in {10 * k} iterations")
 
     def normalise(self, x: np.ndarray) -> np.ndarray:
         """Move ``x (K, H)`` along the gauge directions: ``c`` no mean, no trend; ``b`` no mean."""
         a, b, c = x[: self.n_a], x[self.n_a : self.n_a + self.n], x[self.n_a + self.n :]
         j = np.arange(self.n, dtype=np.float64)[:, None] - (self.n - 1) / 2
         dist = np.arange(self.n_a, dtype=np.float64)[:, None] + self.d_min
-        if self.n > 1:  # trend: a_D -= t D, b_i += t i, c_j -= t j leaves every fit alone
+        if self.n > 1 and self.n_a > 0:  # trend: a_D -= t D, b_i += t i, c_j -= t j: same fit
             t = -(j * c).sum(0) / (j * j).sum()  # (H,)
             a, b, c = a - t * dist, b + t * (j + (self.n - 1) / 2), c - t * (j + (self.n - 1) / 2)
         shift = c.mean(0)
         b, c = b + shift, c - shift
-        shift = b.mean(0)
-        a, b = a + shift, b - shift
+        if self.n_a > 0:  # three axes: b's mean goes into a
+            shift = b.mean(0)
+            a, b = a + shift, b - shift
         return np.concatenate([a, b, c])
 
 
 class BandGram(_Gram):
-    """``G`` for the causal mask ``0 <= i - j < window`` on ``N`` tokens: ``O(N)`` per product."""
+    """``G`` for the causal mask ``0 <= i - j < window`` on ``N`` tokens: ``O(N)`` per product.
 
-    def __init__(self, n: int, window: int | None) -> None:
+    ``axes=3``: unknowns ``(a, b, c)``; ``axes=2``: ``(b, c)`` only (``n_a = 0``).
+    """
+
+    def __init__(self, n: int, window: int | None, axes: int = 3) -> None:
+        if axes not in (2, 3):
+            raise RopesplitError(f"axes must be 2 or 3, got {axes}")
         self.n = n
-        self.n_a = n_a = n if window is None else min(n, window)  # distances 0 .. n_a - 1
+        self.axes = axes
+        reach = n if window is None else min(n, window)  # distances 0 .. reach - 1
+        self.n_a = n_a = reach if axes == 3 else 0
         i = np.arange(n)
         self.count_a = (n - np.arange(n_a)).astype(np.float64)  # pairs per distance
-        self.count_b = np.minimum(i + 1, n_a).astype(np.float64)  # pairs per row
-        self.count_c = np.minimum(n - i, n_a).astype(np.float64)  # pairs per column
+        self.count_b = np.minimum(i + 1, reach).astype(np.float64)  # pairs per row
+        self.count_c = np.minimum(n - i, reach).astype(np.float64)  # pairs per column
         self.diag = np.concatenate([self.count_a, self.count_b, self.count_c])
         self._a_to = np.minimum(i, n_a - 1) + 1  # row i sees distances 0 .. min(i, n_a-1)
         self._a_to_c = np.minimum(n - 1 - i, n_a - 1) + 1  # column j: 0 .. min(n-1-j, n_a-1)
-        self.first_col = np.maximum(0, i - n_a + 1)  # row i sees columns first_col .. i
-        self.last_row = np.minimum(n - 1, i + n_a - 1)  # column j sees rows j .. last_row
-        self.pairs = int(self.count_a.sum())
+        self.first_col = np.maximum(0, i - reach + 1)  # row i sees columns first_col .. i
+        self.last_row = np.minimum(n - 1, i + reach - 1)  # column j sees rows j .. last_row
+        self.reach = reach
+        self.pairs = int(self.count_b.sum())
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         r"""``G x`` for ``x (K, H)``: the fit summed per distance, row and column."""
@@ -134,16 +156,34 @@ class BandGram(_Gram):
         cc = np.concatenate([zero, np.cumsum(c, 0)])  # (N + 1, H)
         dist = np.arange(n_a)
         i = np.arange(n)
+        yb = self.count_b[:, None] * b + (cc[i + 1] - cc[self.first_col])
+        yc = self.count_c[:, None] * c + (cb[self.last_row + 1] - cb[i])
+        if n_a == 0:  # two axes
+            return np.concatenate([yb, yc])
         ya = self.count_a[:, None] * a + (cb[n] - cb[dist]) + cc[n - dist]
-        yb = self.count_b[:, None] * b + ca[self._a_to] + (cc[i + 1] - cc[self.first_col])
-        yc = self.count_c[:, None] * c + ca[self._a_to_c] + (cb[self.last_row + 1] - cb[i])
-        return np.concatenate([ya, yb, yc])
+        return np.concatenate([ya, yb + ca[self._a_to], yc + ca[self._a_to_c]])
+
+    def sums(self, w: np.ndarray) -> np.ndarray:
+        r"""``A^T w`` for ``K`` matrices ``w (K, N, N)``: ``(rows, K)``.
+
+        The masked distance (three axes), row and column sums; entries off
+        the mask are ignored.
+        """
+        n, reach = self.n, self.reach
+        band = np.tril(np.triu(np.ones((n, n), dtype=bool), -(reach - 1)))  # (N, N): the mask
+        masked = np.where(band, w, 0.0)  # (K, N, N)
+        parts = [masked.sum(axis=2).T, masked.sum(axis=1).T]  # rows (N, K), columns (N, K)
+        if self.n_a:
+            diagonals = [np.diagonal(masked, offset=-dd, axis1=1, axis2=2).sum(axis=1)
+                         for dd in range(self.n_a)]  # fmt: skip  # n_a x (K,)
+            parts.insert(0, np.stack(diagonals))  # (n_a, K)
+        return np.concatenate(parts)
 
 
 @functools.lru_cache(maxsize=8)
-def band_gram(n: int, window: int | None = None) -> BandGram:
-    """The cached :class:`BandGram` for ``N`` tokens and a sliding window (None: none)."""
-    return BandGram(n, window)
+def band_gram(n: int, window: int | None = None, axes: int = 3) -> BandGram:
+    """The cached :class:`BandGram` for ``N`` tokens, a sliding window (None: none) and ``axes``."""
+    return BandGram(n, window, axes)
 
 
 class _MaskGram(_Gram):
@@ -208,3 +248,60 @@ def three_axis_fit(W: Any, mask: Any = None) -> ThreeAxisFit:
     r = float(centred @ (fit_values - values.mean()) / spread) if spread > 0 else float("nan")
     return ThreeAxisFit(a=x[: gram.n_a], b=x[gram.n_a : gram.n_a + n], c=x[gram.n_a + n :],
                         d_min=gram.d_min, fitted=fitted, r=r, iterations=iterations)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AdditiveFits:
+    """Fits of ``K`` matrices on the causal band: ``a[i - j] + b[i] + c[j]`` (or ``b + c``)."""
+
+    a: np.ndarray | None  # (K, n_a) distance effect a_D, D = 0 .. n_a - 1; None for two axes
+    b: np.ndarray  # (K, N) query (row) effect
+    c: np.ndarray  # (K, N) key (column) effect: mean 0 (three axes: no linear trend either)
+    iterations: int  # CG iterations to convergence
+
+    def fitted(self) -> np.ndarray:
+        """The fitted values ``(K, N, N)`` (every entry, masked or not)."""
+        out = self.b[:, :, None] + self.c[:, None, :]  # (K, N, N)
+        if self.a is not None:
+            n = self.b.shape[1]
+            gap = np.clip(np.subtract.outer(np.arange(n), np.arange(n)), 0, self.a.shape[1] - 1)
+            out = out + self.a[:, gap]  # a[i - j] (clipped off the mask)
+        return out
+
+
+def additive_fits(w: Any, *, axes: int, window: int | None = None) -> AdditiveFits:
+    r"""Least squares of ``K`` matrices ``w (K, N, N)`` at once over the causal band.
+
+    .. math:: \min \sum_{0 \le i - j < \mathrm{window}} (W_{ij} - u_i - v_j)^2
+              \quad (\text{axes}=2),\qquad
+              \min \sum (W_{ij} - a_{i-j} - b_i - c_j)^2 \quad (\text{axes}=3)
+
+    One cached ``O(N)`` Gram (:func:`band_gram`) serves every matrix; each
+    matrix is centred on its masked mean first (the constant is in every
+    fit's span) and the mean goes back into ``b`` (two axes) or ``a``.
+
+    >>> import numpy as np
+    >>> i, j = np.indices((5, 5))
+    >>> fits = additive_fits((i**2 + np.sqrt(j))[None], axes=2)
+    >>> bool(np.allclose(fits.fitted()[0][i >= j], (i**2 + np.sqrt(j))[i >= j]))
+    True
+    """
+    x = _inputs.as_float64("w", w, 3)
+    k, n, n2 = x.shape
+    if n != n2 or n < 1:
+        raise RopesplitError(f"w must be (K, N, N) with N >= 1, got {x.shape}")
+    gram = band_gram(n, window, axes)
+    sums = gram.sums(x)  # (rows, K)
+    mean = sums[gram.n_a : gram.n_a + n].sum(axis=0) / gram.pairs  # (K,) masked mean
+    rhs = sums - gram.diag[:, None] * mean  # A^T (w - mean)
+    # a constant matrix leaves only rounding in rhs: nothing to fit (CG would chase the noise)
+    rhs[:, np.linalg.norm(rhs, axis=0) <= 1e-13 * np.linalg.norm(sums, axis=0)] = 0.0
+    live = np.linalg.norm(rhs, axis=0) > 0  # (K,)
+    solution = np.zeros_like(rhs)
+    iterations = 0
+    if live.any():
+        solution[:, live], iterations = gram.solve(rhs[:, live])
+    solution = gram.normalise(solution)  # (rows, K)
+    a = solution[: gram.n_a].T + mean[:, None] if axes == 3 else None  # (K, n_a)
+    b = solution[gram.n_a : gram.n_a + n].T + (mean[:, None] if axes == 2 else 0.0)  # (K, N)
+    return AdditiveFits(a=a, b=b, c=solution[gram.n_a + n :].T, iterations=iterations)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
+from hypothesis.extra.numpy import arrays
 from hypothesis import strategies as st
 from ropesplit.numerics._inputs import causal_mask
 from ropesplit.numerics.fit import band_gram, three_axis_fit
@@ -95,3 +96,67 @@ def test_fit_converges_at_long_sequences():
 def test_fit_errors(w, mask, message):
     with pytest.raises(RopesplitError, match=message):
         three_axis_fit(w, mask)
+
+
+def lstsq_fit_axes(w, mask, axes):
+    """Reference twin of a two- or three-axis fit: dense design matrix, float64 lstsq."""
+    n = w.shape[0]
+    rows, cols = np.nonzero(mask)
+    blocks = [np.eye(n)[rows], np.eye(n)[cols]]  # (pairs, N) each: u_i, v_j
+    if axes == 3:
+        blocks.insert(0, np.eye(n)[rows - cols])  # a_{i-j}
+    design = np.concatenate(blocks, axis=1)
+    return design @ np.linalg.lstsq(design, w[rows, cols], rcond=None)[0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(w=arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(1, 12)).map(
+           lambda kn: (kn[0], kn[1], kn[1])), elements=st.integers(-40, 40).map(lambda v: v / 4)),
+       axes=st.sampled_from([2, 3]), window=st.one_of(st.none(), st.integers(1, 12)))  # fmt: skip
+def test_additive_fits_match_dense_lstsq(w, axes, window):
+    from ropesplit.numerics.fit import additive_fits
+
+    n = w.shape[1]
+    mask = causal_mask(n, window)
+    fits = additive_fits(w, axes=axes, window=window)
+    fitted = fits.fitted()
+    for k in range(w.shape[0]):
+        np.testing.assert_allclose(fitted[k][mask], lstsq_fit_axes(w[k], mask, axes),
+                                   rtol=0, atol=1e-8 * max(1.0, np.abs(w).max()))  # fmt: skip
+    np.testing.assert_allclose(fits.c.mean(axis=1), 0.0, atol=1e-9 * max(1.0, np.abs(w).max()))
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 20), window=st.one_of(st.none(), st.integers(1, 20)),
+       seed=st.integers(0, 2**32 - 1))  # fmt: skip
+def test_two_axis_band_gram_is_the_gram_matrix_of_the_mask(n, window, seed):
+    gram = band_gram(n, window, 2)
+    rows, cols = np.nonzero(causal_mask(n, window))
+    design = np.zeros((rows.size, 2 * n))
+    design[np.arange(rows.size), rows] = 1
+    design[np.arange(rows.size), n + cols] = 1
+    x = np.random.default_rng(seed).normal(size=(2 * n, 3))
+    np.testing.assert_allclose(gram.apply(x), design.T @ (design @ x), rtol=1e-12, atol=1e-10)
+    w = np.random.default_rng(seed).normal(size=(3, n, n))
+    np.testing.assert_allclose(gram.sums(w), np.stack([design.T @ wk[rows, cols] for wk in w], 1),
+                               rtol=1e-12, atol=1e-10)  # fmt: skip
+
+
+def test_additive_fits_three_axes_equal_three_axis_fit():
+    from ropesplit.numerics.fit import additive_fits
+
+    w = np.random.default_rng(1).normal(size=(2, 40, 40))
+    fits = additive_fits(w, axes=3)
+    for k in range(2):
+        one = three_axis_fit(w[k])
+        np.testing.assert_allclose(fits.a[k], one.a, atol=1e-9)
+        np.testing.assert_allclose(fits.b[k], one.b, atol=1e-9)
+        np.testing.assert_allclose(fits.c[k], one.c, atol=1e-9)
+
+
+def test_additive_fits_of_a_constant_matrix_need_no_solve():
+    from ropesplit.numerics.fit import additive_fits
+
+    fits = additive_fits(np.full((1, 6, 6), 2.5), axes=2)
+    np.testing.assert_allclose(fits.fitted()[0], 2.5)
+    assert fits.iterations == 0 and np.all(fits.c == 0)

@@ -1,0 +1,251 @@
+r"""The experiments' measures on known arrays: dummy distances and moved positions (THEORY.md 3-4).
+
+Everything works on one layer's complex pairs ``qc, kc (H, N, P)`` (query
+head ``h`` beside the key head it reads), frequencies ``theta (P,)`` and the
+scale ``s``; ``kbar`` is each head's mean key unless given ``(H, P)``, and
+``delta~_j = k~_j - kbar~``.
+
+**Controlled distance** (the paper's claim 3). The same pairs at one dummy
+distance ``D`` for every pair, and the split of THEORY.md section 3:
+
+.. math::
+    W^D_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}e^{i\theta_l D}
+             = f(q_i, D) + g_{ij} + E^D_{ij}
+
+``f(q_i, D)`` is query-only, so the two-axis fit ``u_i + v_j`` (:mod:`.fit`)
+of ``W^D`` and of ``g`` differ in their key effects ``v`` by exactly the key
+effect of ``E^D``. Per head and ``D`` (over the causal pairs):
+
+- ``key_corr``: Pearson ``corr_j(v^D_j, v^g_j)``, the same fit on both
+  sides; exactly 1 when ``E = 0`` (keys deviate only in non-rotating pairs),
+  lower as ``E^D`` grows;
+- ``query_share``: the share of ``X = W^D - W^0`` that a query-only term
+  explains, ``1 - sum (X_ij - xbar_i)^2 / sum X_ij^2`` with ``xbar_i`` the
+  row mean (``X = f(q_i, D) - f(q_i, 0) + E^D`` since ``E^0 = 0``): exactly 1
+  when ``E = 0``;
+- ``logit_change``: ``RMS(W^D - W^0) / std(W^0)``, how far the logits moved;
+- ``remainder_share``: ``||E^D|| / ||W^D - mean(W^D)||``.
+
+**Moved positions** (THEORY.md section 4, position perturbation). Positions
+``p -> p'`` change pair ``(i, j)``'s distance by
+``tau_ij = (p'_i - p'_j) - (p_i - p_j)`` (jitter by up to ``2t``); with the
+same ``q``, ``k``:
+
+.. math::
+    \Delta X_{ij} = s\,\mathrm{Re}\sum_l h^X_{ijl}e^{i\theta_l\Delta_{ij}}
+                    (e^{i\theta_l\tau_{ij}} - 1),\qquad
+    |\Delta X_{ij}| \le s\sum_l |h^X_{ijl}|\,2|\sin(\theta_l\tau_{ij}/2)|
+
+for ``h^W = q~_i conj(k~_j)``, ``h^f = q~_i conj(kbar~)``,
+``h^E = q~_i conj(delta~_j)`` (``g`` does not move). :func:`pair_logits`
+gives ``W`` and ``g`` at chosen pairs, to compare two captures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ropesplit.numerics import _inputs
+from ropesplit.numerics.fit import additive_fits
+
+from ropesplit.errors import RopesplitError
+
+__all__ = [
+    "DISTANCE_MEASURES",
+    "causal_pairs",
+    "controlled_distance",
+    "pair_logits",
+    "query_only_share",
+    "shift_change",
+]
+
+DISTANCE_MEASURES = ("key_corr", "query_share", "logit_change", "remainder_share")
+
+
+def _pairs_of(qc: Any, kc: Any, theta: Any, kbar: Any) -> tuple[np.ndarray, ...]:
+    """Checked ``qc, kc (H, N, P)``, ``theta (P,)``, ``kbar (H, P)`` and ``delta (H, N, P)``."""
+    q = np.asarray(qc, dtype=np.complex128)
+    k = np.asarray(kc, dtype=np.complex128)
+    if q.ndim != 3 or q.shape != k.shape:
+        raise RopesplitError(f"qc and kc must both be (H, N, P), got {q.shape} and {k.shape}")
+    th = _inputs.as_float64("theta", theta, 1)
+    if th.shape != q.shape[2:]:
+        raise RopesplitError(f"theta must have shape ({q.shape[2]},), got {th.shape}")
+    kb = k.mean(axis=1) if kbar is None else np.asarray(kbar, dtype=np.complex128)
+    if kb.shape != (q.shape[0], q.shape[2]):
+        raise RopesplitError(f"kbar must have shape {(q.shape[0], q.shape[2])}, got {kb.shape}")
+    return q, k, th, kb, k - kb[:, None, :]
+
+
+def _corr(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of two vectors; NaN when either is constant."""
+    xc, yc = x - x.mean(), y - y.mean()
+    norm = float(np.sqrt((xc @ xc) * (yc @ yc)))
+    return float(xc @ yc) / norm if norm > 0 else float("nan")
+
+
+def query_only_share(x: Any, mask: Any) -> np.ndarray:
+    r"""Share of ``x (..., N, N)`` on ``mask`` explained by a query-only (row) term, ``(...)``.
+
+    .. math:: 1 - \frac{\sum_{(i,j)\in\mathcal M}(x_{ij} - \bar x_i)^2}
+              {\sum_{(i,j)\in\mathcal M} x_{ij}^2},\qquad
+              \bar x_i = \mathrm{mean}_{j:(i,j)\in\mathcal M}\, x_{ij}
+
+    (the row mean is the best query-only term in least squares). NaN where
+    ``x`` is 0 on the mask.
+    """
+    values = np.asarray(x, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    counts = np.maximum(m.sum(axis=1), 1)  # (N,)
+    masked = np.where(m, values, 0.0)  # (..., N, N)
+    row_mean = masked.sum(axis=-1) / counts  # (..., N)
+    residual = np.where(m, values - row_mean[..., None], 0.0)
+    total = (masked**2).sum(axis=(-2, -1))
+    left = (residual**2).sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, 1.0 - left / np.where(total > 0, total, 1.0), np.nan)
+
+
+def controlled_distance(
+    qc: Any,
+    kc: Any,
+    theta: Any,
+    scale: float,
+    distances: Any,
+    *,
+    kbar: Any = None,
+    window: int | None = None,
+) -> dict[str, np.ndarray]:
+    r"""The controlled-distance measures of the module docstring, each ``(H, K)``.
+
+    .. math:: \mathrm{key\_corr}_{hD} = \mathrm{corr}_j\big(v_j[W^D_h], v_j[g_h]\big),\qquad
+              \mathrm{query\_share}_{hD} = \mathrm{share}_{\text{query-only}}(W^D_h - W^0_h)
+
+    ``distances (K,)`` are the dummy distances ``D`` (each must be > 0:
+    ``W^0 = f(q, 0) + g`` exactly, so ``D = 0`` is the reference, not a test).
+    """
+    q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)
+    s = _inputs.check_scale(scale)
+    dist = _inputs.as_float64("distances", distances, 1)
+    if dist.size == 0 or not np.all(dist > 0):
+        raise RopesplitError(f"distances must be positive, got {dist.tolist()}")
+    (n_heads, n, _) = q.shape
+    mask = _inputs.causal_mask(n, _inputs.check_window(window))
+    kt = np.conj(k).transpose(0, 2, 1)  # (H, P, N)
+    w0 = s * np.real(q @ kt)  # (H, N, N): W at D = 0
+    g = s * np.real(q @ np.conj(dev).transpose(0, 2, 1))  # (H, N, N)
+    out = {name: np.empty((n_heads, dist.size)) for name in DISTANCE_MEASURES}
+    spread = np.array([np.std(w0[h][mask]) for h in range(n_heads)])  # (H,)
+    key_g = additive_fits(g, axes=2, window=window).c  # (H, N)
+    for index, d in enumerate(dist):
+        turn = np.exp(1j * th * d)  # (P,)
+        wd = s * np.real((q * turn) @ kt)  # (H, N, N)
+        f = s * np.real((q * turn) @ np.conj(kb)[:, :, None])  # (H, N, 1): f(q_i, D)
+        e = wd - f - g  # (H, N, N): E^D
+        key_d = additive_fits(wd, axes=2, window=window).c  # (H, N)
+        out["query_share"][:, index] = query_only_share(wd - w0, mask)
+        for h in range(n_heads):
+            out["key_corr"][h, index] = _corr(key_d[h], key_g[h])
+            change = np.sqrt(np.mean((wd[h] - w0[h])[mask] ** 2))
+            out["logit_change"][h, index] = change / spread[h] if spread[h] > 0 else np.nan
+            centred = np.linalg.norm(wd[h][mask] - wd[h][mask].mean())
+            norm_e = np.linalg.norm(e[h][mask])
+            out["remainder_share"][h, index] = norm_e / centred if centred > 0 else np.nan
+    return out
+
+
+def causal_pairs(
+    n_tokens: int, budget: int | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Query/key indices ``(i, j)``, ``j <= i``: all of them, or ``budget`` drawn uniformly.
+
+    Pair number ``m`` in row-major order is ``i = floor((sqrt(8m + 1) - 1)/2)``,
+    ``j = m - i(i + 1)/2``; the draw is without replacement, sorted.
+    """
+    total = n_tokens * (n_tokens + 1) // 2
+    if budget is None or budget >= total:
+        i, j = np.tril_indices(n_tokens)
+        return i, j
+    if budget < 1:
+        raise RopesplitError(f"pair budget must be at least 1, got {budget}")
+    m = np.sort(rng.choice(total, size=budget, replace=False))
+    i = ((np.sqrt(8.0 * m + 1.0) - 1.0) / 2.0).astype(np.int64)
+    i -= (i * (i + 1) // 2 > m).astype(np.int64)  # float rounding guard, both directions
+    i += ((i + 1) * (i + 2) // 2 <= m).astype(np.int64)
+    return i, m - i * (i + 1) // 2
+
+
+def _check_pairs(pairs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    i, j = (np.asarray(p, dtype=np.int64) for p in pairs)
+    if i.shape != j.shape or i.ndim != 1 or (i.size and (j.min() < 0 or i.max() >= n)):
+        raise RopesplitError(f"pairs must be two equal-length index arrays in [0, {n})")
+    return i, j
+
+
+def _positions(name: str, p: Any, n: int) -> np.ndarray:
+    x = _inputs.as_float64(name, p, 1)
+    if x.shape != (n,):
+        raise RopesplitError(f"{name} must have shape ({n},), got {x.shape}")
+    return x
+
+
+def shift_change(
+    qc: Any,
+    kc: Any,
+    theta: Any,
+    scale: float,
+    before: Any,
+    after: Any,
+    pairs: Any,
+    *,
+    kbar: Any = None,
+) -> dict[str, np.ndarray]:
+    r"""Measured change and bound for ``X = W, f, E`` at ``pairs`` when positions move.
+
+    .. math:: \Delta X_{ij} = s\,\mathrm{Re}\sum_l h^X_{ijl}e^{i\theta_l\Delta_{ij}}
+              (e^{i\theta_l\tau_{ij}} - 1),\qquad
+              B^X_{ij} = s\sum_l |h^X_{ijl}|\,2|\sin(\theta_l\tau_{ij}/2)|
+
+    ``before``, ``after`` are the positions ``(N,)`` (``Delta`` from
+    ``before``, ``tau`` the pair's actual distance change). Returns
+    ``measured_X = |Delta X|`` and ``bound_X``, each ``(H, M)``, and ``tau (M,)``.
+    """
+    q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)
+    s = _inputs.check_scale(scale)
+    n = q.shape[1]
+    i, j = _check_pairs(pairs, n)
+    p0, p1 = _positions("before", before, n), _positions("after", after, n)
+    gap = p0[i] - p0[j]  # (M,)
+    tau = (p1[i] - p1[j]) - gap  # (M,)
+    phase = np.exp(1j * gap[:, None] * th)  # (M, P)
+    turn = np.exp(1j * tau[:, None] * th) - 1.0  # (M, P)
+    size = 2.0 * np.abs(np.sin(tau[:, None] * th / 2.0))  # (M, P): |e^{i theta tau} - 1|
+    qi = q[:, i]  # (H, M, P)
+    parts = {"W": qi * np.conj(k[:, j]), "f": qi * np.conj(kb)[:, None, :],
+             "E": qi * np.conj(dev[:, j])}  # fmt: skip  # each (H, M, P)
+    out: dict[str, np.ndarray] = {"tau": tau}
+    for name, h in parts.items():
+        out[f"measured_{name}"] = np.abs(s * np.real((h * phase * turn).sum(axis=-1)))
+        out[f"bound_{name}"] = s * (np.abs(h) * size).sum(axis=-1)
+    return out
+
+
+def pair_logits(
+    qc: Any, kc: Any, theta: Any, scale: float, positions: Any, pairs: Any, *, kbar: Any = None
+) -> dict[str, np.ndarray]:
+    r"""``W`` and ``g`` at ``pairs``, each ``(H, M)``, for tokens at ``positions (N,)``.
+
+    .. math:: W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
+              e^{i\theta_l(p_i - p_j)},\qquad
+              g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde\delta_{jl}}
+    """
+    q, k, th, _, dev = _pairs_of(qc, kc, theta, kbar)
+    s = _inputs.check_scale(scale)
+    n = q.shape[1]
+    i, j = _check_pairs(pairs, n)
+    p = _positions("positions", positions, n)
+    phase = np.exp(1j * (p[i] - p[j])[:, None] * th)  # (M, P)
+    qi = q[:, i]  # (H, M, P)
+    return {"W": s * np.real((qi * np.conj(k[:, j]) * phase).sum(axis=-1)),
+            "g": s * np.real((qi * np.conj(dev[:, j])).sum(axis=-1))}  # fmt: skip
