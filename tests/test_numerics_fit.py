@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
-from hypothesis.extra.numpy import arrays
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from ropesplit.numerics._inputs import causal_mask
 from ropesplit.numerics.fit import band_gram, three_axis_fit
 

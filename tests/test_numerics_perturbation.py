@@ -58,7 +58,8 @@ def controlled_twin(qc, kc, theta, s, distances):
                            for l in range(p))  # fmt: skip
 
         g = np.array([[s * sum((qc[h, i, l] * np.conj(kc[h, j, l] - kbar[l])).real
-                               for l in range(p)) for j in range(n)] for i in range(n)])  # fmt: skip
+                               for l in range(p)) for j in range(n)]
+                      for i in range(n)])  # fmt: skip
         w0 = np.array([[logit(0, i, j) for j in range(n)] for i in range(n)])
         vg = two_axis_twin(g, mask)
         for index, d in enumerate(distances):
