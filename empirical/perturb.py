@@ -1,40 +1,44 @@
-r"""Perturbation schemes for the paper's word-order and position experiments (THEORY.md section 4).
+r"""Perturbation schemes for the word-order and position experiments (THEORY.md section 4).
 
-Pure functions of an integer length and a ``numpy.random.Generator``: each
-returns an index array, never touches a model. Two families:
+Pure functions of an integer length, a ``numpy.random.Generator`` and the
+positions that may move (``movable``, default every position but the first):
+each returns an index array and never touches a model. The first token (BOS
+or, without one, the attention sink every causal model leans on) and special
+tokens never move: :func:`movable_positions`.
 
 **Word order** (a permutation ``perm`` of the context; the model then reads
-``tokens[perm]`` at the usual positions ``0..n-1``):
+``tokens[perm]`` at the usual positions ``0..n-1``). ``rate`` is the target
+share of the ``n`` positions that receive another position's token:
 
-- ``"adjacent"``: ``round(rate n)`` random transpositions of neighbouring
-  tokens, applied one after another;
-- ``"subset"``: ``round(rate n)`` positions (at least 2 when ``rate > 0``)
-  whose tokens are re-ordered among themselves by a cyclic shift of a random
-  ordering, a derangement: every chosen position receives another one's token.
+- ``"adjacent"``: ``round(rate n / 2)`` disjoint transpositions of
+  neighbouring movable tokens (each moves two tokens by one place);
+- ``"subset"``: ``max(2, round(rate n))`` movable positions whose tokens are
+  re-ordered among themselves by a cyclic shift of a random ordering, a
+  derangement: every chosen position receives another one's token.
 
 **Position ids** (the tokens stay in order; only the RoPE angle
-``p_n theta_l`` of token ``n`` changes):
+``p_n theta_l`` of token ``n`` changes; fixed positions keep ``p_n = n``):
 
 - ``"jitter"``: ``p_n = n + u_n`` with ``u_n`` uniform in ``{-t..t}`` (the
-  first ids may be negative: add a common offset, invisible to RoPE, whose
-  logits depend on ``p_i - p_j`` only, THEORY.md section 2);
-- ``"swap"``: disjoint transpositions of the position ids of tokens at most
-  ``t`` apart, drawn left to right, so every id moves by at most ``t``.
+  caller adds a common offset, invisible to RoPE, whose logits depend on
+  ``p_i - p_j`` only, THEORY.md section 2);
+- ``"swap"``: disjoint transpositions of the position ids of movable tokens
+  at most ``t`` apart, drawn left to right.
 
-Under the split ``W = f + g + E`` none of these moves ``g``; the position
-schemes move every id by at most ``t``, so a distance ``p_i - p_j`` changes
-by at most ``2t`` and a logit by at most ``s sum_l |q~_l||k~_l| 2|sin(theta_l
-tau/2)|`` for that change ``tau`` (THEORY.md section 4, position perturbation).
+Every id moves by at most ``t``, so a distance ``p_i - p_j`` changes by at
+most ``2t``; the experiments bound each pair by its actual change
+(``numerics.perturbation.shift_change``).
 
     >>> rng = np.random.default_rng(0)
     >>> perm = order_permutation("subset", 10, 0.2, rng)
-    >>> sorted(perm.tolist()) == list(range(10)), int((perm != np.arange(10)).sum())
-    (True, 2)
+    >>> sorted(perm.tolist()) == list(range(10)), int((perm != np.arange(10)).sum()), int(perm[0])
+    (True, 2, 0)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +49,7 @@ __all__ = [
     "POSITION_SCHEMES",
     "adjacent_transpositions",
     "jitter_positions",
+    "movable_positions",
     "order_permutation",
     "perturbed_positions",
     "subset_reorder",
@@ -67,88 +72,124 @@ def _check_shift(t: int) -> None:
         raise RopesplitError(f"shift t must be a non-negative integer, got {t}")
 
 
-def adjacent_transpositions(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
-    r"""``round(rate n)`` random transpositions of adjacent tokens, as a permutation ``(n,)``.
-
-    .. math:: \pi = \tau_{m} \circ \dots \circ \tau_1,\quad
-              \tau_k = (a_k\ a_k{+}1),\ a_k \sim U\{0..n-2\},\ m = \mathrm{round}(\mathrm{rate}\,n)
-
-    The perturbed context is ``tokens[perm]``. ``rate = 0`` (or ``n < 2``)
-    gives the identity without drawing from ``rng``.
-    """
+def movable_positions(n: int, fixed: Iterable[int] = ()) -> np.ndarray:
+    """``(n,)`` bool: every position but the first and the ``fixed`` ones (special tokens)."""
     _check_length(n)
+    movable = np.ones(n, dtype=bool)
+    movable[0] = False
+    chosen = [int(f) for f in fixed if 0 <= int(f) < n]
+    movable[chosen] = False
+    return movable
+
+
+def _movable(n: int, movable: Any) -> np.ndarray:
+    _check_length(n)
+    if movable is None:
+        return movable_positions(n)
+    m = np.asarray(movable, dtype=bool)
+    if m.shape != (n,):
+        raise RopesplitError(f"movable must have shape ({n},), got {m.shape}")
+    return m
+
+
+def adjacent_transpositions(
+    n: int, rate: float, rng: np.random.Generator, movable: Any = None
+) -> np.ndarray:
+    r"""``round(rate n / 2)`` disjoint swaps of neighbouring movable tokens, a permutation ``(n,)``.
+
+    .. math:: \pi = \prod_k (a_k\ a_k{+}1),\quad a_k, a_k{+}1 \text{ movable},\
+              \{a_k, a_k{+}1\} \text{ disjoint},\quad k \le \mathrm{round}(\mathrm{rate}\,n/2)
+
+    so about ``rate n`` tokens move, each by one place (fewer when the
+    movable neighbours run out). ``rate = 0`` gives the identity without
+    drawing from ``rng``.
+    """
+    ok = _movable(n, movable)
     _check_rate(rate)
     perm = np.arange(n)
-    count = int(round(rate * n))
-    if count == 0 or n < 2:
+    count = int(round(rate * n / 2))
+    if count == 0:
         return perm
-    for a in rng.integers(0, n - 1, size=count):
-        perm[a], perm[a + 1] = perm[a + 1], perm[a]
+    starts = np.flatnonzero(ok[:-1] & ok[1:])  # (n_candidates,): a with a, a + 1 movable
+    used = np.zeros(n, dtype=bool)
+    done = 0
+    for a in rng.permutation(starts):
+        if done == count:
+            break
+        if used[a] or used[a + 1]:
+            continue
+        perm[a], perm[a + 1] = a + 1, a
+        used[a] = used[a + 1] = True
+        done += 1
     return perm
 
 
-def subset_reorder(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
-    r"""Re-order the tokens of ``m = max(2, round(rate n))`` random positions among themselves.
+def subset_reorder(
+    n: int, rate: float, rng: np.random.Generator, movable: Any = None
+) -> np.ndarray:
+    r"""Re-order the tokens of ``m = max(2, round(rate n))`` random movable positions.
 
     .. math:: \pi(c_k) = c_{(k+1) \bmod m}\ \text{for a random ordering } c_0..c_{m-1}
               \text{ of the chosen positions},\quad \pi(x) = x \text{ elsewhere}
 
     A cyclic shift of a random ordering is a derangement of the chosen set:
     each chosen position gets the token of another one. ``rate = 0`` (or
-    ``n < 2``) gives the identity without drawing from ``rng``.
+    fewer than 2 movable positions) gives the identity without drawing from ``rng``.
     """
-    _check_length(n)
+    ok = _movable(n, movable)
     _check_rate(rate)
     perm = np.arange(n)
-    if rate == 0.0 or n < 2:
+    candidates = np.flatnonzero(ok)
+    if rate == 0.0 or candidates.size < 2:
         return perm
-    count = min(n, max(2, int(round(rate * n))))
-    chosen = rng.choice(n, size=count, replace=False)  # (m,) in random order
+    count = min(candidates.size, max(2, int(round(rate * n))))
+    chosen = rng.choice(candidates, size=count, replace=False)  # (m,) in random order
     perm[chosen] = np.roll(chosen, -1)  # position c_k reads the token of c_{k+1}
     return perm
 
 
-ORDER_SCHEMES: dict[str, Callable[[int, float, np.random.Generator], np.ndarray]] = {
+ORDER_SCHEMES: dict[str, Callable[..., np.ndarray]] = {
     "adjacent": adjacent_transpositions,
     "subset": subset_reorder,
 }
 
 
-def order_permutation(scheme: str, n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
+def order_permutation(
+    scheme: str, n: int, rate: float, rng: np.random.Generator, movable: Any = None
+) -> np.ndarray:
     """The permutation ``(n,)`` of word-order ``scheme`` (``"adjacent"`` or ``"subset"``)."""
-    return _scheme(ORDER_SCHEMES, "order", scheme)(n, rate, rng)
+    return _scheme(ORDER_SCHEMES, "order", scheme)(n, rate, rng, movable)
 
 
-def jitter_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
-    r"""Position ids ``(n,)``: ``p_x = x + u_x``, ``u_x`` uniform in ``{-t..t}``.
+def jitter_positions(n: int, t: int, rng: np.random.Generator, movable: Any = None) -> np.ndarray:
+    r"""Position ids ``(n,)``: ``p_x = x + u_x``, ``u_x`` uniform in ``{-t..t}`` where movable.
 
     .. math:: |(p_i - p_j) - (i - j)| \le 2t,\qquad p_x \ge -t
 
     ``t = 0`` gives ``0..n-1`` without drawing from ``rng``.
     """
-    _check_length(n)
+    ok = _movable(n, movable)
     _check_shift(t)
     base = np.arange(n)
     if t == 0:
         return base
-    return base + rng.integers(-t, t + 1, size=n)
+    return base + np.where(ok, rng.integers(-t, t + 1, size=n), 0)
 
 
-def swap_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
-    r"""Position ids ``(n,)``: disjoint swaps of the ids of tokens at most ``t`` apart.
+def swap_positions(n: int, t: int, rng: np.random.Generator, movable: Any = None) -> np.ndarray:
+    r"""Position ids ``(n,)``: disjoint swaps of the ids of movable tokens at most ``t`` apart.
 
     .. math:: p = \sigma(0..n{-}1),\ \sigma = \prod_k (a_k\ b_k),\ 0 < b_k - a_k \le t
 
-    Left to right, each token not yet swapped trades its id with a random free
-    token among the next ``t`` (if any is free). The ids stay a permutation of
-    ``0..n-1``; ``t = 0`` gives ``0..n-1`` without drawing from ``rng``.
+    Left to right, each movable token not yet swapped trades its id with a
+    random free movable token among the next ``t`` (if any). The ids stay a
+    permutation of ``0..n-1``; ``t = 0`` gives ``0..n-1`` without drawing from ``rng``.
     """
-    _check_length(n)
+    free = _movable(n, movable).copy()
     _check_shift(t)
     ids = np.arange(n)
     if t == 0:
         return ids
-    free = np.ones(n, dtype=bool)
     for a in range(n):
         if not free[a]:
             continue
@@ -161,15 +202,17 @@ def swap_positions(n: int, t: int, rng: np.random.Generator) -> np.ndarray:
     return ids
 
 
-POSITION_SCHEMES: dict[str, Callable[[int, int, np.random.Generator], np.ndarray]] = {
+POSITION_SCHEMES: dict[str, Callable[..., np.ndarray]] = {
     "jitter": jitter_positions,
     "swap": swap_positions,
 }
 
 
-def perturbed_positions(scheme: str, n: int, t: int, rng: np.random.Generator) -> np.ndarray:
+def perturbed_positions(
+    scheme: str, n: int, t: int, rng: np.random.Generator, movable: Any = None
+) -> np.ndarray:
     """The position ids ``(n,)`` of position ``scheme`` (``"jitter"`` or ``"swap"``)."""
-    return _scheme(POSITION_SCHEMES, "position", scheme)(n, t, rng)
+    return _scheme(POSITION_SCHEMES, "position", scheme)(n, t, rng, movable)
 
 
 def _scheme(

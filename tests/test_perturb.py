@@ -2,7 +2,8 @@
 
 Properties: every word-order scheme is a permutation that moves what its rate
 says and nothing at rate 0; every position scheme moves each id by at most
-what ``t`` allows and nothing at ``t = 0``; all are deterministic per seed.
+what ``t`` allows and nothing at ``t = 0``; none moves the first token or a
+fixed one; all are deterministic per seed.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from ropesplit.empirical.perturb import (
     ORDER_SCHEMES,
     POSITION_SCHEMES,
     adjacent_transpositions,
     jitter_positions,
+    movable_positions,
     order_permutation,
     perturbed_positions,
     subset_reorder,
@@ -66,39 +69,76 @@ def test_rate_zero_is_the_identity(scheme: str, n: int, seed: int) -> None:
     assert rng.bit_generator.state == state  # nothing drawn: the very same input
 
 
+MOVABLE = st.integers(min_value=2, max_value=300).flatmap(
+    lambda n: arrays(np.bool_, (n,), elements=st.booleans()).map(lambda m: (n, m))
+)  # (n, movable): random fixed positions (special tokens), index 0 forced fixed below
+
+
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(min_value=2, max_value=300), rate=RATES, seed=SEEDS)
-@example(n=2, rate=0.01, seed=3)
+@given(n=st.integers(min_value=3, max_value=300), rate=RATES, seed=SEEDS)
+@example(n=3, rate=0.01, seed=3)
 def test_subset_moves_exactly_the_chosen_positions(n: int, rate: float, seed: int) -> None:
     assume(rate > 0)
     perm = subset_reorder(n, rate, np.random.default_rng(seed))
-    expected = min(n, max(2, int(round(rate * n))))
+    expected = min(n - 1, max(2, int(round(rate * n))))  # the first token never moves
     # a derangement of the chosen set: every chosen position reads another one's token
     assert int((perm != np.arange(n)).sum()) == expected
 
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(min_value=2, max_value=300), rate=RATES, seed=SEEDS)
-def test_adjacent_moves_tokens_by_at_most_the_transposition_count(
-    n: int, rate: float, seed: int
-) -> None:
+def test_adjacent_moves_about_rate_n_tokens_by_one_place(n: int, rate: float, seed: int) -> None:
     perm = adjacent_transpositions(n, rate, np.random.default_rng(seed))
-    count = int(round(rate * n))
-    # each adjacent transposition moves a token by one place, and at most two tokens
-    assert int(np.abs(perm - np.arange(n)).max()) <= count
-    assert int((perm != np.arange(n)).sum()) <= 2 * count
-    # parity: a product of `count` transpositions has the sign (-1)^count
-    assert _sign(perm) == (-1) ** count
+    count = int(round(rate * n / 2))
+    moved = perm != np.arange(n)
+    assert int(np.abs(perm - np.arange(n)).max()) <= 1  # disjoint neighbour swaps
+    assert np.array_equal(perm[perm], np.arange(n))  # an involution
+    assert int(moved.sum()) == 2 * min(count, int(moved.sum()) // 2)
+    if 2 * count <= (n - 1) // 3:  # plenty of free neighbours left: every swap found a place
+        assert int(moved.sum()) == 2 * count
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=MOVABLE, rate=RATES, t=SHIFTS, seed=SEEDS,
+       scheme=st.sampled_from(sorted(ORDER_SCHEMES) + sorted(POSITION_SCHEMES)))  # fmt: skip
+def test_fixed_positions_never_move(case, rate: float, t: int, seed: int, scheme: str) -> None:
+    n, movable = case
+    movable = movable.copy()
+    movable[0] = False  # the first token (BOS / attention sink)
+    rng = np.random.default_rng(seed)
+    if scheme in ORDER_SCHEMES:
+        out = order_permutation(scheme, n, rate, rng, movable)
+    else:
+        out = perturbed_positions(scheme, n, t, rng, movable)
+    assert np.array_equal(out[~movable], np.flatnonzero(~movable))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=LENGTHS, fixed=st.lists(st.integers(-3, 400), max_size=10))
+def test_movable_positions_excludes_the_first_and_the_fixed(n: int, fixed: list[int]) -> None:
+    movable = movable_positions(n, fixed)
+    expected = np.ones(n, dtype=bool)
+    expected[0] = False
+    for f in fixed:
+        if 0 <= f < n:
+            expected[f] = False
+    assert np.array_equal(movable, expected)
 
 
 def test_adjacent_twin_loop() -> None:
-    """The scheme against a plain re-statement: swap list neighbours at the drawn places."""
+    """The scheme against a plain re-statement: take shuffled candidates, skip overlaps."""
     rng, twin_rng = np.random.default_rng(7), np.random.default_rng(7)
     n, rate = 50, 0.2
     perm = adjacent_transpositions(n, rate, rng)
     tokens = list(range(n))
-    for a in twin_rng.integers(0, n - 1, size=10):
+    used: set[int] = set()
+    for a in twin_rng.permutation(np.arange(1, n - 1)):  # a, a + 1 movable: a >= 1
+        if len(used) == 2 * round(rate * n / 2):
+            break
+        if a in used or a + 1 in used:
+            continue
         tokens[a], tokens[a + 1] = tokens[a + 1], tokens[a]
+        used |= {int(a), int(a) + 1}
     assert perm.tolist() == tokens
 
 
@@ -123,16 +163,16 @@ def test_swap_is_disjoint_transpositions(n: int, t: int, seed: int) -> None:
     assert _is_permutation(ids, n)
     assert np.array_equal(ids[ids], np.arange(n))  # an involution: disjoint swaps
     moved = ids != np.arange(n)
-    assert moved.any()  # n >= 2, t >= 1: the first token always finds a partner
-    # a maximal matching: no two unmoved tokens within t of each other
-    still = np.flatnonzero(~moved)
+    assert ids[0] == 0
+    # a maximal matching among the movable tokens: no two unmoved ones within t of each other
+    still = np.flatnonzero(~moved[1:]) + 1
     assert np.all(np.diff(still) > t)
 
 
 def test_jitter_spreads_over_the_whole_window() -> None:
     ids = jitter_positions(4000, 3, np.random.default_rng(0))
     offsets = ids - np.arange(4000)
-    assert set(offsets.tolist()) == {-3, -2, -1, 0, 1, 2, 3}
+    assert set(offsets[1:].tolist()) == {-3, -2, -1, 0, 1, 2, 3} and offsets[0] == 0
 
 
 @pytest.mark.parametrize(
@@ -144,6 +184,7 @@ def test_jitter_spreads_over_the_whole_window() -> None:
         (lambda rng: perturbed_positions("drift", 5, 1, rng), "position scheme must be one of"),
         (lambda rng: perturbed_positions("jitter", 5, -1, rng), "shift t must be a non-negative"),
         (lambda rng: perturbed_positions("swap", 5, 1.5, rng), "shift t must be a non-negative"),
+        (lambda rng: order_permutation("subset", 5, 0.1, rng, [True]), "movable must have shape"),
     ],
 )
 def test_bad_input_is_one_line(call, message: str) -> None:
