@@ -32,26 +32,28 @@ def test_derivation_markdown_has_every_step_its_math_and_lemmas():
     assert "FAILED" not in text
 
 
-def test_check_writes_json_with_all_ten_checked(tmp_path, capsys):
+def test_check_writes_json_with_every_step_checked(tmp_path, capsys):
     out = tmp_path / "x.json"
     assert main(["derive", "--check", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["all_checked"] is True
     assert [s["id"] for s in data["steps"]] == [s.id for s in STEPS]
+    assert data["seconds"] == sum(row["seconds"] for row in data["steps"])
     for row in data["steps"]:
         assert set(row) >= {"id", "kind", "statement_latex", "checked", "method", "seconds"}
         assert row["checked"] is True and row["seconds"] > 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(STEPS) + 1
     assert all(" checked " in line for line in lines[:-1])
-    assert lines[-1] == f"{len(STEPS)}/{len(STEPS)} steps checked"
+    assert lines[-1].startswith(f"{len(STEPS)}/{len(STEPS)} steps checked in ")
+    assert lines[-1].endswith(" s") and "FAILED" not in lines[-1]
 
 
 def test_without_check_nothing_is_claimed_checked(tmp_path, capsys):
     out = tmp_path / "x.json"
     assert main(["derive", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["all_checked"] is False
+    assert data["all_checked"] is False and data["seconds"] is None
     assert all(row["checked"] is None for row in data["steps"])
     assert "checked" not in capsys.readouterr().out.replace("not run", "")
 
@@ -64,7 +66,8 @@ def test_a_failing_step_reports_failed_and_exits_1(tmp_path, capsys, monkeypatch
     md = tmp_path / "d.md"
     assert main(["derive", "--check", "--out", str(md), "--json", str(tmp_path / "x.json")]) == 1
     out = capsys.readouterr().out
-    assert "attention_bound" in out and "FAILED" in out and "1/2 steps checked; some FAILED" in out
+    assert "attention_bound" in out and "FAILED" in out
+    assert "1/2 steps checked in " in out and "; some FAILED" in out
     assert "**FAILED** in this run" in md.read_text()
     assert json.loads((tmp_path / "x.json").read_text())["all_checked"] is False
 

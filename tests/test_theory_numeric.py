@@ -1,8 +1,9 @@
 """The lambdified steps against direct float64 matrix computations (hypothesis).
 
 Each identity's ``numeric`` summed over pairs must agree with plain numpy
-rotation matrices to 1e-9 relative to the natural scale ``s |q| |k|``; each
-bound must never be exceeded on random inputs.
+rotation matrices (or complex float64 twins) to 1e-9 relative to the natural
+scale ``s |q| |k|``; each bound and each optimality claim (THEORY.md section 6:
+mean rotation, mean key) must never be beaten on random inputs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import numpy as np
 from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from ropesplit.theory import get_step
 
 REL = 1e-9  # agreement of identities, relative to s |q| |k|
@@ -214,3 +216,168 @@ def test_long_term_decay_chain_of_bounds(P, base, Delta, seed):
     assert math.isclose(lhs, direct, rel_tol=1e-9, abs_tol=1e-9 * np.abs(h).sum())
     assert lhs <= abel * (1 + 1e-12) + 1e-12
     assert abel <= jumps.max() * decay * (1 + 1e-12) + 1e-12
+
+
+# --- section 6: the reference rotation, its optimum and the mean key (hypothesis arrays) ----
+
+# the lambdified bounds square coordinates (x^2 underflows below ~1e-154, the complex twin
+# does not), so magnitudes start at 1e-100; exact zeros stay in
+coords = st.floats(-10, 10, allow_nan=False, allow_infinity=False).filter(
+    lambda x: x == 0.0 or abs(x) >= 1e-100)
+unit = st.floats(-1, 1, allow_nan=False, allow_infinity=False)
+pair_counts = st.integers(1, 12)
+weights_el = st.floats(1e-3, 1.0, allow_nan=False)
+
+
+def vec(n: int):
+    """Strategy: a float64 array of n coordinates in [-10, 10]."""
+    return arrays(np.float64, n, elements=coords)
+
+
+def complex_pairs(v: np.ndarray) -> np.ndarray:
+    """Half-layout pairs of a real (d,) vector as complex (P,): x_l + i y_l (the float64 twin)."""
+    x, y = pairs(v, "half")
+    return x + 1j * y
+
+
+@st.composite
+def heads(draw):
+    """(theta, s, q, kbar, delta, m): P pairs, any reference rotation m with |Re|, |Im| <= 1."""
+    P = draw(pair_counts)
+    theta, s = frequencies(2 * P, draw(bases)), 1 / math.sqrt(2 * P)
+    q, kbar, delta = (draw(vec(2 * P)) for _ in range(3))
+    m = draw(arrays(np.float64, P, elements=unit)) + 1j * draw(arrays(np.float64, P, elements=unit))
+    return theta, s, q, kbar, delta, m
+
+
+@st.composite
+def distance_laws(draw):
+    """(Delta, w): 1..10 distances in 0..5000 with positive weights summing to 1."""
+    n = draw(st.integers(1, 10))
+    Delta = draw(arrays(np.int64, n, elements=st.integers(0, 5000)))
+    w = draw(arrays(np.float64, n, elements=weights_el))
+    return Delta, w / w.sum()
+
+
+def _deviation_part(theta, s, q, delta, rot):
+    """s Re sum_l q~_l conj(delta~_l) rot_l (complex float64 twin); rot (..., P)."""
+    return s * np.real(np.sum(complex_pairs(q) * np.conj(complex_pairs(delta)) * rot, axis=-1))
+
+
+@SETTINGS
+@given(heads(), positions, deltas, st.integers(-5000, 5000))
+def test_split_reference_terms_match_their_twins(head, j, Delta, c):
+    theta, s, q, kbar, delta, m = head
+    i = j + Delta
+    fn = get_step("split_reference").numeric
+    args = list(zip(*pairs(q, "half"), *pairs(kbar, "half"), *pairs(delta, "half"), theta,
+                    strict=True))
+
+    def summed(mm):
+        terms = [fn(*a, t_, Delta, x.real, x.imag, s) for (*a, t_), x in zip(args, mm, strict=True)]
+        return [math.fsum(t[n] for t in terms) for n in range(3)]
+
+    f, g, E = summed(m)
+    W = s * (rope(i, theta, "half") @ q) @ (rope(j, theta, "half") @ (kbar + delta))
+    scale = s * np.linalg.norm(q) * (np.linalg.norm(kbar) + np.linalg.norm(delta)) * 2 + 1e-300
+    note(f"W={W!r} f+g+E={f + g + E!r}")
+    assert abs(f + g + E - W) <= REL * scale
+    assert abs(f - s * q @ rope(-Delta, theta, "half") @ kbar) <= REL * scale
+    assert abs(g - _deviation_part(theta, s, q, delta, m)) <= REL * scale
+    # a reference distance c: g_m is the query rotated to position c against the deviation
+    g_c = summed(np.exp(1j * theta * c))[1]
+    assert abs(g_c - s * (rope(c, theta, "half") @ q) @ delta) <= REL * scale
+
+
+@SETTINGS
+@given(heads(), deltas, st.floats(0.0, 1.0))
+@example((np.array([1.0]), 1.0, np.array([1.0, 0.0]), np.zeros(2), np.array([0.0, 1.0]),
+          np.array([1.0 + 0j])), 3, 1.0)
+def test_reference_remainder_never_exceeds_its_bound(head, Delta, shrink):
+    theta, s, q, _, delta, m = head
+    m = shrink * m
+    E = _deviation_part(theta, s, q, delta, np.exp(1j * theta * Delta) - m)  # the twin
+    fn = get_step("reference_bound").numeric
+    bound = math.fsum(fn(*args, Delta, x.real, x.imag, s) for *args, x in zip(
+        *pairs(q, "half"), *pairs(delta, "half"), theta, m, strict=True))
+    note(f"E={E!r} bound={bound!r}")
+    assert abs(E) <= bound + SLACK * s * np.linalg.norm(q) * np.linalg.norm(delta)
+    # at m = 1 the bound is section 3's tight chord, pair by pair
+    tight = get_step("remainder_bound").numeric
+    for *args, t_ in zip(*pairs(q, "half"), *pairs(delta, "half"), theta, strict=True):
+        assert math.isclose(fn(*args, t_, Delta, 1.0, 0.0, s), tight(*args, t_, Delta, s)[0],
+                            rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _mean_rotation(theta, Delta, w):
+    """m_l from the step's numeric, one pair at a time; (P,) complex."""
+    fn = get_step("mean_rotation_optimum").numeric
+    out = [fn(t_, [float(x) for x in Delta], list(w), len(w)) for t_ in theta]
+    return np.array([re + 1j * im for re, im in out])
+
+
+@SETTINGS
+@given(heads(), distance_laws(), st.floats(-1e3, 1e3), st.integers(-5000, 5000))
+def test_mean_rotation_is_never_beaten_by_zero_a_distance_or_any_constant(head, law, const, c):
+    theta, s, q, _, delta, _ = head
+    Delta, w = law
+    rot = np.exp(1j * np.outer(Delta, theta))  # (n, P)
+    m = _mean_rotation(theta, Delta, w)
+    assert np.allclose(m, w @ rot, rtol=0, atol=1e-12)  # float64 twin of E_Delta e^{i theta Delta}
+    X = _deviation_part(theta, s, q, delta, rot)  # (n,) the deviation part per distance
+    g_mean = _deviation_part(theta, s, q, delta, m)
+    scale = s * np.abs(complex_pairs(q) * complex_pairs(delta)).sum() + 1e-300
+    assert abs(w @ X - g_mean) <= REL * scale  # the mean is g_m with the mean rotation
+    best = w @ (X - g_mean) ** 2
+    for other in (_deviation_part(theta, s, q, delta, np.ones_like(m)),  # m = 1
+                  _deviation_part(theta, s, q, delta, np.exp(1j * theta * c)),  # distance c
+                  const):
+        note(f"best={best!r} other={other!r}")
+        assert best <= w @ (X - other) ** 2 + 1e-9 * scale**2
+
+
+@SETTINGS
+@given(heads(), distance_laws())
+def test_mean_square_remainder_closed_form_matches_the_direct_mean(head, law):
+    theta, s, q, _, delta, _ = head
+    Delta, w = law
+    h = complex_pairs(q) * np.conj(complex_pairs(delta))  # (P,)
+    rot = np.exp(1j * np.outer(Delta, theta))  # (n, P)
+    m = w @ rot
+    direct = w @ (s * np.real((rot - m) @ h)) ** 2  # E_Delta E_m^2, float64 twin
+    fn = get_step("mean_rotation_remainder").numeric
+    D, ws, n = [float(x) for x in Delta], list(w), len(w)
+    terms = {(l, k): fn(h[l].real, h[l].imag, h[k].real, h[k].imag, theta[l], theta[k], D, ws, n, s)
+             for l in range(len(h)) for k in range(len(h))}
+    scale = (s * np.abs(h).sum()) ** 2 + 1e-300
+    note(f"direct={direct!r} closed={math.fsum(terms.values())!r}")
+    assert abs(math.fsum(terms.values()) - direct) <= 1e-9 * scale
+    for l in range(len(h)):  # one pair: 0 <= term <= s^2 |h|^2 (1 - |m|^2)
+        top = s**2 * abs(h[l]) ** 2 * (1 - abs(m[l]) ** 2)
+        assert -1e-9 * scale <= terms[l, l] <= top + 1e-9 * scale
+
+
+@SETTINGS
+@given(st.integers(1, 8), st.integers(1, 8), bases, deltas, st.data())
+def test_mean_key_is_never_beaten_by_another_reference_key(P, n, base, Delta, data):
+    theta, s = frequencies(2 * P, base), 1 / math.sqrt(2 * P)
+    keys = data.draw(arrays(np.float64, (n, 2 * P), elements=coords))  # (n, d)
+    w = data.draw(arrays(np.float64, n, elements=weights_el))
+    w = w / w.sum()
+    q, other = data.draw(vec(2 * P)), data.draw(vec(2 * P))
+    m = data.draw(arrays(np.float64, P, elements=unit)) + 1j * data.draw(
+        arrays(np.float64, P, elements=unit))
+    fn = get_step("mean_key_optimum").numeric
+    xs, ys = pair_index(2 * P, "half")
+    kbar = np.zeros(2 * P)
+    for l in range(P):  # the mean key, one pair at a time
+        kbar[xs[l]], kbar[ys[l]] = fn(list(keys[:, xs[l]]), list(keys[:, ys[l]]), list(w), n)
+    assert np.allclose(kbar, w @ keys, rtol=0, atol=1e-9)
+
+    def remainders(ref):  # E_m of every key against reference key ref, (n,)
+        return np.array([_deviation_part(theta, s, q, k - ref, np.exp(1j * theta * Delta) - m)
+                         for k in keys])
+
+    scale = s * np.linalg.norm(q) * (np.abs(keys).sum() + np.abs(other).sum()) + 1e-300
+    assert abs(w @ remainders(kbar)) <= REL * scale
+    assert w @ remainders(kbar) ** 2 <= w @ remainders(other) ** 2 + 1e-9 * scale**2

@@ -1,4 +1,4 @@
-"""The step objects: all ten ids present and checked, and a broken formula fails its check.
+"""The step objects: every id present and checked, and a broken formula fails its check.
 
 Each kind of check (identity, layout permutation, inequality, corollary,
 softmax, Abel summation) is shown to catch a deliberately wrong claim, so a
@@ -14,12 +14,15 @@ import sys
 import pytest
 import sympy as sp
 from ropesplit.theory import STEPS, check_all, get_step
+from ropesplit.theory.optimum import SUPPORT_SIZES
+from ropesplit.theory.sums import PAIR, PAIRS, indexed, over_pairs, summand_of
 
 from ropesplit import RopesplitError
 
 IDS = ("rope_relative", "layouts_equivalent", "logit_expansion", "split_exact",
        "remainder_bound", "exact_split_condition", "softmax_shift", "attention_bound",
-       "perturbation_bound", "long_term_decay")
+       "perturbation_bound", "long_term_decay", "split_reference", "reference_bound",
+       "mean_rotation_optimum", "mean_rotation_remainder", "mean_key_optimum")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def results():
     return check_all()
 
 
-def test_all_ten_steps_in_derivation_order():
+def test_all_steps_in_derivation_order():
     assert tuple(step.id for step in STEPS) == IDS
 
 
@@ -65,6 +68,18 @@ def _broken(step_id, claim):
 
 def _norm(x, y):
     return sp.sqrt(x**2 + y**2)
+
+
+def _re_h(a, b, dc, de, x, y, s):
+    """s Re((a + i b)(dc - i de)(x + i y)), one pair."""
+    return s * ((a * dc + b * de) * x + (a * de - b * dc) * y)
+
+
+_j = sp.Symbol("j", integer=True, nonnegative=True)
+
+
+def _wsum(w, x, n):
+    return sp.Sum(w[_j] * x, (_j, 0, n - 1))
 
 
 # each row: (step, a wrong claim, what is wrong with it)
@@ -105,6 +120,38 @@ BROKEN = [
     ("perturbation_bound",
      lambda a, b, c, e, t, tt, s: s * _norm(a, b) * _norm(c, e) * 2 * sp.Abs(sp.sin(t * tt)),
      "full angle instead of half angle"),
+    ("split_reference",
+     lambda a, b, cb, eb, dc, de, t, D, mr, mi, s: (
+         _re_h(a, b, cb, eb, sp.cos(t * D), sp.sin(t * D), s), _re_h(a, b, dc, de, mr, mi, s),
+         _re_h(a, b, dc, de, sp.cos(t * D) - mr, sp.sin(t * D) + mi, s)),
+     "E_m with sin + mim"),
+    ("split_reference",
+     lambda a, b, cb, eb, dc, de, t, D, mr, mi, s: (
+         _re_h(a, b, cb, eb, sp.cos(t * D), sp.sin(t * D), s), _re_h(a, b, dc, de, mr, -mi, s),
+         _re_h(a, b, dc, de, sp.cos(t * D) - mr, sp.sin(t * D) + mi, s)),
+     "conj(m) in g_m and E_m (still sums to W)"),
+    ("reference_bound",
+     lambda a, b, dc, de, t, D, mr, mi, s: s * _norm(a, b) * _norm(dc, de) * _norm(
+         sp.cos(t * D) - mr, sp.sin(t * D) + mi),
+     "chord to conj(m)"),
+    ("reference_bound",
+     lambda a, b, dc, de, t, D, mr, mi, s: s * _norm(a, b) * _norm(dc, de) * (1 - _norm(mr, mi)),
+     "1 - |m| instead of |e^{i theta Delta} - m|"),
+    ("mean_rotation_optimum",
+     lambda t, D, w, n: (_wsum(w, sp.cos(t * D[_j]), n), -_wsum(w, sp.sin(t * D[_j]), n)),
+     "conjugate mean rotation"),
+    ("mean_rotation_optimum",
+     lambda t, D, w, n: (sp.Sum(sp.cos(t * D[_j]), (_j, 0, n - 1)) / n,
+                         sp.Sum(sp.sin(t * D[_j]), (_j, 0, n - 1)) / n),
+     "unweighted mean rotation"),
+    ("mean_rotation_remainder",
+     lambda hrl, hil, hrk, hik, tl, tk, D, w, n, s: s**2 / 2 * (hrl * hrk + hil * hik) * (
+         1 - _wsum(w, sp.cos(tl * D[_j]), n) * _wsum(w, sp.cos(tk * D[_j]), n)
+         - _wsum(w, sp.sin(tl * D[_j]), n) * _wsum(w, sp.sin(tk * D[_j]), n)),
+     "covariance replaced by 1 - Re(m_l conj(m_k)), no pseudo-covariance"),
+    ("mean_key_optimum",
+     lambda c, e, w, n: (sp.Sum(c[_j], (_j, 0, n - 1)) / n, sp.Sum(e[_j], (_j, 0, n - 1)) / n),
+     "unweighted mean key"),
 ]
 
 
@@ -135,3 +182,22 @@ def test_a_claim_that_cannot_even_build_is_a_failure_not_a_crash():
     result = bad.check()
     assert not result.checked
     assert result.detail.startswith("check raised ZeroDivisionError: claim broke")
+
+
+def test_summand_of_combines_only_genuine_sums_over_pairs():
+    (a,) = indexed("a")
+    k = sp.Symbol("k", integer=True)
+    assert summand_of(over_pairs(2 * a) - 2 * over_pairs(a)) == 0
+    assert summand_of(over_pairs(a) - sp.Sum(a, (PAIR, 0, PAIRS))) is sp.nan  # other limits
+    assert summand_of(over_pairs(a) - a * over_pairs(1)) is sp.nan  # coefficient depends on l
+    assert summand_of(over_pairs(a) - sp.Sum(a.subs(PAIR, k), (k, 0, PAIRS - 1))) is sp.nan
+    assert summand_of(a) is sp.nan  # not a sum at all
+    assert summand_of(over_pairs(a) - over_pairs(a**2)) == a - a**2
+
+
+def test_every_identity_on_pairs_is_also_checked_for_a_symbolic_pair_count(results):
+    for step_id in ("logit_expansion", "split_exact", "split_reference", "mean_rotation_optimum"):
+        assert "symbolic P" in results[step_id].detail, step_id
+        assert "symbolic pair count P" in get_step(step_id).method, step_id
+    assert "symbolic pair indices l, k" in get_step("mean_rotation_remainder").method
+    assert SUPPORT_SIZES == (1, 2, 3, 4)

@@ -7,8 +7,10 @@ r"""RoPE's relative property and the logit expansion (THEORY.md sections 1 and 2
            = s \operatorname{Re} \sum_l \tilde q_l \overline{\tilde k_l} e^{i\theta_l\Delta}
            = s \sum_l [(ac + be)\cos\theta_l\Delta + (ae - bc)\sin\theta_l\Delta]
 
-Each identity is checked for one symbolic pair and for full symbolic vectors
-at ``d = 2, 4, 6, 8`` in both pair layouts.
+Each identity is checked for one symbolic pair, for full symbolic vectors
+at ``d = 2, 4, 6, 8`` in both pair layouts, and the expansion for a symbolic
+pair count ``P`` (a ``Sum`` over ``l`` whose summand vanishes; the reduction
+to pairs is the block-diagonal lemma of :mod:`ropesplit.theory.sums`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ropesplit.theory.rope import (
     to_pairs,
 )
 from ropesplit.theory.step import Step, Verdict, zero_verdict
+from ropesplit.theory.sums import BLOCK_DIAGONAL, indexed, over_pairs, summand_of
 
 __all__ = ["LAYOUTS_EQUIVALENT", "LOGIT_EXPANSION", "ROPE_RELATIVE", "SYMBOLIC_DIMS"]
 
@@ -170,7 +173,17 @@ def _verify_expansion(claim: Callable[..., Any]) -> Verdict:
                     in zip(to_complex(q, layout), to_complex(k, layout), th, strict=True))
             cases.append((f"d={d} {layout} real form", W - rhs))
             cases.append((f"d={d} {layout} complex form", _s * real_part(z) - rhs))
+    cases.append(("symbolic P: Sum_l s<R_2(i theta_l) q_l, R_2(j theta_l) k_l> - Sum_l claim_l",
+                  _pair_sum_difference(claim)))
     return zero_verdict(cases)
+
+
+def _pair_sum_difference(claim: Callable[..., Any]) -> Any:
+    """The summand of W - sum_l claim_l for a symbolic pair count (block-diagonal lemma)."""
+    a, b, c, e, th = indexed("a b c e theta")
+    q2, k2 = sp.Matrix([a, b]), sp.Matrix([c, e])
+    W = over_pairs(_s * (rot2(_i * th) * q2).dot(rot2(_j * th) * k2))
+    return summand_of(W - over_pairs(claim(a, b, c, e, th, _i - _j, _s)))
 
 
 LOGIT_EXPANSION = Step(
@@ -186,10 +199,12 @@ LOGIT_EXPANSION = Step(
     r" = s \sum_l \big[(a c + b e)\cos(\theta_l\Delta) + (a e - b c)\sin(\theta_l\Delta)\big]",
     method="both sides expanded with expand_trig (complex form via exp -> cos + i sin) to a zero "
     "difference, for one symbolic pair and for symbolic q, k, theta at d = 2, 4, 6, 8 in both "
-    "layouts",
+    "layouts; for a symbolic pair count P, Sum_l (pair logit - claim) combined into one Sum "
+    "whose summand (indexed symbols a_l, b_l, c_l, e_l, theta_l) expands to zero",
     claim=_expansion_claim,
     numeric_args=("a", "b", "c", "e", "theta", "Delta", "s"),
     verify=_verify_expansion,
+    lemmas=(BLOCK_DIAGONAL,),
     uses=("rope_relative", "layouts_equivalent"),
     numeric_doc="numeric(a, b, c, e, theta, Delta, s) -> one pair's term of W (sum over pairs)",
 )

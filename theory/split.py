@@ -32,6 +32,7 @@ from ropesplit.theory.rope import (
     to_pairs,
 )
 from ropesplit.theory.step import Step, Verdict, zero_verdict
+from ropesplit.theory.sums import BLOCK_DIAGONAL, split_summand
 
 __all__ = ["EXACT_SPLIT_CONDITION", "REMAINDER_BOUND", "SPLIT_EXACT"]
 
@@ -83,6 +84,8 @@ def _verify_split(claim: Callable[..., Any]) -> Verdict:
             parts = [claim(*qp, *kp, *dp, t, _i - _j, _s) for qp, kp, dp, t in zip(
                 to_pairs(q, layout), to_pairs(kb, layout), to_pairs(dl, layout), th, strict=True)]
             cases.append((f"d={d} {layout}: W - sum_l (f + g + E)", W - sum(sum(p) for p in parts)))
+    cases.append(("symbolic P: Sum_l W_l - (Sum_l f_l + Sum_l g_l + Sum_l E_l)", split_summand(
+        lambda *pair: claim(*pair, _i - _j, _s), _i, _j, _s)))
     return zero_verdict(cases)
 
 
@@ -101,10 +104,12 @@ SPLIT_EXACT = Step(
     r"\operatorname{Re}\sum_l \tilde q_l\,\overline{\tilde\delta_l}\,(e^{i\theta_l\Delta} - 1)",
     method="W - (f + g + E) and each term against its definition (real and complex forms) expanded "
     "to zero for one symbolic pair; g has zero Delta-derivative, f zero delta-derivative; the full "
-    "sum at d = 2, 4, 6, 8 in both layouts",
+    "sum at d = 2, 4, 6, 8 in both layouts, and for a symbolic pair count P (the four Sums over l "
+    "combined into one whose indexed summand expands to zero)",
     claim=_split_claim,
     numeric_args=("a", "b", "cbar", "ebar", "dc", "de", "theta", "Delta", "s"),
     verify=_verify_split,
+    lemmas=(BLOCK_DIAGONAL,),
     uses=("logit_expansion",),
     numeric_doc="numeric(a, b, cbar, ebar, dc, de, theta, Delta, s) -> (f, g, E) for one pair",
 )

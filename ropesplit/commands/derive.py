@@ -3,8 +3,9 @@
 Without ``--check`` the steps are listed (id, kind, lemmas) and nothing is
 claimed checked; with ``--check`` every step's symbolic check runs, one line
 per step (id, kind, ``checked`` or ``FAILED``, seconds), and the exit code is
-1 if any fails.  ``--out`` writes the derivation as Markdown with LaTeX math;
-``--json`` writes ``{"steps": [...], "all_checked": bool}``.
+1 if any fails; the last line gives the count and the total seconds.  ``--out``
+writes the derivation as Markdown with LaTeX math; ``--json`` writes
+``{"steps": [...], "all_checked": bool, "seconds": total or None}``.
 """
 
 from __future__ import annotations
@@ -55,10 +56,12 @@ def run(args: argparse.Namespace) -> int:
     all_checked = bool(results) and all(r.checked for r in results.values())
     if args.out is not None:
         write_text(args.out, derivation_markdown(results))
+    total = sum(r.seconds for r in results.values()) if results else None
     if args.json is not None:
-        write_json(args.json, {"steps": rows, "all_checked": all_checked})
+        write_json(args.json, {"steps": rows, "all_checked": all_checked, "seconds": total})
     if not args.check:
         return 0
     n_ok = sum(r.checked for r in results.values())
-    print(f"{n_ok}/{len(STEPS)} steps checked" + ("" if all_checked else "; some FAILED"))
+    print(f"{n_ok}/{len(STEPS)} steps checked in {total:.2f} s"
+          + ("" if all_checked else "; some FAILED"))
     return 0 if all_checked else 1
