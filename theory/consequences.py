@@ -206,7 +206,8 @@ PERTURBATION_BOUND = Step(
     r"2\left|\sin\tfrac{\theta_l t}{2}\right|",
     method="the logit change written as s Re(q~ conj(k~) e^{i theta Delta}(e^{i theta t} - 1)) and "
     "the claimed bound squared equal to s^2 times its squared modulus, both expanded to zero; "
-    "the split's g, f and E moves computed from split_exact's formulas",
+    "the split's g, f and E moves computed from split_exact's formulas; for one symbolic pair, "
+    "the sum over any number of pairs resting on the triangle inequality",
     claim=_perturb_claim,
     numeric_args=("a", "b", "c", "e", "theta", "t", "s"),
     verify=_verify_perturb,

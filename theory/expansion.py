@@ -31,7 +31,7 @@ from ropesplit.theory.rope import (
     to_pairs,
 )
 from ropesplit.theory.step import Step, Verdict, zero_verdict
-from ropesplit.theory.sums import BLOCK_DIAGONAL, indexed, over_pairs, summand_of
+from ropesplit.theory.sums import BLOCK_DIAGONAL, BLOCK_PRODUCT, indexed, over_pairs, summand_of
 
 __all__ = ["LAYOUTS_EQUIVALENT", "LOGIT_EXPANSION", "ROPE_RELATIVE", "SYMBOLIC_DIMS"]
 
@@ -71,10 +71,12 @@ ROPE_RELATIVE = Step(
     statement_latex=r"R(m)^\top R(n) = R(n - m), \qquad "
     r"R(m) = \operatorname{blockdiag}_l R_2(m\,\theta_l)",
     method="R(m)^T R(n) - R(n-m) expanded with expand_trig to the zero matrix, for one symbolic "
-    "pair and for symbolic frequencies at d = 2, 4, 6, 8 in both layouts",
+    "pair and for symbolic frequencies at d = 2, 4, 6, 8 in both layouts; for any P it follows "
+    "from the pair case by the block-diagonal product (named lemma)",
     claim=_relative_claim,
     numeric_args=("theta", "m", "n"),
     verify=_verify_relative,
+    lemmas=(BLOCK_PRODUCT,),
     numeric_doc="numeric(theta, m, n) -> the 2x2 block R_2(theta (n - m)) as nested tuples",
 )
 

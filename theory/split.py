@@ -172,8 +172,9 @@ REMAINDER_BOUND = Step(
     r" \le s\sum_l |\tilde q_l|\,|\tilde\delta_l|\,\min(2, \theta_l|\Delta|)",
     method="algebraic parts checked symbolically: |e^{i phi} - 1|^2 = 4 sin^2(phi/2), "
     "(R - I)^T (R - I) = 4 sin^2(phi/2) I (so ||R(phi) - I||_2 = 2|sin(phi/2)|), |zw| = |z||w| and "
-    "the claimed bound squared equals s^2 |q~ conj(delta~)(e^{i phi} - 1)|^2; the inequalities "
-    "themselves rest on the named lemmas",
+    "the claimed bound squared equals s^2 |q~ conj(delta~)(e^{i phi} - 1)|^2, for one symbolic "
+    "pair; the inequalities themselves, and the sum over any number of pairs, rest on the named "
+    "lemmas",
     claim=_bound_claim,
     numeric_args=("a", "b", "dc", "de", "theta", "Delta", "s"),
     verify=_verify_bound,
@@ -247,11 +248,13 @@ EXACT_SPLIT_CONDITION = Step(
     method="E is linear in q with gradient s (R(-1) - I) delta; its squared norm equals the sum of "
     "the per-pair claims squared at d = 2, 4, 6, 8 (both layouts), each pair's is "
     "s^2 |delta~|^2 (2 - 2 cos theta), whose real zero set sympy solves to 2 pi Z; E = 0 at "
-    "theta = 2 pi k with integer Delta, and E = 0 at Delta = 0 for any delta",
+    "theta = 2 pi k with integer Delta, and E = 0 at Delta = 0 for any delta; for any P the "
+    "squared norm is the sum over pairs by the block-diagonal lemma",
     claim=_worst_claim,
     numeric_args=("dc", "de", "theta", "s"),
     verify=_verify_condition,
-    lemmas=("Cauchy-Schwarz equality: max of a linear form over unit vectors is its norm",),
+    lemmas=("Cauchy-Schwarz equality: max of a linear form over unit vectors is its norm",
+            BLOCK_DIAGONAL),
     uses=("split_exact", "remainder_bound"),
     numeric_doc="numeric(dc, de, theta, s) -> max |E| over unit query pairs at Delta = 1 "
     "(zero iff delta~ = 0 or theta in 2 pi Z)",

@@ -26,6 +26,7 @@ from ropesplit.theory.rope import rot2
 
 __all__ = [
     "BLOCK_DIAGONAL",
+    "BLOCK_PRODUCT",
     "EXCHANGE",
     "LINEARITY",
     "PAIR",
@@ -44,6 +45,11 @@ BLOCK_DIAGONAL = (
     "pairs, so <R(i) x, R(j) y> = sum_l <R_2(i theta_l) x_l, R_2(j theta_l) y_l> for any P "
     "(checked as matrices at d = 2, 4, 6, 8 in both layouts; for symbolic P it is the partition "
     "of the coordinates into pairs)"
+)
+BLOCK_PRODUCT = (
+    "block-diagonal product: blockdiag_l(A_l)^T blockdiag_l(B_l) = blockdiag_l(A_l^T B_l) for "
+    "blocks on the same coordinate pairs, any P (checked as matrices at d = 2, 4, 6, 8 in both "
+    "layouts)"
 )
 LINEARITY = ("linearity of finite sums: sum_t c_t Sum_l f_t(l) = Sum_l sum_t c_t f_t(l) "
              "(c_t free of l)")
