@@ -8,13 +8,13 @@ passing check means something.
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
 import pytest
 import sympy as sp
 from ropesplit.theory import STEPS, check_all, get_step
-from ropesplit.theory.optimum import SUPPORT_SIZES
 from ropesplit.theory.sums import PAIR, PAIRS, indexed, over_pairs, summand_of
 
 from ropesplit import RopesplitError
@@ -200,4 +200,10 @@ def test_every_identity_on_pairs_is_also_checked_for_a_symbolic_pair_count(resul
         assert "symbolic P" in results[step_id].detail, step_id
         assert "symbolic pair count P" in get_step(step_id).method, step_id
     assert "symbolic pair indices l, k" in get_step("mean_rotation_remainder").method
-    assert SUPPORT_SIZES == (1, 2, 3, 4)
+
+
+def test_every_method_states_its_generality():
+    # one symbolic pair, a symbolic pair count, or the explicit sizes (d, P, n, rows) checked
+    sizes = re.compile(r"one symbolic pair|symbolic pair count P|d = 2|P = \d|n = \d|rows? of \d")
+    for step in STEPS:
+        assert sizes.search(step.method), step.id
