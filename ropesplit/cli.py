@@ -3,16 +3,26 @@
 Every subcommand that produces numbers accepts ``--json PATH``.  User errors
 (:class:`ropesplit.errors.RopesplitError`) become one line on stderr and a
 non-zero exit code, never a traceback.
+
+Bad flags fail while parsing, before any work, as one line
+``ropesplit CMD: error: MESSAGE`` and exit code 2 (:class:`_Parser`): every
+integer option must be at least 1 (at least 0 for those in
+:data:`INT_MINIMUM`), every float option finite and positive, ``--device``
+a device this machine has (:func:`device`) and ``--dtype`` one of
+:data:`DTYPES`. The checks are attached centrally in :func:`build_parser`,
+so a new subcommand's options get them without code of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import pkgutil
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any, NoReturn
 
 from ropesplit import __version__
 from ropesplit import commands as _commands
@@ -27,9 +37,103 @@ def _command_modules() -> dict[str, ModuleType]:
     return {n: importlib.import_module(f"ropesplit.commands.{n}") for n in names}
 
 
+INT_MINIMUM = {"seed": 0, "warmup": 0}  # integer options where 0 is meaningful; others >= 1
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: ``PROG: error: MESSAGE``, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def device(value: str) -> str:
+    """``--device``: ``cpu``, or ``cuda[:N]`` / ``mps`` when this machine has it.
+
+    >>> device("cpu")
+    'cpu'
+    >>> device("quantum")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be cpu, cuda[:N] or mps, got 'quantum'
+    """
+    if value == "cpu":
+        return value  # no torch import for the default
+    kind, _, index = value.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda[:N] or mps, got {value!r}")
+    import torch
+
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{value!r}: this machine has no CUDA device")
+        if index and int(index) >= count:
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: this machine has {count} CUDA device(s), 0..{count - 1}"
+            )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{value!r}: this machine has no MPS device")
+    return value
+
+
+def dtype(value: str) -> str:
+    """``--dtype``: one of :data:`DTYPES`."""
+    if value not in DTYPES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(DTYPES)}, got {value!r}")
+    return value
+
+
+class IntAtLeast:
+    """An argparse type: an integer ``>= minimum``."""
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def __call__(self, value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {value!r}") from None
+        if number < self.minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {self.minimum}, got {number}")
+        return number
+
+
+def positive_float(value: str) -> float:
+    """An argparse type: a finite float ``> 0``."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
+    return number
+
+
+def _checked_type(action: argparse.Action) -> Any:
+    """The central check for one option, by its type or name (None: leave as declared)."""
+    name = action.dest
+    if action.type is int:
+        return IntAtLeast(INT_MINIMUM.get(name, 1))
+    if action.type is float:
+        return positive_float
+    if action.type is None and action.choices is None and action.nargs != 0:
+        return {"device": device, "dtype": dtype}.get(name)
+    return None
+
+
+def _attach_checks(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        checked = _checked_type(action)
+        if checked is not None:
+            action.type = checked
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used by the docs' CLI reference)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ropesplit",
         description="Verify, end to end, why RoPE attention logits split into "
         "positional relevance plus semantic importance (Han & Ji, ACL 2025).",
@@ -39,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in _command_modules().items():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
+        _attach_checks(p)
         p.set_defaults(_run=module.run, _parser=p)
     return parser
 

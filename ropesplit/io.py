@@ -27,6 +27,28 @@ def output_path(path: str | Path) -> Path:
     return p
 
 
+def output_folder(path: str | Path, what: str) -> Path:
+    """The output folder ``path``, created when only it is missing; a one-line error otherwise.
+
+    >>> output_folder("/nonexistent/report", "the report")
+    Traceback (most recent call last):
+    ...
+    ropesplit.errors.RopesplitError: cannot write the report to /nonexistent/report: folder ...
+    """
+    out = Path(path)
+    if out.is_dir():
+        return out
+    if out.exists():
+        raise RopesplitError(f"cannot write {what} to {out}: it is a file, not a folder")
+    if not out.parent.is_dir():
+        raise RopesplitError(f"cannot write {what} to {out}: folder {out.parent} does not exist")
+    try:
+        out.mkdir()
+    except OSError as exc:
+        raise RopesplitError(f"cannot write {what} to {out}: {exc.strerror}") from None
+    return out
+
+
 def _jsonable(obj: Any) -> Any:
     """Convert numpy scalars/arrays and non-finite floats to plain JSON values."""
     if isinstance(obj, dict):

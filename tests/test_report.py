@@ -8,6 +8,7 @@ functions, so the JSON records are structurally real, not typed in.
 from __future__ import annotations
 
 import base64
+import html as html_module
 import json
 import re
 
@@ -20,9 +21,10 @@ from ropesplit.theory import STEPS
 
 from ropesplit.cli import main
 from ropesplit.figures import FIGURES, figure_files
-from ropesplit.report import pipeline
-from ropesplit.report.document import build_document, fmt
+from ropesplit.report import pipeline, sections
+from ropesplit.report.document import Section, Table, build_document, fmt
 from ropesplit.report.render import render_html, render_markdown
+from ropesplit.report.sections.summary import CLAIMS
 
 N_TOKENS = 48
 SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64)
@@ -31,11 +33,22 @@ SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, boun
 def _tiny_load(settings):
     config = T.LlamaConfig(
         hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=3,
-        intermediate_size=64, vocab_size=128, max_position_embeddings=64,
+        intermediate_size=64, vocab_size=128, max_position_embeddings=128,
     )  # fmt: skip
     loaded = load_model(config, seed=1)  # the "trained" stand-in
     ids = torch.randint(0, 128, (settings.tokens,), generator=torch.Generator().manual_seed(0))
     return loaded, random_init_twin(loaded, settings.seed), ids, "tiny text"
+
+
+def _extra_stage(ctx):
+    """A stage added by one line: its record is written and reaches the sections."""
+    return {"heads_seen": len(ctx.records["analyze"]["heads"])}
+
+
+def _extra_section(inputs):
+    value = inputs.records["extra"]["heads_seen"]
+    return [Section("Extra: a section added by one line", [f"heads seen: {value}"],
+                    anchor="extra")]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +56,16 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "_load", _tiny_load)
+        # the extension points: one Stage line, one SectionSpec line
+        patch.setattr(pipeline, "STAGES", [*pipeline.STAGES,
+                                           pipeline.Stage("extra", "a test stage", _extra_stage)])
+        patch.setattr(sections, "SECTIONS", [*sections.SECTIONS[:-1], sections.SectionSpec(
+            "extra", ("extra",), _extra_section), sections.SECTIONS[-1]])  # fmt: skip
         index = pipeline.run_report(SETTINGS, out)
         again = tmp_path_factory.mktemp("figures")
         pipeline.run_figures(SETTINGS, again, widths=("single",), formats=("png",))  # quick rerun
     records = {name: json.loads((out / f"{name}.json").read_text())
-               for name in ("derive", "bound", "analyze", "perturb")}  # fmt: skip
+               for name in ("derive", "bound", "analyze", "perturb", "run", "extra")}  # fmt: skip
     return {"out": out, "html": index.read_text(), "records": records, "again": again,
             "md": (out / "report.md").read_text()}  # fmt: skip
 
@@ -55,7 +73,8 @@ def report(tmp_path_factory):
 def test_every_step_writes_its_json_and_every_figure_both_widths_and_formats(report):
     out = report["out"]
     assert {p.name for p in out.iterdir()} >= {"derive.json", "bound.json", "analyze.json",
-                                               "perturb.json", "index.html", "report.md"}
+                                               "perturb.json", "run.json", "extra.json",
+                                               "index.html", "report.md"}  # fmt: skip
     written = sorted(p.name for p in (out / "figures").iterdir())
     expected = sorted(figure_files(spec, w, f) for spec in FIGURES
                       for w in ("single", "double") for f in ("pdf", "png"))  # fmt: skip
@@ -76,43 +95,81 @@ def test_html_embeds_all_eight_figures_and_references_nothing_outside(report):
     assert "<style>" in html  # the CSS is inline
 
 
+def cell(value) -> str:
+    """How a formatted number appears in the HTML: a right-aligned numeric cell."""
+    return f'<td class="num">{fmt(value)}</td>'
+
+
 def test_html_holds_every_table_with_numbers_from_the_json(report):
     html, records = report["html"], report["records"]
-    for title in ("Theory:", "Numerics:", "Empirical:", "Experiment: Controlled distance",
-                  "Experiment: Word-order perturbation", "Experiment: Position-id perturbation",
-                  "Experiment: Length extrapolation", "Figures"):  # fmt: skip
-        assert f"<h2>{title}" in html
+    titles = ["Theory:", "Numerics:", "Empirical:", "Figures", "Run"]
+    titles += [f"Experiment: {e['title']}" for e in records["perturb"]["experiments"].values()]
+    for title in titles:
+        assert re.search(f"<h2[^>]*>{re.escape(title)}", html), title
     for step in STEPS:
         assert f"<td>{step.id}</td>" in html
     analysis = records["analyze"]
     n_layers = 1 + max(h["layer"] for h in analysis["heads"])
-    assert html.count("<tr><td>") >= len(STEPS) + n_layers + 1
-    assert f"<td>{fmt(analysis['summary']['r_split'])}</td>" in html
-    assert f"<td>{fmt(analysis['control']['summary']['r_split'])}</td>" in html
-    assert "<td>0.959</td>" in html  # the paper's, beside this model's
+    assert html.count("<tr><td") >= len(STEPS) + n_layers + 1
+    assert cell(analysis["summary"]["r_split"]) in html
+    assert cell(analysis["control"]["summary"]["r_split"]) in html
     for row in records["perturb"]["order"]:
-        assert f"<td>{fmt(row['ratio'])}</td>" in html
+        assert cell(row["ratio"]) in html
     for case in records["bound"]["cases"]:
-        assert f"<td>{fmt(case['r_split'])}</td>" in html
+        assert cell(case["r_split"]) in html
+    assert f"heads seen: {len(analysis['heads'])}" in html  # the added stage and section
+
+
+def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
+    """Issue 9: one screen first (claim, prediction, measurement, verdict, link); metadata last."""
+    html, records = report["html"], report["records"]
+    headings = re.findall(r'<h2 id="([^"]*)">', html)
+    assert headings[0] == "claims" and headings[-1] == "run"
+    claims = html[html.index('<h2 id="claims">'):html.index('<h2 id="theory">')]
+    rows = re.findall(r"<tr><td[^>]*><a href=\"#([^\"]+)\">(\d)\. ", claims)
+    assert [int(n) for _, n in rows] == [c.number for c in CLAIMS] == [1, 2, 3, 4, 5]
+    for target, _ in rows:
+        assert f'id="{target}"' in html  # every link lands on a section
+    distance = records["perturb"]["experiments"]["distance"]
+    row3 = re.search(r"3\. Controlled distance.*?</tr>", claims).group(0)
+    assert html_module.escape(distance["reason"]) in row3
+    assert f'<td class="{distance["verdict"]}">{distance["verdict"]}</td>' in row3
+    # the paper's 0.959 appears once in the text, beside the model-wide mean (claim 2), never on
+    # a layer row (figure 2 marks it on the distribution over heads)
+    assert re.sub(r"<figure.*?</figure>", "", html, flags=re.S).count("0.959") == 1
+    row2 = re.search(r"2\. Attention logits split.*?</tr>", claims).group(0)
+    assert "0.959" in row2 and fmt(records["analyze"]["summary"]["r_split"]) in row2
+
+
+def test_prose_is_left_aligned_numbers_right_and_wide_tables_scroll(report):
+    html = report["html"]
+    assert ".wrap { overflow-x: auto;" in html
+    assert html.count('<div class="wrap"><table>') == html.count("<table>")
+    method = html_module.escape(report["records"]["derive"]["steps"][0]["method"])
+    assert re.search(f'<td( class="prose")?>{re.escape(method)}</td>', html)  # left (default)
+    assert "td.num { text-align: right;" in html and "text-align: left;" in html
 
 
 def test_header_records_versions_model_hashes_tokens_seed_and_time(report):
     html = report["html"]
+    run = html[html.index('<h2 id="run">'):]
     perturb_header = report["records"]["perturb"]["header"]
     for key, value in (("tokens", str(N_TOKENS)), ("seed", "0"),
                        ("token_ids_sha256", perturb_header["token_ids_sha256"]),
                        ("model", "llama (config)")):  # fmt: skip
-        assert f"<td>{key}</td><td>{value}</td>" in html
+        assert re.search(f"<td>{key}</td><td[^>]*>{re.escape(value)}</td>", run), key
     for name in ("ropesplit", "torch", "transformers", "numpy", "sympy", "matplotlib"):
-        assert f"<td>version of {name}</td>" in html
-    assert re.search(r"<td>run_seconds</td><td>\d+\.\d+</td>", html)
+        assert f"<td>version of {name}</td>" in run
+    assert re.search(r"<td>run_seconds</td><td[^>]*>\d+\.\d+</td>", run)
+    assert report["records"]["run"]["tokens"] == N_TOKENS  # and it is in run.json
 
 
 def test_markdown_links_the_written_pngs(report):
     links = re.findall(r"!\[Figure \d: [^\]]*\]\(([^)]*)\)", report["md"])
     assert len(links) == 8
     assert all((report["out"] / link).is_file() for link in links)
-    assert "| layer | r_split | r_split (control) | r_split (paper) |" in report["md"]
+    assert "| layer | r_split | r_split (control) | r_split_rowcentred |" in report["md"]
+    assert "[1. Position generalization" in report["md"]  # claims link to their sections
 
 
 def test_figures_rerun_gives_byte_identical_files(report):
@@ -128,16 +185,25 @@ def test_renderer_shows_failed_steps_and_steps_not_run(report):
     derive = json.loads(json.dumps(records["derive"]))
     derive["steps"][0]["checked"] = False
     derive["all_checked"] = False
-    doc = build_document({"model": "m"}, {"derive": derive, "analyze": records["analyze"]})
+    doc = build_document({"derive": derive, "analyze": records["analyze"]})
     html, md = render_html(doc), render_markdown(doc)
     assert "<td>FAILED</td>" in html and "NOT all checked" in html
-    assert "<h2>Steps not run</h2>\n<p>bound, perturb</p>" in html
-    assert "## Steps not run\n\nbound, perturb" in md
+    assert '<h2 id="not-run">Steps not run</h2>\n<p>bound, perturb, run</p>' in html
+    assert "## Steps not run\n\nbound, perturb, run" in md
+    assert '<td class="disagrees">disagrees</td>' in html  # claim 4: a step failed
 
 
 def test_renderer_escapes_text_in_html(report):
-    doc = build_document({"model": "<b>x</b> & y"}, {"analyze": report["records"]["analyze"]})
+    records = {"run": {"model": "<b>x</b> & y"}, "analyze": report["records"]["analyze"]}
+    doc = build_document(records)
     assert "<td>&lt;b&gt;x&lt;/b&gt; &amp; y</td>" in render_html(doc)
+
+
+def test_a_table_cell_is_numeric_only_when_every_cell_is_a_number():
+    from ropesplit.report.render import _column_kinds
+
+    table = Table(["a", "b", "c"], [["1.5", "x", "n/a"], ["-2e-05", "3", "n/a"]])
+    assert _column_kinds(table) == ["num", "", ""]
 
 
 @pytest.mark.parametrize("command", ["figures", "report"])

@@ -37,16 +37,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
 
 def prepare_out(path: str, what: str) -> Path:
     """The output folder, created when only it is missing; a one-line error otherwise."""
-    from ropesplit.errors import RopesplitError
+    from ropesplit.io import output_folder
 
-    out = Path(path)
-    if not out.is_dir():
-        if not out.parent.is_dir():
-            raise RopesplitError(
-                f"cannot write {what} to {out}: folder {out.parent} does not exist"
-            )
-        out.mkdir()
-    return out
+    return output_folder(path, what)
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
@@ -70,14 +63,11 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
     )  # fmt: skip
 
 
-def run_pipeline(args: argparse.Namespace, what: str, stage: str, **options: Any) -> Any:
-    """Check the flags, then the output folder, then run ``report.pipeline.<stage>``."""
+def run_pipeline(args: argparse.Namespace, what: str, run: Any, **options: Any) -> Any:
+    """Check the flags, then the output folder, then ``run(settings, out, **options)``."""
     settings = settings_from(args)  # bad flags fail before anything is created
     out = prepare_out(args.out, what)
-
-    from ropesplit.report import pipeline
-
-    return getattr(pipeline, stage)(settings, out, **options)
+    return run(settings, out, **options)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
     """Load, analyse, run the experiments and write every figure into ``--out``."""
     widths = ("single", "double") if args.width == "all" else (args.width,)
     formats = ("pdf", "png") if args.format == "all" else (args.format,)
-    written = run_pipeline(args, "figures", "run_figures", widths=widths, formats=formats)
+    from ropesplit.report.pipeline import run_figures
+
+    written = run_pipeline(args, "figures", run_figures, widths=widths, formats=formats)
     out = args.out
     print(f"{len(written)} files written to {out}")
     return 0

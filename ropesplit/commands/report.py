@@ -1,11 +1,12 @@
 """``ropesplit report``: every step on one model, written as one self-contained report.
 
-Runs, through the Python APIs and with the model loaded once: the sympy
-checks (``derive``), the numerics table (``bound``), the per-head analysis
-of the model and its random-init control (``analyze``), the four
-experiments (``perturb``) and the eight figures; writes ``--out``/
-``index.html`` (figures embedded, opens offline), ``report.md``, the JSON of
-each step and ``figures/``. One progress line per stage on stderr.
+Runs the stages of :data:`ropesplit.report.pipeline.STAGES` through the
+Python APIs, with the model loaded once: the sympy checks, the numerics
+table, the per-head analysis of the model and its random-init control,
+every experiment of the registry and every figure; writes ``--out``/
+``index.html`` (figures embedded, opens offline; the paper's claims at a
+glance first, run metadata last), ``report.md``, the JSON of each stage
+and ``figures/``. One progress line per stage on stderr.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run every stage and print where the report is."""
-    from ropesplit.commands.figures import run_pipeline
+    """Check the flags, then the output folder, run every stage and print where the report is."""
+    from ropesplit.commands.figures import settings_from
+    from ropesplit.io import output_folder
+    from ropesplit.report.pipeline import run_report
 
-    index = run_pipeline(args, "the report", "run_report")
+    settings = settings_from(args)  # bad flags fail before anything is created
+    index = run_report(settings, output_folder(args.out, "the report"))
     print(f"report written to {index}")
     return 0

@@ -1,33 +1,35 @@
 r"""The report run: every step of the toolkit on one model and one text, through the Python APIs.
 
-Stages, one progress line each on stderr (with tqdm bars inside the long ones):
+The run is a list of :class:`Stage` objects, :data:`STAGES`, in order; each
+prints one progress line on stderr (with tqdm bars inside the long ones) and
+may return a JSON record, which :func:`run_report` writes as ``NAME.json``
+and hands to the report's sections (:mod:`ropesplit.report.sections`):
 
-1. ``derive``   the sympy checks of THEORY.md (``ropesplit derive --check``);
-2. ``bound``    the numerics table on synthetic Q/K (``ropesplit bound --pattern all``);
+1. ``derive``   the sympy checks of THEORY.md (``ropesplit.theory.check_all``);
+2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
 4. ``analyze``  THEORY.md section 5 statistics on every head, trained and control;
-5. ``perturb``  the four experiments of THEORY.md section 4;
-6. ``figures``  the eight figures, PDF and PNG, one and two columns;
-7. ``render``   ``index.html`` (self-contained) and ``report.md``.
+5. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS``;
+6. ``gather``   the figures' data (captures, synthetic heads);
+7. ``figures``  every figure, PDF and PNG, one and two columns;
 
-Each step's JSON is written beside the report (``derive.json``,
-``bound.json``, ``analyze.json``, ``perturb.json``) in the schema of its own
-command, and the report reads every number from those records. The header
-records package versions, model, text and token hashes, token count, seed and
-the run time of each stage.
+then ``run.json`` (model, text and token hashes, token count, seeds, stage
+times, package versions) and the rendering, ``index.html`` (self-contained)
+and ``report.md``, every number read from those records.
+
+Adding a stage: a function ``run(ctx: RunContext) -> dict | None`` and one
+``Stage`` line in :data:`STAGES`; its record reaches every section as
+``inputs.records[name]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
-import io
-import json
 import platform
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +37,16 @@ from typing import Any
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["RunSettings", "collect_figure_data", "run_figures", "run_report"]
+__all__ = [
+    "FIGURE_STAGES",
+    "STAGES",
+    "RunContext",
+    "RunSettings",
+    "Stage",
+    "collect_figure_data",
+    "run_figures",
+    "run_report",
+]
 
 _VERSIONED = ("ropesplit", "numpy", "torch", "transformers", "sympy", "matplotlib", "gguf")
 
@@ -60,8 +71,35 @@ class RunSettings:
 
 
 @dataclass
-class _Stages:
-    """One line per stage on stderr, with its duration; durations kept for the header."""
+class RunContext:
+    """What the stages share: settings, output folder, records so far, the model and its data."""
+
+    settings: RunSettings
+    folder: Path | None = None  # the report's folder (None: figures only)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage name -> JSON
+    loaded: Any = None  # LoadedModel
+    control: Any = None  # its random-init twin, or None
+    ids: Any = None  # (N,) token ids
+    text: str = ""
+    figure_data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    figure_folder: Path | None = None
+    widths: Sequence[str] = ("single", "double")
+    formats: Sequence[str] = ("pdf", "png")
+    written: list[Path] = field(default_factory=list)  # figure files
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A step of the run: ``run(ctx)`` returns its JSON record (written as NAME.json) or None."""
+
+    name: str
+    what: str  # the progress line
+    run: Callable[[RunContext], dict[str, Any] | None]
+
+
+@dataclass
+class _Progress:
+    """One line per stage on stderr, with its duration; durations kept for ``run.json``."""
 
     total: int
     seconds: dict[str, float] = field(default_factory=dict)
@@ -79,25 +117,6 @@ class _Stages:
               flush=True)  # fmt: skip
 
 
-def _command_json(command: str, argv: Sequence[str], path: Path) -> dict[str, Any]:
-    """Run subcommand ``command``'s own ``run`` (in process) with ``--json path``; read it back.
-
-    The command's table goes to a buffer, not the terminal; its exit code
-    (1 for a failed check) is recorded in the JSON the report reads.
-    """
-    import importlib
-
-    module = importlib.import_module(f"ropesplit.commands.{command}")
-    parser = argparse.ArgumentParser(prog=f"ropesplit {command}")
-    module.add_arguments(parser)
-    args = parser.parse_args([*argv, "--json", str(path)])
-    with contextlib.redirect_stdout(io.StringIO()):
-        exit_code = int(module.run(args))
-    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    record.setdefault("exit_code", exit_code)
-    return record
-
-
 def _versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     for name in _VERSIONED:
@@ -106,6 +125,85 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
     return found
+
+
+def _derive(ctx: RunContext) -> dict[str, Any]:
+    """Every THEORY.md step checked (``theory.check_all``), in ``ropesplit derive``'s schema."""
+    from ropesplit.theory import STEPS, check_all
+
+    results = check_all()
+    steps = [{"id": s.id, "kind": s.kind, "checked": results[s.id].checked, "method": s.method,
+              "seconds": results[s.id].seconds, "lemmas": list(s.lemmas), "uses": list(s.uses)}
+             for s in STEPS]  # fmt: skip
+    return {"steps": steps, "all_checked": all(r.checked for r in results.values())}
+
+
+def _bound(ctx: RunContext) -> dict[str, Any]:
+    """Each synthetic pattern's statistics and bound violations (``ropesplit bound``'s schema)."""
+    from ropesplit.numerics.stats import head_statistics
+    from ropesplit.numerics.synthetic import PATTERNS, make_qk
+
+    settings, d, base = ctx.settings, 64, 10000.0
+    cases = []
+    for pattern in PATTERNS:
+        qk = make_qk(pattern, d=d, base=base, tokens=settings.bound_tokens, seed=settings.seed)
+        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, seed=settings.seed)
+        cases.append({"pattern": pattern, "d": d, "base": base, "tokens": settings.bound_tokens,
+                      "seed": settings.seed, **stats.as_dict()})  # fmt: skip
+    return {"cases": cases, "violations": sum(int(c["violations"]) for c in cases)}
+
+
+def _load_stage(ctx: RunContext) -> None:
+    ctx.loaded, ctx.control, ctx.ids, ctx.text = _load(ctx.settings)
+
+
+def _analyze_stage(ctx: RunContext) -> dict[str, Any]:
+    return _analyze(ctx.loaded, ctx.control, ctx.ids, ctx.settings.seed)
+
+
+def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
+    return _perturb(ctx.loaded, ctx.ids, ctx.settings)
+
+
+def _gather_stage(ctx: RunContext) -> None:
+    ctx.figure_data = collect_figure_data(ctx.loaded, ctx.control, ctx.ids, ctx.records["analyze"],
+                                          ctx.records.get("perturb"), ctx.settings)  # fmt: skip
+
+
+def _figures_stage(ctx: RunContext) -> None:
+    from ropesplit.figures import write_figures
+
+    assert ctx.figure_folder is not None
+    ctx.written = write_figures(ctx.figure_data, ctx.figure_folder, widths=ctx.widths,
+                                formats=ctx.formats)  # fmt: skip
+
+
+DERIVE = Stage("derive", "sympy checks of every step", _derive)
+BOUND = Stage("bound", "numerics on synthetic queries and keys", _bound)
+LOAD = Stage("load", "model and random-init control", _load_stage)
+ANALYZE = Stage("analyze", "every head, trained and control", _analyze_stage)
+PERTURB = Stage("perturb", "every experiment of the registry", _perturb_stage)
+GATHER = Stage("gather", "figure data from captures and synthetic heads", _gather_stage)
+FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figures_stage)
+
+# ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
+FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
+
+
+def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
+    """Run ``stages`` in order; a returned record is kept (and written when there is a folder)."""
+    from ropesplit.io import write_json
+
+    progress = _Progress(total=len(stages) + (ctx.folder is not None))
+    for stage in stages:
+        with progress.stage(stage.name, stage.what):
+            record = stage.run(ctx)
+            if record is not None:
+                ctx.records[stage.name] = record
+                if ctx.folder is not None:
+                    write_json(ctx.folder / f"{stage.name}.json", record)
+    return progress
 
 
 def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
@@ -210,32 +308,22 @@ def run_figures(
     widths: Sequence[str] = ("single", "double"),
     formats: Sequence[str] = ("pdf", "png"),
 ) -> list[Path]:
-    """``ropesplit figures``: load, analyse, run the experiments, draw and write every figure."""
-    from ropesplit.figures import write_figures
-
-    folder = Path(out)
-    stages = _Stages(total=5)
-    with stages.stage("load", "model and random-init control"):
-        loaded, control, ids, _ = _load(settings)
-    with stages.stage("analyze", f"{loaded.n_layers} layers, trained and control"):
-        analysis = _analyze(loaded, control, ids, settings.seed)
-    with stages.stage("perturb", "the four experiments"):
-        perturb = _perturb(loaded, ids, settings)
-    with stages.stage("gather", "figure data"):
-        data = collect_figure_data(loaded, control, ids, analysis, perturb, settings)
-    with stages.stage("figures", f"8 figures to {folder}"):
-        return write_figures(data, folder, widths=widths, formats=formats)
+    """``ropesplit figures``: :data:`FIGURE_STAGES` (load, analyse, run, draw) into ``out``."""
+    ctx = RunContext(settings, figure_folder=Path(out), widths=widths, formats=formats)
+    _run_stages(ctx, FIGURE_STAGES)
+    return ctx.written
 
 
 def run_report(settings: RunSettings, out: str | Path) -> Path:
-    """``ropesplit report``: every stage, the JSON of each, the figures, HTML and Markdown.
+    """``ropesplit report``: every stage of :data:`STAGES`, its JSON, the figures, HTML, Markdown.
 
-    Writes into ``out`` (which must exist): ``derive.json``, ``bound.json``,
-    ``analyze.json``, ``perturb.json``, ``figures/`` (PDF and PNG of every
-    figure at both widths), ``index.html`` and ``report.md``. Returns the
-    path of ``index.html``.
+    Writes into ``out`` (which must exist): ``NAME.json`` for every stage
+    with a record, ``run.json``, ``figures/`` (PDF and PNG of every figure at
+    both widths), ``index.html`` and ``report.md``. Returns the path of
+    ``index.html``.
     """
-    from ropesplit.figures import FIGURES, figure_files, write_figures
+    from ropesplit.figures import FIGURES as FIGURE_SPECS
+    from ropesplit.figures import figure_files
     from ropesplit.io import write_json, write_text
     from ropesplit.report.document import FigureBlock, build_document
     from ropesplit.report.render import render_html, render_markdown
@@ -243,56 +331,27 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
     folder = Path(out)
     if not folder.is_dir():
         raise RopesplitError(f"cannot write the report to {folder}: folder does not exist")
-    figures_dir = folder / "figures"
-    figures_dir.mkdir(exist_ok=True)
     start = time.perf_counter()
-    stages = _Stages(total=8)
-    records: dict[str, dict[str, Any]] = {}
-    with stages.stage("derive", "sympy checks of every step"):
-        records["derive"] = _command_json("derive", ["--check"], folder / "derive.json")
-    with stages.stage("bound", "numerics on synthetic queries and keys"):
-        records["bound"] = _command_json(
-            "bound",
-            ["--pattern", "all", "--seed", str(settings.seed),
-             "--tokens", str(settings.bound_tokens)],  # fmt: skip
-            folder / "bound.json",
-        )
-    with stages.stage("load", "model and random-init control"):
-        loaded, control, ids, text = _load(settings)
-    with stages.stage("analyze", f"{loaded.n_layers} layers x {len(ids)} tokens, trained "
-                      "and control"):  # fmt: skip
-        records["analyze"] = _analyze(loaded, control, ids, settings.seed)
-        write_json(folder / "analyze.json", records["analyze"])
-    with stages.stage("perturb", "controlled distance, word order, position ids, length"):
-        records["perturb"] = _perturb(loaded, ids, settings)
-        write_json(folder / "perturb.json", records["perturb"])
-    with stages.stage("gather", "figure data from captures and synthetic heads"):
-        data = collect_figure_data(loaded, control, ids, records["analyze"], records["perturb"],
-                                   settings)  # fmt: skip
-    with stages.stage("figures", "8 figures, PDF and PNG, 3.3 in and 6.9 in"):
-        write_figures(data, figures_dir)
-    with stages.stage("render", "index.html and report.md"):
+    ctx = RunContext(settings, folder=folder, figure_folder=folder / "figures")
+    ctx.figure_folder.mkdir(exist_ok=True)  # type: ignore[union-attr]
+    progress = _run_stages(ctx, STAGES)
+    with progress.stage("render", "run.json, index.html and report.md"):
         blocks = [
             FigureBlock(spec.number, spec.title, spec.caption,
-                        (figures_dir / figure_files(spec, "double", "png")).read_bytes(),
+                        (folder / "figures" / figure_files(spec, "double", "png")).read_bytes(),
                         [f"figures/{figure_files(spec, w, f)}" for w in ("single", "double")
                          for f in ("pdf", "png")])
-            for spec in FIGURES
+            for spec in FIGURE_SPECS
         ]  # fmt: skip
-        header = _text_header(settings, loaded, ids, text)
-        header["stage_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in stages.seconds.items())
-        header["run_seconds"] = round(time.perf_counter() - start, 1)
-        header["versions"] = _versions()
-        doc = build_document(header, records, blocks, _predictions())
+        run = _text_header(settings, ctx.loaded, ctx.ids, ctx.text)
+        run["stage_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in progress.seconds.items())
+        run["run_seconds"] = round(time.perf_counter() - start, 1)
+        run["versions"] = _versions()
+        ctx.records["run"] = run
+        write_json(folder / "run.json", run)
+        doc = build_document(ctx.records, blocks)
         write_text(folder / "index.html", render_html(doc))
         links = {b.number: f"figures/{figure_files(s, 'double', 'png')}"
-                 for b, s in zip(blocks, FIGURES, strict=True)}  # fmt: skip
+                 for b, s in zip(blocks, FIGURE_SPECS, strict=True)}  # fmt: skip
         write_text(folder / "report.md", render_markdown(doc, links))
     return folder / "index.html"
-
-
-def _predictions() -> dict[str, str]:
-    """THEORY.md section 4's prediction for each experiment, as the experiments state it."""
-    from ropesplit.empirical.experiments import PREDICTIONS
-
-    return dict(PREDICTIONS)

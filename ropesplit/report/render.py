@@ -20,22 +20,60 @@ body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto;
        padding: 0 1rem; color: #111; line-height: 1.45; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem;
        border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: 0.8rem 0; font-size: 0.85rem; }
+.wrap { overflow-x: auto; max-width: 100%; margin: 0.8rem 0; }
+table { border-collapse: collapse; font-size: 0.85rem; }
 caption { caption-side: top; text-align: left; color: #444; padding-bottom: 0.3rem; }
-th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }
-th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
-.wrap { overflow-x: auto; } figure { margin: 1.5rem 0; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left;
+         vertical-align: top; }
+th { background: #f2f2f2; white-space: nowrap; }
+td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.prose { min-width: 12rem; max-width: 28rem; }
+td.agrees { background: #e6f4e6; } td.disagrees { background: #fbe3e3; }
+td.inconclusive { background: #fff6d9; }
+figure { margin: 1.5rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9rem; color: #333; } code { font-size: 0.85rem; }
 """
 
+_VERDICTS = ("agrees", "disagrees", "inconclusive")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.replace(",", ""))
+    except ValueError:
+        return cell in ("n/a", "-")
+    return True
+
+
+def _column_kinds(table: Table) -> list[str]:
+    """Per column: ``num`` (every cell a number or n/a: right-aligned) or ``prose`` (left)."""
+    kinds = []
+    for index in range(len(table.columns)):
+        cells = [row[index] for row in table.rows if index < len(row)]
+        numeric = all(_is_number(c) for c in cells) and any(c not in ("n/a", "-") for c in cells)
+        long = any(len(c) > 40 for c in cells)
+        kinds.append("num" if numeric else ("prose" if long else ""))
+    return kinds
+
+
+def _html_cell(cell: str, kind: str, link: str = "") -> str:
+    classes = " ".join(c for c in (kind, cell if cell in _VERDICTS else "") if c)
+    text = html.escape(cell)
+    if link:
+        text = f'<a href="#{html.escape(link)}">{text}</a>'
+    return f'<td class="{classes}">{text}</td>' if classes else f"<td>{text}</td>"
+
 
 def _html_table(table: Table) -> str:
+    kinds = _column_kinds(table)
+    links = table.links or [""] * len(table.rows)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in table.rows
-    )
+        "<tr>" + "".join(_html_cell(cell, kinds[i], links[r] if i == 0 else "")
+                         for i, cell in enumerate(row)) + "</tr>"
+        for r, row in enumerate(table.rows)
+    )  # fmt: skip
     caption = f"<caption>{html.escape(table.caption)}</caption>" if table.caption else ""
     return f'<div class="wrap"><table>{caption}<thead><tr>{head}</tr></thead>' \
            f"<tbody>{body}</tbody></table></div>"  # fmt: skip
@@ -61,10 +99,10 @@ def render_html(doc: Document) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(doc.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(doc.title)}</h1>",
-        _html_table(doc.header),
     ]
     for section in doc.sections:
-        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
+        parts.append(f"<h2{anchor}>{html.escape(section.title)}</h2>")
         parts += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
         parts += [_html_table(t) for t in section.tables]
         parts += [_html_figure(f) for f in section.figures]
@@ -78,17 +116,25 @@ def _md_cell(cell: str) -> str:
 
 def _md_table(table: Table) -> str:
     lines = [f"*{table.caption}*", ""] if table.caption else []
+    links = table.links or [""] * len(table.rows)
     lines.append("| " + " | ".join(_md_cell(c) for c in table.columns) + " |")
-    lines.append("|" + "|".join("---" for _ in table.columns) + "|")
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    lines.append("|" + "|".join("---:" if k == "num" else "---" for k in _column_kinds(table))
+                 + "|")  # fmt: skip
+    for row, link in zip(table.rows, links, strict=True):
+        cells = [_md_cell(c) for c in row]
+        if link and cells:
+            cells[0] = f"[{cells[0]}](#{link})"
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def render_markdown(doc: Document, figure_links: dict[int, str] | None = None) -> str:
     """The same document as Markdown; figure ``n`` links ``figure_links[n]`` (a PNG path)."""
     links = figure_links or {}
-    parts = [f"# {doc.title}", _md_table(doc.header)]
+    parts = [f"# {doc.title}"]
     for section in doc.sections:
+        if section.anchor:
+            parts.append(f'<a id="{section.anchor}"></a>')
         parts.append(f"## {section.title}")
         parts += section.paragraphs
         parts += [_md_table(t) for t in section.tables]
