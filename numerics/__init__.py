@@ -3,7 +3,8 @@ r"""ropesplit.numerics: THEORY.md sections 1-5 as vectorised numpy/torch code.
 Modules, one idea each:
 
     rope        frequencies, pair layouts, rotation             (section 1)
-    bound       the remainder E and its bound, term by term      (section 3)
+    bound       the remainder E and its bound, term by term      (sections 3, 6)
+    reference   the reference rotation m_l: zero, distance C, mean (section 6)
     split       W = f + g + E as dense matrices for one head      (sections 2-3)
     fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
@@ -21,6 +22,7 @@ Imports numpy and torch, never transformers.
 """
 
 from ropesplit.numerics.fit import three_axis_fit
+from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
 from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
 from ropesplit.numerics.split import HeadSplit, split_head
 from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
@@ -28,10 +30,13 @@ from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistic
 __all__ = [
     "HeadSplit",
     "HeadStats",
+    "Reference",
     "frequencies",
     "from_pairs",
     "head_statistics",
     "layer_statistics",
+    "mean_rotation",
+    "resolve_reference",
     "rotate",
     "split_head",
     "three_axis_fit",

@@ -8,6 +8,13 @@ For a query pair :math:`\tilde q_l`, a key-deviation pair :math:`\tilde\delta_l`
     |E| &\le s\sum_l |\tilde q_l|\,|\tilde\delta_l|\,2|\sin(\theta_l\Delta/2)|
        \le s\sum_l |\tilde q_l|\,|\tilde\delta_l|\,\min(2, \theta_l|\Delta|)
 
+Under a reference rotation :math:`m_l` (THEORY.md section 6, :mod:`.reference`)
+:math:`e^{i\theta_l\Delta} - 1` becomes :math:`e^{i\theta_l\Delta} - m_l
+= (e^{i\theta_l\Delta} - 1) + (1 - m_l)`, with ``1 - m`` supplied without
+cancellation, and the bound :math:`s\sum_l |\tilde q_l||\tilde\delta_l|
+|e^{i\theta_l\Delta} - m_l|`; the loose bound becomes
+:math:`\min(1 + |m_l|, \theta_l|\Delta| + |1 - m_l|)` (triangle inequality).
+
 ``E`` is evaluated here term by term, with :math:`\cos x - 1 = -2\sin^2(x/2)`,
 so every term carries its own small relative rounding error: the computed
 ``|E|`` exceeds the computed bound by at most about ``(P + 10) eps`` times the
@@ -37,6 +44,7 @@ def remainder_and_bound(
     scale: float,
     *,
     loose: bool = False,
+    one_minus_m: Any = None,
 ) -> tuple[torch.Tensor, ...]:
     r"""``(E, bound)`` (and ``bound_loose`` when ``loose``) for broadcast pairs of vectors.
 
@@ -50,6 +58,13 @@ def remainder_and_bound(
             + (a\,\delta_e - b\,\delta_c)\sin x_l\big],\quad x_l = \theta_l\Delta
 
     with :math:`\tilde q_l = a + ib`, :math:`\tilde\delta_l = \delta_c + i\delta_e`.
+    ``one_minus_m`` ``(P,)`` complex (:attr:`.reference.Reference.one_minus`)
+    switches to the reference :math:`m_l`: with :math:`u_l = e^{ix_l} - m_l`,
+
+    .. math::
+        E = s\sum_l \big[(a\,\delta_c + b\,\delta_e)\,\mathrm{Re}\,u_l
+            + (a\,\delta_e - b\,\delta_c)\,\mathrm{Im}\,u_l\big],\qquad
+        B = s\sum_l |\tilde q_l||\tilde\delta_l||u_l|
     """
     a, b = _parts(q)
     dc, de = _parts(dev)
@@ -58,12 +73,23 @@ def remainder_and_bound(
     half_sin, half_cos = torch.sin(0.5 * x), torch.cos(0.5 * x)  # (..., P)
     along = a * dc + b * de  # Re q conj(delta)
     across = a * de - b * dc  # -Im q conj(delta)
-    # (e^{ix} - 1) = 2 sin(x/2) (-sin(x/2) + i cos(x/2)): no cancellation near x = 0
-    e = (2.0 * half_sin * (across * half_cos - along * half_sin)).sum(-1)
     mag = torch.hypot(a, b) * torch.hypot(dc, de)  # (..., P) after broadcasting
-    out = [scale * e, scale * (mag * (2.0 * half_sin.abs())).sum(-1)]
+    if one_minus_m is None:
+        # (e^{ix} - 1) = 2 sin(x/2) (-sin(x/2) + i cos(x/2)): no cancellation near x = 0
+        e = (2.0 * half_sin * (across * half_cos - along * half_sin)).sum(-1)
+        out = [scale * e, scale * (mag * (2.0 * half_sin.abs())).sum(-1)]
+        if loose:
+            out.append(scale * (mag * torch.clamp(x.abs(), max=2.0)).sum(-1))
+        return tuple(out)
+    gap = np.asarray(one_minus_m, dtype=np.complex128)  # (P,) 1 - m_l
+    u_re = torch.from_numpy(gap.real.copy()) - 2.0 * half_sin * half_sin  # Re(e^{ix} - m)
+    u_im = torch.from_numpy(gap.imag.copy()) + 2.0 * half_sin * half_cos  # Im(e^{ix} - m)
+    e = (along * u_re + across * u_im).sum(-1)
+    out = [scale * e, scale * (mag * torch.hypot(u_re, u_im)).sum(-1)]
     if loose:
-        out.append(scale * (mag * torch.clamp(x.abs(), max=2.0)).sum(-1))
+        m_abs = torch.from_numpy(np.abs(1.0 - gap))  # |m_l|
+        cap = torch.minimum(1.0 + m_abs, x.abs() + torch.from_numpy(np.abs(gap)))
+        out.append(scale * (mag * cap).sum(-1))
     return tuple(out)
 
 

@@ -12,6 +12,10 @@ with :math:`\delta_j = k_j - \bar k` and :math:`\Delta_{ij} = p_i - p'_j`
 ``distances`` :math:`\Delta_{ij}` (e.g. LM-Infinite's cap :math:`\min(\Delta, L)`), under
 which :math:`W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
 e^{i\theta_l\Delta_{ij}}` and ``f``, ``E`` and the bounds take the same :math:`\Delta_{ij}`.
+Under a reference rotation :math:`m_l` (``reference=``, THEORY.md section 6,
+:mod:`.reference`) ``g`` and ``E`` become
+:math:`g_m = s\,\mathrm{Re}\sum_l \tilde q_l\overline{\tilde\delta_l}m_l` and
+:math:`E_m = W - f - g_m`; ``zero`` (:math:`m_l = 1`) is the split above.
 ``W``, ``f`` and ``g`` are matrix products of rotated pairs; ``E`` and the
 bounds are evaluated term by term (:mod:`.bound`) so that rounding can never
 read as a violation.  Dense
@@ -33,6 +37,7 @@ from typing import Any
 import numpy as np
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bound import remainder_and_bound
+from ropesplit.numerics.reference import Reference, resolve_reference
 from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.errors import RopesplitError
@@ -48,13 +53,15 @@ class HeadSplit:
 
     W: np.ndarray  # s <R(p_i) q_i, R(p'_j) k_j>
     f: np.ndarray  # positional relevance s <q_i, R(-Delta) kbar>
-    g: np.ndarray  # semantic importance s <q_i, delta_j>
-    E: np.ndarray  # remainder s <q_i, (R(-Delta) - I) delta_j>
-    bound: np.ndarray  # s sum_l |q~_l| |delta~_l| 2|sin(theta_l Delta / 2)|
-    bound_loose: np.ndarray  # s sum_l |q~_l| |delta~_l| min(2, theta_l |Delta|)
+    g: np.ndarray  # semantic importance s Re sum_l q~_l conj(delta~_l) m_l (s <q_i, delta_j>)
+    E: np.ndarray  # remainder s Re sum_l q~_l conj(delta~_l) (e^{i theta_l Delta} - m_l)
+    bound: np.ndarray  # s sum_l |q~_l| |delta~_l| |e^{i theta_l Delta} - m_l|
+    bound_loose: np.ndarray  # s sum_l |q~_l| |delta~_l| min(1 + |m_l|, theta_l |Delta| + |1 - m_l|)
     mask: np.ndarray  # bool: j <= i (and i - j < window)
     kbar: np.ndarray  # (d,) the reference key
     delta: np.ndarray  # (N, N) distances p_i - p'_j (or the given distance map)
+    reference: str  # the reference spec: "zero", "distance:C" or "mean"
+    m: np.ndarray  # (P,) complex: the reference rotation m_l
 
 
 def _kbar(kbar: Any, k: np.ndarray) -> np.ndarray:
@@ -79,6 +86,7 @@ def split_head(
     rotary_dim: int | None = None,
     window: int | None = None,
     distances: Any = None,
+    reference: str | Reference = "zero",
 ) -> HeadSplit:
     r"""Split one head's logits: :math:`W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij}`.
 
@@ -88,6 +96,8 @@ def split_head(
     ``kbar`` defaults to the mean key.  ``distances`` ``(N, N)`` replaces
     ``positions`` by an arbitrary distance map :math:`\Delta_{ij}` (``W`` and
     ``f`` then rotate by :math:`\Delta_{ij}` term by term).  The mask is by index.
+    ``reference`` (``"zero"``, ``"distance:C"``, ``"mean"`` over the masked
+    pairs, or a :class:`~.reference.Reference`) sets :math:`m_l` in ``g`` and ``E``.
 
     .. math::
         f_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde{\bar k}_l}\,
@@ -118,7 +128,15 @@ def split_head(
     kc = to_pairs(k, layout, rotary_dim)  # (N, P)
     kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
     dc = kc - kbc  # (N, P) key deviations
-    g = s * (qc @ np.conj(dc).T).real  # (N, N)
+    mask = _inputs.causal_mask(n, _inputs.check_window(window))
+    ref = resolve_reference(reference, th, distances=delta, mask=mask)
+    if ref.m.shape != th.shape:
+        raise RopesplitError(f"reference must have {th.size} pairs, got {ref.m.shape[0]}")
+    gap = None if ref.is_zero else ref.one_minus
+    if ref.is_zero:
+        g = s * (qc @ np.conj(dc).T).real  # (N, N)
+    else:
+        g = s * ((qc * ref.m) @ np.conj(dc).T).real  # (N, N)  s Re sum q~ conj(delta~) m
     e, bound, loose = np.empty((3, n, n))
     rows = max(1, _CHUNK_BYTES // (16 * 8 * max(n * th.size, 1)))
     if distances is None:  # absolute rotations: W and f are matrix products
@@ -136,8 +154,7 @@ def split_head(
     for i0 in range(0, n, rows):
         block = slice(i0, min(n, i0 + rows))
         parts = remainder_and_bound(qc[block, None, :], dc[None, :, :], th, delta[block], s,
-                                    loose=True)  # each (rows, N)  # fmt: skip
+                                    loose=True, one_minus_m=gap)  # each (rows, N)  # fmt: skip
         e[block], bound[block], loose[block] = (p.numpy() for p in parts)
-    mask = _inputs.causal_mask(n, _inputs.check_window(window))
     return HeadSplit(W=w, f=f, g=g, E=e, bound=bound, bound_loose=loose, mask=mask, kbar=kb,
-                     delta=delta)  # fmt: skip
+                     delta=delta, reference=ref.spec, m=ref.m)  # fmt: skip

@@ -8,6 +8,13 @@ Over the causal pairs :math:`\mathcal M` (``j <= i``, and ``i - j < window``):
     r_\mathrm{3axis} &= \mathrm{corr}_{\mathcal M}(W, \hat a_{i-j} + \hat b_i + \hat c_j),\qquad
     \text{tightness}_{ij} = |E_{ij}| / B_{ij}
 
+Under a reference rotation :math:`m_l` (THEORY.md section 6, ``reference=``)
+``g`` and ``E`` become :math:`g_m`, :math:`E_m` (:mod:`.reference`) and the
+bound :math:`s\sum_l|\tilde q_l||\tilde\delta_l||e^{i\theta_l\Delta} - m_l|`;
+``references=`` adds ``r_split``, ``r_split_rowcentred`` and
+``remainder_share`` under each further reference (``by_reference``), from the
+same pass (one more block product per reference).
+
 ``r_split_rowcentred`` is the same correlation after subtracting each row's
 mean over its causal pairs from both sides (what softmax can see).
 ``lowfreq_share`` is the share of deviation energy
@@ -18,7 +25,7 @@ queries about their mean.
 
 How it is computed (all float64):
 
-- ``W = s Qrot Krot^T`` and ``E = s (Qrot Drot^T - Q D^T)`` are matrix
+- ``W = s Qrot Krot^T`` and ``E = s (Qrot Drot^T - Q (D m)^T)`` are matrix
   products of rotated real features, and ``f + g = W - E``; all heads of a
   layer go through one batched product, in head chunks of bounded memory.
 - ``r_3axis`` needs only the masked diagonal, row and column sums of ``W``
@@ -28,9 +35,11 @@ How it is computed (all float64):
 - the bound is the only ``N^2 P`` term: ``E`` and ``B`` are evaluated term by
   term (:mod:`.bound`) in row chunks, and compared with the tolerance of
   :func:`.bound.violations`.  Pairs with ``B = 0`` are left out of the
-  tightness ratio (their ``E`` is 0, else they count as violations).  When
-  ``pairs * P`` exceeds ``pair_budget`` the tightness and the violation count
-  come from a seeded uniform sample of ``pair_budget // P`` causal pairs and
+  tightness ratio (their ``E`` is 0, else they count as violations).  The
+  check is exact over every causal pair unless asked otherwise: when
+  ``pair_budget`` (a number of causal pairs per head) is given and smaller
+  than the number of causal pairs, the tightness and the violation count
+  come from a seeded uniform sample of ``pair_budget`` pairs and
   ``sampled_pairs`` says how many; every other statistic stays exact.
 
 Shapes::
@@ -43,24 +52,25 @@ Shapes::
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from ropesplit.numerics import _inputs
-from ropesplit.numerics.bound import remainder_and_bound, violations
+from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
+from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["PAIR_BUDGET", "HeadStats", "head_statistics", "layer_statistics"]
+__all__ = ["EXACT_PAIRS", "HeadStats", "head_statistics", "layer_statistics"]
 
-PAIR_BUDGET = 2**18  # (pair, frequency) terms of the exact bound check before sampling
+EXACT_PAIRS = 512 * 513 // 2  # every causal pair of the default 512-token analysis
 _WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
-_EXACT_CHUNK = 2**18  # (pair, frequency) terms per chunk of the exact bound check
+_EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,9 @@ class HeadStats:
     n_pairs: int  # causal pairs
     sampled_pairs: int | None  # pairs in the tightness sample; None when exact
     violations: int  # pairs with |E| above the bound (checked pairs)
+    reference: str = "zero"  # the reference rotation of every field above
+    by_reference: dict[str, dict[str, float]] = field(default_factory=dict)  # spec -> r_split,
+    # r_split_rowcentred, remainder_share under each reference asked for (and this one)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (JSON-ready)."""
@@ -95,8 +108,10 @@ def head_statistics(
     layout: str = "half",
     rotary_dim: int | None = None,
     window: int | None = None,
-    pair_budget: int | None = PAIR_BUDGET,
+    pair_budget: int | None = None,
     seed: int = 0,
+    reference: str | Reference = "zero",
+    references: tuple[str, ...] = (),
 ) -> HeadStats:
     r"""The section 5 statistics of one head: ``q, k (N, d)``; see :func:`layer_statistics`.
 
@@ -115,7 +130,8 @@ def head_statistics(
     kb = None if kbar is None else _inputs.as_float64("kbar", kbar, 1)[None]
     return layer_statistics(q[None], k[None], [0], theta, scale, positions=positions, kbar=kb,
                             layout=layout, rotary_dim=rotary_dim, window=window,
-                            pair_budget=pair_budget, seed=seed)[0]  # fmt: skip
+                            pair_budget=pair_budget, seed=seed, reference=reference,
+                            references=references)[0]  # fmt: skip
 
 
 def layer_statistics(
@@ -130,16 +146,24 @@ def layer_statistics(
     layout: str = "half",
     rotary_dim: int | None = None,
     window: int | None = None,
-    pair_budget: int | None = PAIR_BUDGET,
+    pair_budget: int | None = None,
     seed: int = 0,
+    reference: str | Reference = "zero",
+    references: tuple[str, ...] = (),
 ) -> list[HeadStats]:
     r"""The section 5 statistics of every query head of a layer, batched.
 
     ``q (H, N, d)`` and ``k (Hkv, N, d)`` are pre-RoPE (numpy or CPU torch);
     head ``h`` reads KV head ``kv_map[h]``; ``kbar (Hkv, d)`` defaults to each
     KV head's mean key; ``positions`` is ``(N,)`` or ``(positions_q,
-    positions_k)``; ``pair_budget`` caps the exact bound check (None: always
-    exact); ``seed`` fixes the pair sample.
+    positions_k)``; ``pair_budget`` is the number of causal pairs per head
+    whose bound is checked (None, the default: every pair; a smaller number:
+    a seeded sample of that many, reported as ``sampled_pairs``); ``seed``
+    fixes the pair sample.  ``reference`` (``"zero"``, ``"distance:C"``,
+    ``"mean"`` over this layer's causal pairs, THEORY.md section 6) sets the
+    split of every field; ``references`` adds ``r_split``,
+    ``r_split_rowcentred`` and ``remainder_share`` under each of those specs
+    (``by_reference``, which also holds ``reference``'s own).
 
     .. math:: E_{ij} = s\,\big(\langle R(p_i)q_i, R(p'_j)\delta_j\rangle
                                - \langle q_i, \delta_j\rangle\big)
@@ -158,8 +182,10 @@ def layer_statistics(
     s = _inputs.check_scale(scale)
     pq, pk = _inputs.check_positions(positions, n)
     w = _inputs.check_window(window)
-    if pair_budget is not None and pair_budget < th.size:
-        raise RopesplitError(f"pair_budget must be at least d/2 = {th.size}, got {pair_budget}")
+    if pair_budget is not None and pair_budget < 1:
+        raise RopesplitError(f"pair_budget must be a positive number of pairs, got {pair_budget}")
+    refs = [resolve_reference(spec, th, n=n, window=w, positions=(pq, pk))
+            for spec in _unique([reference, *references])]  # fmt: skip  # primary first
     qc = to_pairs(q, layout, rotary_dim)  # (H, N, P)
     kc = to_pairs(k, layout, rotary_dim)  # (Hkv, N, P)
     if kbar is None:
@@ -172,25 +198,47 @@ def layer_statistics(
     dc = kc - kbc  # (Hkv, N, P) key deviations
     low_k = _lowfreq_share(np.abs(dc) ** 2, th)[kv]  # (H,)
     low_q = _lowfreq_share(np.abs(qc - qc.mean(axis=1, keepdims=True)) ** 2, th)  # (H,)
-    sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w)
-    tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed)  # one per head
+    sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w, [None if r.is_zero else r.m for r in refs])
+    gap = None if refs[0].is_zero else refs[0].one_minus
+    tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap)  # one per head
     gram = band_gram(n, w)
     x, _ = gram.solve(sums["rhs"])  # (K, H)
     fit_share = np.maximum((x * sums["rhs"]).sum(0), 0.0)  # (H,) ||fit - mean||^2
     out = []
     for i in range(h):
-        tww, twe, tee = sums["tww"][i], sums["twe"][i], sums["tee"][i]
-        cww, cwe, cee = sums["cww"][i], sums["cwe"][i], sums["cee"][i]
+        tww = sums["tww"][i]
+        split = {ref.spec: _split_stats(sums, r, i) for r, ref in enumerate(refs)}
         out.append(HeadStats(
-            r_split=_corr(tww - twe, tww, tww - 2 * twe + tee),
-            r_split_rowcentred=_corr(cww - cwe, cww, cww - 2 * cwe + cee),
+            **split[refs[0].spec],
             r_3axis=_corr(fit_share[i], tww, fit_share[i]),
-            remainder_share=math.sqrt(sums["e_sq"][i] / tww) if tww > 0 else math.nan,
             tightness_max=tight[i][0], tightness_median=tight[i][1],
             lowfreq_share_k=float(low_k[i]), lowfreq_share_q=float(low_q[i]),
             n_pairs=gram.pairs, sampled_pairs=tight[i][2], violations=tight[i][3],
+            reference=refs[0].spec, by_reference=split,
         ))  # fmt: skip
     return out
+
+
+def _unique(specs: list[str | Reference]) -> list[str | Reference]:
+    """Specs in order, each reference once (``distance:256.0`` is ``distance:256``)."""
+    seen, out = set(), []
+    for spec in specs:
+        key = spec.spec if isinstance(spec, Reference) else canonical(spec)
+        if key not in seen:
+            seen.add(key)
+            out.append(spec)
+    return out
+
+
+def _split_stats(sums: dict[str, Any], r: int, i: int) -> dict[str, float]:
+    """The split statistics of head ``i`` under reference ``r``."""
+    tww, cww = sums["tww"][i], sums["cww"][i]
+    twe, tee, cwe, cee, e_sq = (sums[key][r][i] for key in ("twe", "tee", "cwe", "cee", "e_sq"))
+    return {
+        "r_split": _corr(tww - twe, tww, tww - 2 * twe + tee),
+        "r_split_rowcentred": _corr(cww - cwe, cww, cww - 2 * cwe + cee),
+        "remainder_share": math.sqrt(e_sq / tww) if tww > 0 else math.nan,
+    }
 
 
 def _corr(cov: float, var_a: float, var_b: float) -> float:
@@ -270,17 +318,21 @@ def _logit_sums(
     pq: np.ndarray,
     pk: np.ndarray,
     window: int | None,
-) -> dict[str, np.ndarray]:
-    r"""Masked second moments of ``W / s`` and ``E / s`` per head, and the three-axis right side.
+    refs: list[np.ndarray | None],
+) -> dict[str, Any]:
+    r"""Masked second moments of ``W / s`` and ``E_m / s`` per head, and the three-axis right side.
 
-    Per head: ``tww, twe, tee`` (sums of products about the masked mean),
-    ``cww, cwe, cee`` (about each row's mean), ``e_sq`` (:math:`\|E\|_F^2`)
-    and ``rhs (K,)``: the distance, row and column sums of the centred ``W``.
-    The scale ``s`` cancels from every statistic, so it is left out.  Means,
-    row, column and diagonal sums come from :func:`_band_sums`; the matrices
-    themselves are built in row blocks of the causal part only, centred by
-    the product's bias (``baddbmm``), and reduced to per-row norms at once:
-    ``W . E`` per row is :math:`(\|w + e\|^2 - \|w\|^2 - \|e\|^2)/2`.
+    Per head: ``tww`` and ``cww`` (sums of squares of ``W`` about the masked
+    mean, about each row's mean); per reference ``m`` of ``refs`` (``None``
+    for :math:`m_l = 1`) lists of ``twe, tee, cwe, cee`` and ``e_sq``
+    (:math:`\|E_m\|_F^2`); and ``rhs (K,)``: the distance, row and column sums
+    of the centred ``W``.  The scale ``s`` cancels from every statistic, so it
+    is left out.  Means, row, column and diagonal sums come from
+    :func:`_band_sums`; the matrices themselves are built in row blocks of the
+    causal part only, centred by the product's bias (``baddbmm``), and reduced
+    to per-row norms at once: ``W . E`` per row is
+    :math:`(\|w + e\|^2 - \|w\|^2 - \|e\|^2)/2`.  ``E_m`` is
+    :math:`\langle R q, R\delta\rangle - \langle q, \delta\bar m\rangle`.
     """
     h, n, _ = qc.shape
     gram = band_gram(n, window)
@@ -289,38 +341,48 @@ def _logit_sums(
     q_rot = _real(qc * np.exp(1j * pq[:, None] * theta))  # (H, N, 2P)  R(p_i) q_i
     q_both = torch.cat([q_rot, _real(qc)], -1)  # (H, N, 4P)  [R(p_i) q_i, q_i]
     k_rot_kv = _real(kc * rot_k)  # (Hkv, N, 2P)  R(p'_j) k_j
-    d_both_kv = torch.cat([_real(dc * rot_k), -_real(dc)], -1)  # (Hkv, N, 4P) [R d_j, -d_j]
-    k_rot, d_both = k_rot_kv[heads], d_both_kv[heads]  # (H, N, 2P), (H, N, 4P)
+    d_rot_kv = _real(dc * rot_k)  # (Hkv, N, 2P)  R(p'_j) delta_j
+    d_both_kv = [torch.cat([d_rot_kv, -_real(dc if m is None else dc * np.conj(m))], -1)
+                 for m in refs]  # fmt: skip  # each (Hkv, N, 4P) [R d_j, -d_j conj(m)]
+    k_rot = k_rot_kv[heads]  # (H, N, 2P)
+    d_both = [d[heads] for d in d_both_kv]  # each (H, N, 4P)
     count_a, count_b, count_c = (torch.from_numpy(v)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     row_w, col_w, diag_w = _band_sums(q_rot, k_rot_kv, window, heads)  # (H, N), (H, N), (H, n_a)
-    row_e = _band_sums(q_both, d_both_kv, window, heads, diagonals=False)[0]  # (H, N)
+    row_e = [_band_sums(q_both, d, window, heads, diagonals=False)[0] for d in d_both_kv]
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
-    mean_e = row_e.sum(-1) / gram.pairs
+    mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
     row_w = row_w - mean_w[:, None] * count_b  # centred row sums
-    row_e = row_e - mean_e[:, None] * count_b
-    ww, we, ee = torch.zeros(3, h, n, dtype=torch.float64)  # per-row centred products
+    row_e = [r - m[:, None] * count_b for r, m in zip(row_e, mean_e, strict=True)]
+    n_ref = len(refs)
+    ww = torch.zeros(h, n, dtype=torch.float64)  # per-row centred products
+    we, ee = torch.zeros(2, n_ref, h, n, dtype=torch.float64)
     # rows per block (all heads): a few blocks skip most of the acausal half, memory bounded
     block = max(1, min(max(128, -(-n // 4)), _WORK_BYTES // (3 * 8 * n * h)))
     for i0 in range(0, n, block):
         i1 = min(n, i0 + block)
         j0 = 0 if window is None else max(0, i0 - window + 1)
-        w, e = (_centred_block(x, y, mean, i0, i1, j0, window)
-                for x, y, mean in ((q_rot, k_rot, mean_w), (q_both, d_both, mean_e)))  # fmt: skip
+        w = _centred_block(q_rot, k_rot, mean_w, i0, i1, j0, window)
         ww[:, i0:i1] = torch.linalg.vector_norm(w, dim=-1) ** 2
-        ee[:, i0:i1] = torch.linalg.vector_norm(e, dim=-1) ** 2
-        both = torch.linalg.vector_norm(w.add_(e), dim=-1) ** 2
-        we[:, i0:i1] = 0.5 * (both - ww[:, i0:i1] - ee[:, i0:i1])
-        del w, e
+        for r in range(n_ref):
+            e = _centred_block(q_both, d_both[r], mean_e[r], i0, i1, j0, window)
+            ee[r, :, i0:i1] = torch.linalg.vector_norm(e, dim=-1) ** 2
+            both = torch.linalg.vector_norm(e.add_(w), dim=-1) ** 2
+            we[r, :, i0:i1] = 0.5 * (both - ww[:, i0:i1] - ee[r, :, i0:i1])
+            del e
+        del w
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
-    sums = {
-        "tww": ww.sum(-1), "twe": we.sum(-1), "tee": ee.sum(-1),
-        "cww": torch.where(several, ww - row_w * row_w / count_b, 0.0).sum(-1),
-        "cwe": torch.where(several, we - row_w * row_e / count_b, 0.0).sum(-1),
-        "cee": torch.where(several, ee - row_e * row_e / count_b, 0.0).sum(-1),
-        "e_sq": ee.sum(-1) + gram.pairs * mean_e**2,
+    res: dict[str, Any] = {
+        "tww": ww.sum(-1).numpy(),
+        "cww": torch.where(several, ww - row_w * row_w / count_b, 0.0).sum(-1).numpy(),
+        "twe": [x.sum(-1).numpy() for x in we],
+        "tee": [x.sum(-1).numpy() for x in ee],
+        "cwe": [torch.where(several, we[r] - row_w * row_e[r] / count_b, 0.0).sum(-1).numpy()
+                for r in range(n_ref)],
+        "cee": [torch.where(several, ee[r] - row_e[r] * row_e[r] / count_b, 0.0).sum(-1).numpy()
+                for r in range(n_ref)],
+        "e_sq": [(ee[r].sum(-1) + gram.pairs * mean_e[r] ** 2).numpy() for r in range(n_ref)],
     }  # fmt: skip
-    res = {key: val.numpy() for key, val in sums.items()}
     rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
                      col_w - mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip
     res["rhs"] = rhs.T.contiguous().numpy()  # (K, H)
@@ -367,55 +429,129 @@ def _tightness(
     window: int | None,
     pair_budget: int | None,
     seed: int,
+    gap: np.ndarray | None = None,
 ) -> list[tuple[float, float, int | None, int]]:
     r"""Per head ``(max, median, sampled_pairs, violations)`` of :math:`|E_{ij}| / B_{ij}`.
 
     ``qc, dc (H, N, P)``: query pairs and the key-deviation pairs each head
-    reads. Exact over all causal pairs in row chunks when
-    ``pairs * P <= pair_budget``, else on one seeded uniform sample of
-    ``pair_budget // P`` pairs shared by every head (the same pairs for a
-    given seed), evaluated for all heads at once.
+    reads; ``gap`` is ``1 - m`` of the reference (None: :math:`m_l = 1`).
+    Exact over every causal pair, in row chunks with all heads at once (the
+    angles are shared), unless ``pair_budget`` is below the number of causal
+    pairs: then on one seeded uniform sample of ``pair_budget`` pairs shared
+    by every head (the same pairs for a given seed).
     """
     h, n, p = qc.shape
     n_pairs = band_gram(n, window).pairs
-    if pair_budget is not None and n_pairs * p > pair_budget:
-        size = pair_budget // p
-        flat = np.sort(np.random.default_rng(seed).choice(n_pairs, size=size, replace=False))
+    q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
+    d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
+    ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
+    bad = [0] * h
+    sampled = None
+    if pair_budget is not None and pair_budget < n_pairs:
+        sampled = int(pair_budget)
+        flat = np.sort(np.random.default_rng(seed).choice(n_pairs, size=sampled, replace=False))
         i, j = _pairs(n, window, flat)  # (S,) each
-        q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
-        d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
         dist = pq[i] - pk[j]  # (S,)
-        chunks = []
-        for c0 in range(0, size, _SAMPLE_CHUNK):  # cache-sized chunks: ~2x faster than one pass
+        for c0 in range(0, sampled, _SAMPLE_CHUNK):  # cache-sized chunks: ~2x faster than one pass
             ti, tj = (torch.from_numpy(v[c0 : c0 + _SAMPLE_CHUNK]) for v in (i, j))
-            chunks.append(remainder_and_bound(
+            e, bound = remainder_and_bound(
                 (q_parts[0][:, ti], q_parts[1][:, ti]), (d_parts[0][:, tj], d_parts[1][:, tj]),
-                theta, dist[c0 : c0 + _SAMPLE_CHUNK], s,
-            ))  # fmt: skip
-        e, bound = (torch.cat(parts, 1) for parts in zip(*chunks, strict=True))  # (H, S)
-        return [_summary(_ratio(e[x], bound[x]), size, violations(e[x], bound[x]))
-                for x in range(h)]  # fmt: skip
-    out = []
-    rows = max(1, _EXACT_CHUNK // (n * max(p, 1)))  # cache-sized: (rows, cols, P) terms
-    for x in range(h):
-        ratios, bad = [], 0
+                theta, dist[c0 : c0 + _SAMPLE_CHUNK], s, one_minus_m=gap,
+            )  # (H, chunk)  # fmt: skip
+            for x in range(h):
+                ratios[x].append(_ratio(e[x], bound[x]))
+                bad[x] += violations(e[x], bound[x])
+    elif _evenly_spaced(pq, pk):
+        step = pq[1] - pq[0] if n > 1 else 1.0
+        return _tightness_toeplitz(qc, dc, theta * step, s, window, gap)
+    else:
+        rows = max(1, _EXACT_CHUNK // (n * max(p, 1) * h))  # cache-sized: (H, rows, cols, P)
         for i0 in range(0, n, rows):
             i1 = min(n, i0 + rows)
             j0 = 0 if window is None else max(0, i0 - window + 1)
             e, bound = remainder_and_bound(
-                qc[x, i0:i1, None, :],
-                dc[x, None, j0:i1, :],
-                theta,
-                pq[i0:i1, None] - pk[None, j0:i1],
-                s,
-            )  # (rows, cols)
+                (q_parts[0][:, i0:i1, None], q_parts[1][:, i0:i1, None]),
+                (d_parts[0][:, None, j0:i1], d_parts[1][:, None, j0:i1]),
+                theta, pq[i0:i1, None] - pk[None, j0:i1], s, one_minus_m=gap,
+            )  # (H, rows, cols)  # fmt: skip
             ii, jj = np.arange(i0, i1)[:, None], np.arange(j0, i1)[None, :]
             keep = torch.from_numpy((jj <= ii) & (ii - jj < (n if window is None else window)))
-            e, bound = e[keep], bound[keep]  # (pairs in chunk,)
-            ratios.append(_ratio(e, bound))
-            bad += violations(e, bound)
-        out.append(_summary(torch.cat(ratios), None, bad))
+            e, bound = e[:, keep], bound[:, keep]  # (H, pairs in chunk)
+            for x in range(h):
+                ratios[x].append(_ratio(e[x], bound[x]))
+                bad[x] += violations(e[x], bound[x])
+    return [_summary(torch.cat(ratios[x]) if ratios[x] else torch.zeros(0), sampled, bad[x])
+            for x in range(h)]  # fmt: skip
+
+
+def _evenly_spaced(pq: np.ndarray, pk: np.ndarray) -> bool:
+    """True when queries and keys share one evenly spaced sequence: ``Delta = step (i - j)``."""
+    steps = np.diff(pq)
+    return bool(np.array_equal(pq, pk) and (steps.size == 0 or (steps == steps[0]).all()))
+
+
+def _tightness_toeplitz(
+    qc: np.ndarray,
+    dc: np.ndarray,
+    theta: np.ndarray,
+    s: float,
+    window: int | None,
+    gap: np.ndarray | None,
+) -> list[tuple[float, float, int | None, int]]:
+    r"""Exact :func:`_tightness` over every causal pair when ``Delta = i - j`` (``theta`` per step).
+
+    Diagonal by diagonal: the pairs at distance :math:`\Delta` share
+    :math:`u_l = e^{i\theta_l\Delta} - m_l` (from half angles and ``gap = 1 - m``, no
+    cancellation), so per diagonal
+
+    .. math:: E = s\,\mathrm{Re}\sum_l \big(\tilde q_{i,l}\overline{\tilde\delta_{i-\Delta,l}}\big)
+              u_l,\qquad B = s\sum_l |\tilde q_{i,l}||\tilde\delta_{i-\Delta,l}|\,|u_l|
+
+    are one elementwise product and one matrix-vector product over the heads:
+    term by term like :func:`.bound.remainder_and_bound`, without a sine per term.
+    """
+    h, n, _ = qc.shape
+    span = n if window is None else min(n, window)
+    x = np.arange(span, dtype=np.float64)[:, None] * theta  # (D, P) angles theta_l Delta
+    half_sin, half_cos = np.sin(0.5 * x), np.cos(0.5 * x)
+    u_re, u_im = -2.0 * half_sin * half_sin, 2.0 * half_sin * half_cos  # e^{ix} - 1
+    if gap is not None:
+        u_re, u_im = u_re + gap.real, u_im + gap.imag  # e^{ix} - m
+    u = torch.from_numpy(u_re + 1j * u_im)  # (D, P)
+    u_abs = torch.from_numpy(np.hypot(u_re, u_im))  # (D, P)
+    q_t, d_t = torch.from_numpy(qc), torch.from_numpy(np.conj(dc))  # (H, N, P) each
+    q_abs, d_abs = torch.from_numpy(np.abs(qc)), torch.from_numpy(np.abs(dc))
+    ratio = torch.empty(h, span * n - span * (span - 1) // 2, dtype=torch.float64)  # (H, pairs)
+    bad = torch.zeros(h, dtype=torch.int64)
+    at = 0
+    for delta in range(span):
+        e, bound = _diagonal_terms(q_t, d_t, q_abs, d_abs, u, u_abs, delta, s)  # (H, N - Delta)
+        bad += (e.abs() > bound * (1.0 + RTOL) + ATOL).sum(-1)  # as bound.violations, per head
+        ratio[:, at : at + n - delta] = torch.where(bound > 0, e.abs() / bound, math.nan)
+        at += n - delta
+    out = []
+    for x in range(h):
+        r = ratio[x][~torch.isnan(ratio[x])]  # pairs with B > 0
+        out.append(_summary(r, None, int(bad[x])))
     return out
+
+
+def _diagonal_terms(
+    q_t: torch.Tensor,
+    d_t: torch.Tensor,
+    q_abs: torch.Tensor,
+    d_abs: torch.Tensor,
+    u: torch.Tensor,
+    u_abs: torch.Tensor,
+    delta: int,
+    s: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``(E, B)`` ``(H, N - Delta)`` on the diagonal ``i - j = Delta``: see the caller."""
+    n = q_t.shape[1]
+    z = q_t[:, delta:] * d_t[:, : n - delta]  # (H, N - Delta, P)  q~_i conj(delta~_j)
+    e = s * (z @ u[delta]).real  # (H, N - Delta)
+    bound = s * ((q_abs[:, delta:] * d_abs[:, : n - delta]) @ u_abs[delta])
+    return e, bound
 
 
 def _summary(

@@ -13,7 +13,9 @@ pairs.  Queries are i.i.d. standard normal throughout; the keys are:
 
 Deviation energy per token is ``d`` (that of a standard normal key), spread
 evenly over the pairs of each part; each pair's deviation is a circular complex
-normal.  ``sweep`` runs ``structured`` over ``high_share`` from 0 to 1.
+normal.  ``sweep`` runs ``structured`` over ``high_share`` from 0 to 1;
+``reference_sweep`` measures each pattern under each reference rotation of
+THEORY.md section 6 (``zero``, reference distances ``C``, the ``mean``).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from ropesplit.numerics.rope import frequencies, from_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["PATTERNS", "SyntheticQK", "make_qk", "sweep"]
+__all__ = ["PATTERNS", "REFERENCES", "SyntheticQK", "make_qk", "reference_sweep", "sweep"]
 
 PATTERNS = ("structured", "random", "adversarial")
+REFERENCES = ("zero", "distance:16", "distance:64", "distance:256", "distance:1000", "mean")
 SHARES = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the sweep's high_share grid
 
 
@@ -134,3 +137,46 @@ def sweep(
         rows.append({"high_share": float(share), "d": d, "base": float(base), "tokens": tokens,
                      "seed": seed, **stats.as_dict()})  # fmt: skip
     return rows
+
+
+def reference_sweep(
+    *,
+    patterns: Sequence[str] = PATTERNS,
+    references: Sequence[str] = REFERENCES,
+    d: int = 64,
+    base: float = 10000.0,
+    tokens: int = 512,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    r"""``r_split`` and the remainder under each reference, for each pattern (THEORY.md section 6).
+
+    One row per (pattern, reference): ``pattern, reference, r_split,
+    r_split_rowcentred, remainder_share`` and ``mean_square_remainder``
+    :math:`\mathrm{mean}_{j \le i} E_m^2` over the causal pairs (the aggregate
+    the mean reference is not guaranteed to minimise: the distance is tied to
+    the pair), plus ``d, base, tokens, seed``.  The bound is not checked here
+    (``ropesplit bound`` checks it under the zero reference).
+    """
+    from ropesplit.numerics.stats import head_statistics
+
+    rows = []
+    for pattern in patterns:
+        qk = make_qk(pattern, d=d, base=base, tokens=tokens, seed=seed)
+        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=1, seed=seed,
+                                references=tuple(references))  # fmt: skip
+        spread = _spread_of_w(qk)
+        for spec, values in stats.by_reference.items():
+            rows.append({"pattern": pattern, "reference": spec, **values,
+                         "mean_square_remainder": values["remainder_share"] ** 2 * spread,
+                         "d": d, "base": float(base), "tokens": tokens, "seed": seed})  # fmt: skip
+    return rows
+
+
+def _spread_of_w(qk: SyntheticQK) -> float:
+    r""":math:`\|W - \overline W\|_F^2 / |\mathcal M|` over the causal pairs (``O(N^2 d)``)."""
+    from ropesplit.numerics.rope import rotate
+
+    pos = np.arange(qk.tokens, dtype=np.float64)
+    w = qk.scale * rotate(qk.q, pos, qk.theta) @ rotate(qk.k, pos, qk.theta).T  # (N, N)
+    vals = w[np.tril_indices(qk.tokens)]  # (M,) causal pairs
+    return float(((vals - vals.mean()) ** 2).mean())

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from ropesplit.numerics.synthetic import REFERENCES
 
 from ropesplit.cli import main
 
@@ -26,8 +27,15 @@ def test_all_patterns_pass_and_order(tmp_path, capsys):
     r = [cases[p]["r_split"] for p in ("structured", "random", "adversarial")]
     assert r[0] > r[1] > r[2]
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[0] == "pattern" and len(lines) == 5
-    assert lines[-1] == "0 bound violations"
+    assert lines[0].split()[0] == "pattern" and len(lines) == 10
+    assert lines[4] == "0 bound violations" and lines[6].split()[1:] == list(REFERENCES)
+    # THEORY.md section 6 on synthetic heads: one row per (pattern, reference)
+    rows = {(row["pattern"], row["reference"]): row for row in data["references"]}
+    assert set(rows) == {(p, r) for p in cases for r in REFERENCES}
+    for pattern in cases:
+        assert rows[pattern, "zero"]["r_split"] == pytest.approx(cases[pattern]["r_split"])
+        least = min(rows[pattern, r]["mean_square_remainder"] for r in REFERENCES)
+        assert rows[pattern, "mean"]["mean_square_remainder"] == least
 
 
 def test_one_pattern_and_sampling(tmp_path):
@@ -36,21 +44,24 @@ def test_one_pattern_and_sampling(tmp_path):
             "--pair-budget", "400", "--json", str(out)]  # fmt: skip
     assert main(args) == 0
     (case,) = json.loads(out.read_text())["cases"]
-    assert case["pattern"] == "random" and case["seed"] == 3 and case["sampled_pairs"] == 100
+    assert case["pattern"] == "random" and case["seed"] == 3 and case["sampled_pairs"] == 400
+    assert case["n_pairs"] == 5050  # --pair-budget counts causal pairs (of 100 * 101 / 2)
 
 
-def test_a_violation_exits_1(monkeypatch, capsys):
+@pytest.mark.parametrize("kernel, budget", [("_diagonal_terms", []),  # exact: by diagonals
+                                            ("remainder_and_bound", ["--pair-budget", "50"])])
+def test_a_violation_exits_1(monkeypatch, capsys, kernel, budget):
     # a kernel whose bound is half the true one must be caught, not reported as a pass
     import ropesplit.numerics.stats as stats
 
-    real = stats.remainder_and_bound
+    real = getattr(stats, kernel)
 
     def halved(*args, **kwargs):
         e, bound = real(*args, **kwargs)
         return e, bound * torch.where(e.abs() > 0, 0.5, 1.0)
 
-    monkeypatch.setattr(stats, "remainder_and_bound", halved)
-    assert main(["bound", "--pattern", "random", "--tokens", "20", "--d", "4"]) == 1
+    monkeypatch.setattr(stats, kernel, halved)
+    assert main(["bound", "--pattern", "random", "--tokens", "20", "--d", "4", *budget]) == 1
     assert "the bound FAILED" in capsys.readouterr().out
 
 
@@ -58,12 +69,16 @@ def test_a_violation_exits_1(monkeypatch, capsys):
     "args, message",
     [
         (["--d", "63"], "head_dim must be even and positive, got 63"),
-        (["--tokens", "0"], "tokens must be at least 1, got 0"),
+        (["--tokens", "0"], "must be at least 1, got 0"),
         (["--base", "1"], "base must be a finite number above 1"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, message, capsys):
-    assert main(["bound", *args]) == 2
+    try:
+        code = main(["bound", *args])
+    except SystemExit as exit_:  # argparse's own type checks exit through the parser
+        code = exit_.code
+    assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"ropesplit bound: error: {message}") and err.count("\n") == 1
+    assert err.startswith("ropesplit bound: error: ") and message in err and err.count("\n") == 1

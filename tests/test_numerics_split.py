@@ -17,14 +17,17 @@ from ropesplit.errors import RopesplitError
 LAYOUTS = ("half", "interleaved")
 
 
-def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None, distances=None):
-    """Reference twin: every (i, j, l) term of THEORY.md section 3 in a plain float64 loop.
+def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None, distances=None,
+               m=None):  # fmt: skip
+    """Reference twin: every (i, j, l) term of THEORY.md sections 3 and 6 in a plain float64 loop.
 
-    ``Delta_ij = pq[i] - pk[j]``, or ``distances[i, j]`` when a distance map is given.
+    ``Delta_ij = pq[i] - pk[j]``, or ``distances[i, j]`` when a distance map is given;
+    ``m (P,)`` the reference rotation (default 1).
     """
     qc, kc = to_pairs(q, layout, rotary_dim), to_pairs(k, layout, rotary_dim)
     kb = to_pairs(kbar, layout, rotary_dim)
     n, p = qc.shape
+    m = np.ones(p, complex) if m is None else m
     out = {name: np.zeros((n, n)) for name in ("W", "f", "g", "E", "bound", "bound_loose")}
     for i in range(n):
         for j in range(n):
@@ -34,11 +37,12 @@ def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None, dis
                 dev = kc[j, l] - kb[l]
                 out["W"][i, j] += s * (qc[i, l] * kc[j, l].conjugate() * rot).real
                 out["f"][i, j] += s * (qc[i, l] * kb[l].conjugate() * rot).real
-                out["g"][i, j] += s * (qc[i, l] * dev.conjugate()).real
-                out["E"][i, j] += s * (qc[i, l] * dev.conjugate() * (rot - 1)).real
+                out["g"][i, j] += s * (qc[i, l] * dev.conjugate() * m[l]).real
+                out["E"][i, j] += s * (qc[i, l] * dev.conjugate() * (rot - m[l])).real
                 mag = s * abs(qc[i, l]) * abs(dev)
-                out["bound"][i, j] += mag * 2 * abs(math.sin(theta[l] * delta / 2))
-                out["bound_loose"][i, j] += mag * min(2.0, theta[l] * abs(delta))
+                out["bound"][i, j] += mag * abs(rot - m[l])
+                out["bound_loose"][i, j] += mag * min(1 + abs(m[l]),
+                                                      theta[l] * abs(delta) + abs(1 - m[l]))
     return out
 
 
@@ -97,6 +101,42 @@ def test_split_head_under_a_distance_map_matches_the_loop_twin(head, cap, seed, 
     np.testing.assert_allclose(sp.f + sp.g + sp.E, sp.W, rtol=0, atol=1e-9 * size.max())
     np.testing.assert_array_equal(sp.delta, dist)
     np.testing.assert_array_equal(sp.mask, j <= i)  # the mask stays causal by index
+
+
+@settings(max_examples=40, deadline=None)
+@given(head=heads(), spec=st.one_of(st.sampled_from(["mean", "zero"]),
+                                    st.floats(-2e3, 2e3).map(lambda c: f"distance:{c!r}")),
+       window=st.one_of(st.none(), st.integers(1, 6)))  # fmt: skip
+def test_split_under_a_reference_matches_the_loop_twin(head, spec, window):
+    n = head["q"].shape[0]
+    head = head | {"positions": tuple(np.round(p / 1e3) for p in head["positions"])}
+    sp = split_head(**head, reference=spec, window=window)
+    pq, pk = head["positions"]
+    dist = pq[:, None] - pk[None, :]
+    th = head["theta"]
+    want_m = {"zero": np.ones(th.size),
+              "mean": np.exp(1j * dist[sp.mask][:, None] * th).mean(0)}.get(spec)  # fmt: skip
+    if want_m is None:
+        want_m = np.exp(1j * th * float(spec.split(":")[1]))
+    np.testing.assert_allclose(sp.m, want_m, rtol=0, atol=1e-12)
+    want = loop_split(head["q"], head["k"], th, head["scale"], pq, pk, head["k"].mean(0),
+                      head["layout"], head["rotary_dim"], m=sp.m)  # fmt: skip
+    size = head["scale"] * np.abs(head["q"]).sum(1)[:, None] * np.abs(head["k"]).sum(1)[None, :]
+    for name, ref in want.items():
+        np.testing.assert_allclose(getattr(sp, name), ref, rtol=1e-9, atol=1e-9 * size.max())
+    np.testing.assert_allclose(sp.f + sp.g + sp.E, sp.W, rtol=0, atol=1e-9 * size.max())
+    assert (np.abs(sp.E) <= sp.bound * (1 + RTOL) + ATOL).all() and n == sp.W.shape[0]
+    assert (sp.bound <= sp.bound_loose * (1 + RTOL) + ATOL).all()
+
+
+def test_zero_reference_is_the_section_3_split_bit_for_bit():
+    rng = np.random.default_rng(5)
+    q, k = rng.normal(size=(2, 9, 8))
+    a = split_head(q, k, frequencies(8), 0.3)
+    b = split_head(q, k, frequencies(8), 0.3, reference="zero")
+    for name in ("W", "f", "g", "E", "bound", "bound_loose"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.reference == "zero" and (a.m == 1).all()
 
 
 def test_distance_map_of_the_positions_gives_the_positions_split():

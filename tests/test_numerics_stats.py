@@ -21,10 +21,11 @@ FLOATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightn
           "tightness_median", "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip
 
 
-def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", rotary_dim=None):
-    """Reference twin: THEORY.md section 5 from the dense split, pair by pair, in float64."""
+def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", rotary_dim=None,
+                    reference="zero"):  # fmt: skip
+    """Reference twin: THEORY.md sections 5-6 from the dense split, pair by pair, in float64."""
     sp = split_head(q, k, theta, s, positions=positions, window=window, layout=layout,
-                    rotary_dim=rotary_dim)  # fmt: skip
+                    rotary_dim=rotary_dim, reference=reference)  # fmt: skip
     m = sp.mask
     w, fg, e = sp.W[m], (sp.f + sp.g)[m], sp.E[m]
     rows = [(sp.W[i, m[i]], (sp.f + sp.g)[i, m[i]]) for i in range(len(m))]
@@ -70,24 +71,6 @@ def heads(draw):
             "layout": draw(st.sampled_from(["half", "interleaved"]))}  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None)
-@given(head=heads())
-def test_head_statistics_match_the_reference_twin(head):
-    got = head_statistics(head["q"], head["k"], head["theta"], head["s"],
-                          positions=head["positions"], window=head["window"],
-                          layout=head["layout"], rotary_dim=head["rotary_dim"],
-                          pair_budget=None)  # fmt: skip
-    want = reference_stats(**head)
-    assert got.n_pairs == want["n_pairs"] and got.sampled_pairs is None and got.violations == 0
-    for name in FLOATS:
-        a, b = getattr(got, name), want[name]
-        if math.isnan(b):
-            assert math.isnan(a), name
-        else:
-            assert a == pytest.approx(b, abs=1e-8), name
-        assert isinstance(a, float)
-
-
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rotary=st.sampled_from([None, 4]))
 def test_layouts_give_the_same_statistics(seed, rotary):
@@ -119,9 +102,10 @@ def test_sampling_is_seeded_reported_and_close_to_exact():
     qk = make_qk("random", d=16, base=1e4, tokens=200, seed=1)
     args = (qk.q, qk.k, qk.theta, qk.scale)
     exact = head_statistics(*args, pair_budget=None)
-    a = head_statistics(*args, pair_budget=8 * 2000, seed=3)
-    b = head_statistics(*args, pair_budget=8 * 2000, seed=3)
-    c = head_statistics(*args, pair_budget=8 * 2000, seed=4)
+    a = head_statistics(*args, pair_budget=2000, seed=3)  # pairs, not terms
+    b = head_statistics(*args, pair_budget=2000, seed=3)
+    c = head_statistics(*args, pair_budget=2000, seed=4)
+    assert head_statistics(*args, pair_budget=exact.n_pairs).sampled_pairs is None
     assert a == b and a.sampled_pairs == 2000 and exact.sampled_pairs is None
     assert a.tightness_median != c.tightness_median
     assert a.tightness_max <= exact.tightness_max
@@ -154,7 +138,14 @@ def test_torch_inputs_and_plain_python_fields():
     assert a == b
     for field in dataclasses.fields(HeadStats):
         value = getattr(a, field.name)
-        assert value is None or type(value) in (float, int), field.name
+        if field.name == "by_reference":
+            assert {k: set(v) for k, v in value.items()} == {"zero": {
+                "r_split", "r_split_rowcentred", "remainder_share"}}
+            assert all(type(x) is float for v in value.values() for x in v.values())
+        elif field.name == "reference":
+            assert value == "zero"
+        else:
+            assert value is None or type(value) in (float, int), field.name
 
 
 @pytest.mark.parametrize(
@@ -163,7 +154,8 @@ def test_torch_inputs_and_plain_python_fields():
         ({"k": np.zeros((2, 5, 6))}, r"k must have shape \(Hkv, 5, 4\) like q"),
         ({"kv_map": [0, 2]}, r"kv_map must be 2 indices into 2 KV heads"),
         ({"kv_map": [0]}, r"kv_map must be 2 indices"),
-        ({"pair_budget": 1}, "pair_budget must be at least d/2 = 2"),
+        ({"pair_budget": 0}, "pair_budget must be a positive number of pairs"),
+        ({"reference": "distance:x"}, "reference must be zero, distance:C"),
         ({"kbar": np.zeros((2, 3))}, r"kbar must have shape \(2, 4\)"),
         ({"scale": -1.0}, "scale must be a finite positive number"),
         ({"positions": (np.zeros(5), np.zeros(4))}, r"positions_k must have shape \(5,\)"),
@@ -174,3 +166,43 @@ def test_layer_statistics_errors(kwargs, message):
             "theta": [1.0, 0.1], "scale": 1.0}  # fmt: skip
     with pytest.raises(RopesplitError, match=message):
         layer_statistics(**(args | kwargs))
+
+
+@settings(max_examples=60, deadline=None)
+@given(head=heads(), spec=st.one_of(st.sampled_from(["zero", "mean"]),
+                                    st.integers(-50, 5000).map(lambda c: f"distance:{c}")))
+def test_head_statistics_match_the_reference_twin(head, spec):
+    got = head_statistics(head["q"], head["k"], head["theta"], head["s"],
+                          positions=head["positions"], window=head["window"],
+                          layout=head["layout"], rotary_dim=head["rotary_dim"],
+                          reference=spec)  # fmt: skip  # pair_budget None: every pair
+    want = reference_stats(**head, reference=spec)
+    assert got.n_pairs == want["n_pairs"] and got.sampled_pairs is None and got.violations == 0
+    assert got.reference == spec
+    for name in FLOATS:
+        a, b = getattr(got, name), want[name]
+        if math.isnan(b):
+            assert math.isnan(a), name
+        else:
+            assert a == pytest.approx(b, abs=1e-8), name
+        assert isinstance(a, float)
+    assert got.by_reference == {spec: {"r_split": got.r_split, "remainder_share":
+                                       got.remainder_share,
+                                       "r_split_rowcentred": got.r_split_rowcentred}}
+
+
+def test_references_ride_along_without_changing_the_primary_numbers():
+    rng = np.random.default_rng(4)
+    q, k = rng.normal(size=(3, 60, 8)), rng.normal(size=(1, 60, 8)) + 0.5
+    theta = frequencies(8, 1e4)
+    alone = layer_statistics(q, k, [0, 0, 0], theta, 0.3, window=40)
+    both = layer_statistics(q, k, [0, 0, 0], theta, 0.3, window=40,
+                            references=("mean", "distance:256.0", "zero"))  # fmt: skip
+    for a, b in zip(alone, both, strict=True):
+        assert dataclasses.replace(b, by_reference={}) == dataclasses.replace(a, by_reference={})
+        assert list(b.by_reference) == ["zero", "mean", "distance:256"]
+        for spec in ("mean", "distance:256"):
+            own = layer_statistics(q, k, [0, 0, 0], theta, 0.3, window=40, reference=spec)
+            for name in ("r_split", "r_split_rowcentred", "remainder_share"):
+                want = getattr(own[alone.index(a)], name)
+                assert b.by_reference[spec][name] == pytest.approx(want, abs=1e-12)
