@@ -9,6 +9,4 @@ from ropesplit.empirical.experiments.forward import (  # noqa: F401
     continuation_losses,
     forward_batch,
     model_context,
-    ratio_summary,
-    seed_groups,
 )

@@ -37,7 +37,7 @@ most ``2t``; the experiments bound each pair by its actual change
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ __all__ = [
     "ORDER_SCHEMES",
     "POSITION_SCHEMES",
     "adjacent_transpositions",
+    "draws",
     "jitter_positions",
     "movable_positions",
     "order_permutation",
@@ -213,6 +214,22 @@ def perturbed_positions(
 ) -> np.ndarray:
     """The position ids ``(n,)`` of position ``scheme`` (``"jitter"`` or ``"swap"``)."""
     return _scheme(POSITION_SCHEMES, "position", scheme)(n, t, rng, movable)
+
+
+def draws(
+    schemes: Sequence[str], sizes: Sequence[Any], seeds: int, seed: int
+) -> Iterator[tuple[str, Any, int, np.random.Generator]]:
+    """``(scheme, size, s, rng)`` for every scheme, size and seed ``s < seeds``.
+
+    ``rng = numpy.random.default_rng([seed, a, b, s])`` with ``a``, ``b`` the
+    scheme's and size's indices: each draw is the same whatever else is asked for.
+    """
+    if seeds < 1:
+        raise RopesplitError(f"seeds must be at least 1, got {seeds}")
+    for a, scheme in enumerate(schemes):
+        for b, size in enumerate(sizes):
+            for s in range(seeds):
+                yield scheme, size, s, np.random.default_rng([seed, a, b, s])
 
 
 def _scheme(

@@ -44,22 +44,36 @@ def tiny_loader(monkeypatch):
 
 
 def test_all_experiments_write_their_tables_and_json(tiny_loader, tmp_path, capsys):
+    from ropesplit.empirical.experiments import EXPERIMENTS
+
     out = tmp_path / "x.json"
     code = main(["perturb", "--tokens", "40", "--seeds", "2", "--json", str(out)])
     assert code == 0
     record = json.loads(out.read_text())
-    assert list(record) == ["header", "experiments", "distance", "order", "position", "length"]
-    assert all("verdict" in row for name in record["experiments"] for row in record[name])
+    assert list(record) == ["header", "experiments", *EXPERIMENTS]
     assert record["header"]["tokens"] == 40 and record["header"]["seeds"] == 2
-    order = record["order"]
-    assert all({"loss", "moved", "rate", "ratio", "scheme", "spread"} <= set(r) for r in order)
-    assert [r["ratio"] for r in order if r["rate"] == 0.0] == [1.0, 1.0]
-    assert {r["rate"] for r in order} == {0.0, 0.01, 0.02, 0.05, 0.1, 0.2}
-    assert all(r["bound_g"] == 0.0 and r["tightness"] <= 1.0 for r in record["position"])
-    assert [r["setting"] for r in record["length"]] == ["original", "spaced", "capped"]
+    outcomes = ("agrees", "disagrees", "inconclusive")
     text = capsys.readouterr().out
-    for name in ("distance", "order", "position", "length"):
-        assert f"== {name}: prediction:" in text
+    for name, about in record["experiments"].items():
+        assert about["prediction"] == EXPERIMENTS[name].prediction
+        assert about["verdict"] in outcomes and about["reason"]
+        assert all(row["verdict"] in outcomes and row["reason"] for row in record[name])
+        assert f"== {name}: " in text and f"prediction: {about['prediction']}" in text
+        assert f"verdict: {about['verdict'].upper()}: " in text
+    order = record["order"]
+    assert all({"moved", "rate", "ratio", "ci_low", "ci_high", "scheme"} <= set(r) for r in order)
+    assert all(r["tightness"] <= 1.0 for r in record["position"])
+    captured = record["experiments"]["position"]["own_capture"]
+    assert captured[0] == "text" and "jitter t=4 seed 0" in captured  # its own forward pass
+    assert record["experiments"]["order"]["own_capture"] == []
+
+
+def test_the_import_free_names_are_the_registry():
+    from ropesplit.empirical.experiments import EXPERIMENTS
+
+    from ropesplit.commands.perturb import NAMES
+
+    assert NAMES == tuple(EXPERIMENTS)
 
 
 def test_one_experiment_only(tiny_loader, tmp_path, capsys):

@@ -65,35 +65,35 @@ def _sweep_rows() -> list[dict]:
 
 def _order_rows() -> list[dict]:
     return [
-        {"scheme": scheme, "rate": rate, "loss": 2.0 * (1 + k * rate), "ratio": 1 + k * rate,
-         "spread": 0.01 * rate, "moved": rate}
+        {"scheme": scheme, "rate": rate, "moved": 0.9 * rate, "loss": 2.0 * (1 + k * rate),
+         "ratio": 1 + k * rate, "ci_low": 1 + k * rate - 0.01, "ci_high": 1 + k * rate + 0.02}
         for k, scheme in ((1.0, "adjacent"), (2.0, "subset"))
-        for rate in (0.0, 0.01, 0.05, 0.2)
+        for rate in (0.02, 0.05, 0.1, 0.2)
     ]  # fmt: skip
 
 
 def _position_rows() -> list[dict]:
     rows = []
     for scheme in ("jitter", "swap"):
-        for t in (0, 1, 4, 16):
-            bound_f, bound_e = 0.1 * t, 0.05 * t
+        for t in (1, 4, 16):
+            bound = 0.1 * t if scheme == "jitter" else 0.07 * t
             rows.append({"scheme": scheme, "t": t, "loss": 2.0, "ratio": 1 + 0.01 * t,
-                         "spread": 0.001, "bound_W": bound_f + bound_e, "bound_f": bound_f,
-                         "bound_g": 0.0, "bound_E": bound_e, "measured_W": 0.3 * bound_f,
-                         "measured_f": 0.2 * bound_f, "measured_g": 0.0,
-                         "measured_E": 0.1 * bound_e, "tightness": 0.5})  # fmt: skip
+                         "ci_low": 1 + 0.009 * t, "ci_high": 1 + 0.011 * t, "bound_W": bound,
+                         "bound_f": 0.6 * bound, "bound_E": 0.4 * bound,
+                         "measured_W": 0.3 * bound, "g_change": 0.01 * t,
+                         "tightness": 0.5})  # fmt: skip
     return rows
 
 
 def _distance_rows() -> list[dict]:
     rows = [
         {"scope": "head", "layer": layer, "head": head, "distance": d,
-         "key_corr": 1 - 1e-4 * d - 0.01 * head, "key_shift": 1e-4 * d,
-         "distance_shift": 0.001 * d + 0.1 * layer}
-        for layer in (0, 2) for head in range(H) for d in (0, 16, 64, 1024)
+         "key_corr": 1 - 1e-4 * d - 0.01 * head, "query_share": 1 - 1e-4 * d,
+         "remainder_share": 1e-4 * d + 0.1 * layer}
+        for layer in (0, 2) for head in range(H) for d in (16, 64, 1024)
     ]  # fmt: skip
-    return rows + [{"scope": "all", "layer": None, "head": None, "distance": 0,
-                    "key_corr": 0.0, "key_shift": 9.0, "distance_shift": 9.0}]  # fmt: skip
+    return rows + [{"scope": "all", "layer": None, "head": None, "distance": 16,
+                    "key_corr": 0.0, "query_share": 9.0, "remainder_share": 9.0}]  # fmt: skip
 
 
 def _length_rows() -> list[dict]:
@@ -284,31 +284,37 @@ def test_sweep_draws_one_line_per_base_sorted_by_share():
         np.testing.assert_allclose(line.get_ydata(), [1 - s * base / 2e5 for s in (0, 0.5, 1)])
 
 
-def test_perturbation_plots_ratio_in_percent_with_spread_and_paper_thresholds():
+def test_perturbation_plots_ratio_against_measured_share_with_intervals_and_thresholds():
     fig = perturbation_figure(_order_rows(), _position_rows(), paper_thresholds=(0.05, 0.10))
     order_ax, position_ax, bound_ax = fig.axes
-    adjacent = next(c for c in order_ax.containers if c.get_label() == "adjacent").lines[0]
-    np.testing.assert_allclose(adjacent.get_xdata(), [0, 1, 5, 20])  # rate as % of context
-    np.testing.assert_allclose(adjacent.get_ydata(), [1, 1.01, 1.05, 1.2])
+    adjacent = next(c for c in order_ax.containers if c.get_label() == "adjacent")
+    np.testing.assert_allclose(adjacent.lines[0].get_xdata(), [1.8, 4.5, 9, 18])  # measured %
+    np.testing.assert_allclose(adjacent.lines[0].get_ydata(), [1.02, 1.05, 1.1, 1.2])
+    (bars,) = adjacent.lines[2]  # the interval [ci_low, ci_high], not a symmetric spread
+    low_high = np.array([seg[:, 1] for seg in bars.get_segments()])
+    np.testing.assert_allclose(low_high, [[r - 0.01, r + 0.02] for r in (1.02, 1.05, 1.1, 1.2)])
+    assert "measured" in order_ax.get_xlabel()
     labels = order_ax.get_legend_handles_labels()[1]
     assert "paper: ~5% harmless" in labels and "paper: >10% hurts" in labels
     assert [c.get_label() for c in position_ax.containers] == ["jitter", "swap"]
-    bounds = {line.get_label(): line for line in bound_ax.get_lines()}
-    np.testing.assert_allclose(bounds["bound, f part"].get_ydata(), [0.1, 0.4, 1.6])
+    lines = {line.get_label(): line for line in bound_ax.get_lines()}
+    np.testing.assert_allclose(lines["jitter: bound"].get_ydata(), [0.1, 0.4, 1.6])
+    np.testing.assert_allclose(lines["swap: bound"].get_ydata(), [0.07, 0.28, 1.12])
+    assert "jitter: g in own run" in lines and "swap: measured" in lines
 
 
 def test_perturbation_without_position_rows_has_one_panel():
     fig = perturbation_figure(_order_rows())
     assert len(fig.axes) == 1
     with pytest.raises(RopesplitError, match="^order row 0 has no 'ratio'"):
-        perturbation_figure([{"scheme": "adjacent", "rate": 0.0}])
+        perturbation_figure([{"scheme": "adjacent", "moved": 0.0}])
 
 
 def test_distance_draws_head_means_and_ignores_summary_rows():
     rows = _distance_rows()
     fig = distance_figure(rows)
     (key_corr,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("key")]
-    assert key_corr.get_label() == "key component (4 heads)"
+    assert key_corr.get_label() == "key effect of W^D vs of g (4 heads)"
     heads = [r for r in rows if r["scope"] == "head"]
     for x, y in zip(key_corr.get_xdata(), key_corr.get_ydata(), strict=True):
         expected = np.mean([r["key_corr"] for r in heads if r["distance"] == x])

@@ -31,7 +31,16 @@ from ropesplit.empirical.models import LoadedModel
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["OUTCOMES", "Context", "Experiment", "Row", "Settings", "Verdict", "combine"]
+__all__ = [
+    "OUTCOMES",
+    "Context",
+    "Experiment",
+    "Row",
+    "Settings",
+    "Verdict",
+    "combine",
+    "interval_rise",
+]
 
 OUTCOMES = ("agrees", "disagrees", "inconclusive")
 Row = dict[str, Any]
@@ -66,6 +75,18 @@ def combine(verdicts: Sequence[Verdict], what: str) -> Verdict:
             tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o])
             return Verdict(outcome, f"{tally} of {len(verdicts)} {what}; e.g. {first.reason}")
     raise AssertionError("unreachable")
+
+
+def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Verdict:
+    """Whether ``large``'s interval ``[ci_low, ci_high]`` lies above ``small``'s (agrees),
+    below it (disagrees) or overlaps it (inconclusive); ``rise``/``fall`` name the outcome."""
+    text = (f"{what}: [{small['ci_low']:.3f}, {small['ci_high']:.3f}] vs "
+            f"[{large['ci_low']:.3f}, {large['ci_high']:.3f}]")  # fmt: skip
+    if large["ci_low"] > small["ci_high"]:
+        return Verdict("agrees", f"{text}: {rise}")
+    if large["ci_high"] < small["ci_low"]:
+        return Verdict("disagrees", f"{text}: {fall}")
+    return Verdict("inconclusive", f"{text}: the intervals overlap (more seeds would tell)")
 
 
 @dataclass(frozen=True)

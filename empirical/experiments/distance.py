@@ -1,25 +1,111 @@
-"""Experiment 1, controlled distance (being rewritten for issue 9; wraps the old module)."""
+r"""Controlled distance (the paper's claim 3): the same query/key pairs at dummy distances.
+
+Every causal pair ``j <= i`` of a head's captured pre-RoPE queries and keys
+is re-evaluated at one dummy distance ``D`` (THEORY.md section 3):
+
+.. math:: W^D_{ij} = s\,\langle R(D) q_i, k_j\rangle = f(q_i, D) + g(q_i, k_j) + E^D_{ij}
+
+and fitted, like ``g`` itself, by the two-axis least squares ``u_i + v_j``
+(``numerics.fit.additive_fits``). Because ``f(q_i, D)`` is query-only, the
+key effects of ``W^D`` and of ``g`` differ by the key effect of ``E^D``
+alone. The measures (``numerics.perturbation.controlled_distance``), per
+head and ``D``:
+
+- ``key_corr``: ``corr_j(v_j[W^D], v_j[g])``, the same fit on both sides:
+  exactly 1 when ``E = 0``, lower as ``E^D`` grows;
+- ``query_share``: the share of ``W^D - W^0`` a query-only term explains
+  (exactly 1 when ``E = 0``): the distance moves the logits only through ``f``;
+- ``logit_change``: ``RMS(W^D - W^0) / std(W^0)``, how far the logits move;
+- ``remainder_share``: ``||E^D|| / ||W^D - mean||``, the size of the remainder.
+
+``D = 0`` is the reference, not a test: ``W^0 = f(q, 0) + g`` exactly.
+Rows per head, then means per layer (``scope="layer"``) and over every
+fitted head (``scope="all"``).
+"""
 
 from __future__ import annotations
 
+import numpy as np
+from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict, combine
-from ropesplit.empirical.experiments_distance import DISTANCES, distance_experiment
+from ropesplit.empirical.experiments.pairs import layer_pairs
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["DISTANCES", "EXPERIMENT", "THRESHOLD", "distance_rows", "judge", "verdict"]
+
+DISTANCES = (16, 64, 256, 1024)  # the dummy distances D
+THRESHOLD = 0.9  # key_corr and query_share at or above it: the key component stays put
+MEASURES = ("key_corr", "query_share", "logit_change", "remainder_share")
+
+PREDICTION = (
+    f"At every dummy distance D ({', '.join(map(str, DISTANCES))}) the key effect v_j of the "
+    f"two-axis fit u_i + v_j of W^D correlates with the key effect of the same fit of g at "
+    f">= {THRESHOLD} (key_corr; exactly 1 when E = 0), and >= {THRESHOLD:.0%} of the change "
+    "W^D - W^0 is a query-only term (query_share; exactly 1 when E = 0): the distance moves "
+    "the positional term, the key component stays put (claim 3)"
+)
+
+
+def distance_rows(
+    cache: Capture, layers: list[int], distances: tuple[int, ...] = DISTANCES
+) -> list[Row]:
+    """Per-head rows, then per-layer and overall means, for a capture ``cache``."""
+    from ropesplit.numerics.perturbation import controlled_distance
+
+    if cache.n_tokens < 4:
+        raise RopesplitError(f"the distance fits need at least 4 tokens, got {cache.n_tokens}")
+    heads: list[Row] = []
+    for index in layers:
+        layer = cache.layers[index]
+        qc, kc = layer_pairs(layer)  # (H, N, P) each
+        out = controlled_distance(qc, kc, layer.theta, layer.scale, distances,
+                                  window=layer.window)  # fmt: skip  # name -> (H, K)
+        for head in range(qc.shape[0]):
+            for k, d in enumerate(distances):
+                heads.append({"scope": "head", "layer": index, "head": head, "distance": int(d),
+                              **{m: float(out[m][head, k]) for m in MEASURES}})  # fmt: skip
+    means = [_mean(heads, "layer", d, layer) for layer in layers for d in distances]
+    return heads + means + [_mean(heads, "all", d, None) for d in distances]
+
+
+def _mean(heads: list[Row], scope: str, distance: int, layer: int | None) -> Row:
+    chosen = [r for r in heads if r["distance"] == distance and layer in (None, r["layer"])]
+    values = {m: float(np.nanmean([r[m] for r in chosen])) for m in MEASURES}
+    return {"scope": scope, "layer": layer, "head": None, "distance": int(distance), **values}
+
+
+def judge(row: Row) -> Verdict:
+    """Agrees when ``key_corr`` and ``query_share`` both reach :data:`THRESHOLD`."""
+    corr, share = row["key_corr"], row["query_share"]
+    numbers = f"key_corr {corr:.3f}, query_share {share:.3f} at D = {row['distance']}"
+    if not (np.isfinite(corr) and np.isfinite(share)):
+        return Verdict("inconclusive", f"{numbers}: undefined (constant key effect or no change)")
+    if corr >= THRESHOLD and share >= THRESHOLD:
+        return Verdict("agrees", f"{numbers} (both >= {THRESHOLD})")
+    return Verdict("disagrees", f"{numbers} (predicted both >= {THRESHOLD})")
+
+
+def verdict(rows: list[Row]) -> Verdict:
+    """The overall rows decide; the reason adds how many head rows agree."""
+    overall = combine([judge(r) for r in rows if r["scope"] == "all"], "dummy distances")
+    heads = [judge(r).outcome for r in rows if r["scope"] == "head"]
+    share = f"; {heads.count('agrees')} of {len(heads)} (head, D) rows agree"
+    return Verdict(overall.outcome, overall.reason + share)
 
 
 def _run(context: Context) -> list[Row]:
-    return distance_experiment(context.capture(), layers=context.layers, distances=DISTANCES)
-
-
-def _judge(row: Row) -> Verdict:
-    return Verdict("inconclusive", "key_corr compares a two-axis fit with a three-axis fit "
-                   "(issue 9, finding 1)")  # fmt: skip
+    return distance_rows(context.capture(), context.layers)
 
 
 EXPERIMENT = Experiment(
-    name="distance", title="Controlled distance",
-    prediction="key_corr ~ 1 at every D; the key component moves far less than the distance "
-    "component",
-    needs="the text's capture (dummy distances are evaluated on its queries and keys)",
-    run=_run, judge=_judge, verdict=lambda rows: combine([_judge(r) for r in rows], "rows"),
+    name="distance",
+    title="Controlled distance",
+    prediction=PREDICTION,
+    needs="the text's capture (the dummy distances are evaluated on its queries and keys; no "
+    "forward pass of its own)",
+    run=_run,
+    judge=judge,
+    verdict=verdict,
     forward_count=lambda settings: 0,
-)  # fmt: skip
+)

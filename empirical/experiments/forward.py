@@ -1,6 +1,6 @@
 r"""Batched forward passes for the experiments: the continuation loss of many inputs.
 
-Every experiment of issue 5 compares the model's mean next-token loss on the
+Every loss-based experiment compares the model's mean next-token loss on the
 untouched continuation (the last 25% of the tokens) across perturbed inputs:
 
 .. math:: L = -\frac{1}{N - c} \sum_{n=c}^{N-1} \log p(x_n \mid x_{<n}),
@@ -33,9 +33,10 @@ __all__ = [
     "context_length",
     "continuation_losses",
     "forward_batch",
+    "logits_loss",
     "model_context",
-    "ratio_summary",
-    "seed_groups",
+    "seed_summary",
+    "special_positions",
 ]
 
 CONTEXT_SHARE = 0.75  # the first 75% of the tokens are the context, the rest the continuation
@@ -120,9 +121,7 @@ def continuation_losses(
         batch_pos = torch.as_tensor(pos_np[chosen], device=device)  # (b, N)
         logits = forward_batch(loaded, batch_ids, batch_pos, start)  # (b, N - start + 1, vocab)
         for row in range(len(chosen)):
-            logp = torch.log_softmax(logits[row, :-1].double(), dim=-1)  # (N - start, vocab)
-            target = batch_ids[row, start:, None]  # (N - start, 1)
-            losses[lo + row] = -float(logp.gather(1, target).mean())
+            losses[lo + row] = logits_loss(logits[row, :-1], batch_ids[row, start:])
         if on_forward is not None:
             on_forward(len(chosen))
     if not np.all(np.isfinite(losses)):
@@ -141,34 +140,37 @@ def context_length(n_tokens: int, share: float = CONTEXT_SHARE) -> int:
     return context
 
 
-def ratio_summary(losses: np.ndarray, baseline: float) -> dict[str, float]:
-    r"""Mean loss, mean ratio to ``baseline`` and the ratio's spread over seeds.
+def logits_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    r"""Mean next-token loss (nats) of ``targets (T,)`` under ``logits (T, vocab)``.
 
-    .. math:: \mathrm{ratio} = \frac{1}{S}\sum_s L_s / L_0,\qquad
-              \mathrm{spread} = \mathrm{std}_s(L_s / L_0)\ (\text{sample, } S - 1)
+    .. math:: L = -\frac1T \sum_t \log \mathrm{softmax}(z_t)_{x_t}
 
-    ``spread`` is 0 for a single seed.
+    Row ``t`` of ``logits`` predicts ``targets[t]`` (float64 log-softmax).
     """
+    logp = torch.log_softmax(logits.double(), dim=-1)  # (T, vocab)
+    return -float(logp.gather(1, targets.reshape(-1, 1).to(logp.device)).mean())
+
+
+def special_positions(loaded: LoadedModel, ids: Any) -> np.ndarray:
+    """Indices of the special tokens (BOS, EOS, padding...) among ``ids (N,)`` (the tokenizer's)."""
+    tokenizer = loaded.tokenizer
+    special = set(getattr(tokenizer, "all_special_ids", None) or []) if tokenizer else set()
+    values = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
+    return np.flatnonzero(np.isin(values, sorted(special)))
+
+
+def seed_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
+    r"""Mean loss, mean ratio to ``baseline`` and its 95% bootstrap interval over the seeds.
+
+    .. math:: \mathrm{ratio} = \frac1S\sum_s L_s / L_0,\qquad
+              [\mathrm{ci\_low}, \mathrm{ci\_high}] = \text{percentile bootstrap of the mean}
+
+    (``numerics.bootstrap.bootstrap_ci``, deterministic for ``seed``); a
+    single seed gives a zero-width interval.
+    """
+    from ropesplit.numerics.bootstrap import bootstrap_ci
+
     ratios = np.asarray(losses, dtype=np.float64) / baseline  # (S,)
-    spread = float(np.std(ratios, ddof=1)) if ratios.size > 1 else 0.0
-    return {"loss": float(np.mean(losses)), "ratio": float(np.mean(ratios)), "spread": spread}
-
-
-def seed_groups(
-    labels: list[dict[str, Any]], losses: np.ndarray, baseline: float, keys: tuple[str, ...]
-) -> list[dict[str, Any]]:
-    """One row per distinct ``keys`` of ``labels`` (first-seen order), its seeds summarised.
-
-    Each row holds the ``keys``, :func:`ratio_summary` of its seeds' losses
-    and ``moved``, the mean of the labels' ``moved``.
-    """
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for index, label in enumerate(labels):
-        groups.setdefault(tuple(label[k] for k in keys), []).append(index)
-    rows = []
-    for group, chosen in groups.items():
-        row = dict(zip(keys, group, strict=True))
-        row |= ratio_summary(np.asarray(losses)[chosen], baseline)
-        row["moved"] = float(np.mean([labels[k]["moved"] for k in chosen]))
-        rows.append(row)
-    return rows
+    ci = bootstrap_ci(ratios, seed=seed)
+    return {"loss": float(np.mean(losses)), "ratio": ci.mean, "ci_low": ci.low,
+            "ci_high": ci.high, "seeds": int(ratios.size)}  # fmt: skip

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.experiments import distance, order, position
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Settings, Verdict
+from ropesplit.empirical.experiments import distance, length, order, position
+from ropesplit.empirical.experiments.base import Context, Experiment, Settings
 from ropesplit.empirical.experiments.forward import context_length, model_context
 from ropesplit.empirical.models import LoadedModel, as_input_ids
 
@@ -31,42 +31,11 @@ from ropesplit.errors import RopesplitError
 __all__ = ["EXPERIMENTS", "PREDICTIONS", "forward_count", "run_experiments"]
 
 
-def _old_length() -> Experiment:
-    """The length experiment of ``empirical.experiments_length`` (H-LMINF replaces it)."""
-    from ropesplit.empirical.experiments_length import length_experiment, spacing
-
-    def check(context: Context) -> None:
-        if model_context(context.loaded) is None:
-            raise RopesplitError(
-                f"{context.loaded.name} states no training length for --experiment length"
-            )
-        spacing(context.n_tokens, int(model_context(context.loaded) or 0))
-
-    def run(context: Context) -> list[Row]:
-        return length_experiment(context.loaded, context.ids, context.capture(),
-                                 layers=context.layers, batch_size=context.settings.batch_size,
-                                 on_forward=context.forwarded)  # fmt: skip
-
-    def judge(row: Row) -> Verdict:
-        return Verdict("inconclusive", "the spaced and capped settings reuse the text's capture, "
-                       "so g's change is not measured (issue 9, finding 2)")  # fmt: skip
-
-    return Experiment(
-        name="length",
-        title="Length extrapolation",
-        prediction="g identical in every setting (position-free); f leaves its trained range "
-        "when spaced and stays in it with the cap",
-        needs="the text's capture and three forward passes (original, spaced, capped)",
-        run=run, judge=judge, verdict=lambda rows: judge({}), forward_count=lambda s: 3,
-        check=check,
-    )  # fmt: skip
-
-
 EXPERIMENTS: dict[str, Experiment] = {
     "distance": distance.EXPERIMENT,
     "order": order.EXPERIMENT,
     "position": position.EXPERIMENT,
-    "length": _old_length(),  # H-LMINF: replace with `length.EXPERIMENT`
+    "length": length.EXPERIMENT,
 }
 
 # the prediction of each experiment, in words (the report and the CLI print them)

@@ -1,10 +1,13 @@
 r"""Figures 7 and 8: the controlled-distance and length-extrapolation experiments.
 
 Figure 7 (the paper's claim 3): the same query/key pairs re-evaluated at a
-dummy distance ``D`` and fitted as a distance component plus a key
-component; the key component should stay put (its correlation with the key
-component at the true distances near 1) while the distance component
-shifts.
+dummy distance ``D``, ``W^D = f(q, D) + g + E^D``. Panel (a): per ``D``, the
+correlation of the key effect of the two-axis fit ``u_i + v_j`` of ``W^D``
+with that of the same fit of ``g`` (exactly 1 when ``E = 0``). Panel (b):
+the share of ``W^D - W^0`` that a query-only term explains (exactly 1 when
+``E = 0``) beside the remainder's share ``||E^D|| / ||W^D - mean||``. Lines
+are means over heads, bands the 10-90% range; the prediction is the
+caller's to state, the figure shows the measurement.
 
 Figure 8 (THEORY.md section 4, length extrapolation): with positions spaced
 so distances exceed the training length ``L``, ``g = s<q, delta>`` is the same
@@ -93,16 +96,14 @@ def _band(ax: Any, x: np.ndarray, per_head: np.ndarray, colour: str, label: str)
 
 
 def distance_figure(rows: Rows, *, width: float | str = "double") -> Figure:
-    r"""Key and distance components across dummy distances ``D``, per head.
+    r"""Key-effect correlation and query-only share across dummy distances ``D``, per head.
 
     ``rows`` are the ``distance`` experiment's rows: ``distance`` (the dummy
-    ``D``), ``key_corr``, ``key_shift``, ``distance_shift`` and ``scope``
-    (only ``"head"`` rows are drawn; rows without ``scope`` count as heads).
-    Panel (a): the key component's correlation with its value at the true
-    distances; panel (b): how far each component moves, relative to the
-    spread of the logits. Lines are means over heads, bands the 10-90% range.
+    ``D``), ``key_corr``, ``query_share``, optionally ``remainder_share``, and
+    ``scope`` (only ``"head"`` rows are drawn; rows without ``scope`` count
+    as heads). Lines are means over heads, bands the 10-90% range.
     """
-    require_rows("distance rows", rows, ("distance", "key_corr", "key_shift", "distance_shift"))
+    require_rows("distance rows", rows, ("distance", "key_corr", "query_share"))
     heads = [r for r in rows if r.get("scope", "head") == "head"]
     if not heads:
         raise RopesplitError("distance rows hold no per-head row (scope 'head')")
@@ -125,20 +126,21 @@ def distance_figure(rows: Rows, *, width: float | str = "double") -> Figure:
         fig = new_figure(inches, 4.2 if single else 2.5)
         axes = fig.subplots(2 if single else 1, 1 if single else 2, squeeze=False).ravel()
         _band(axes[0], distances, table("key_corr"), OKABE_ITO["blue"],
-              f"key component ({len(keys)} heads)")  # fmt: skip
+              f"key effect of W^D vs of g ({len(keys)} heads)")  # fmt: skip
         axes[0].set_ylabel("correlation")
-        axes[0].set_title("key component: D vs true distances")
-        axes[0].axhline(1.0, color="#999999", linewidth=0.6, zorder=0)
-        _band(axes[1], distances, table("distance_shift"), OKABE_ITO["vermillion"],
-              "distance component")  # fmt: skip
-        _band(axes[1], distances, table("key_shift"), OKABE_ITO["blue"], "key component")
-        axes[1].set_ylabel("shift / std of logits")
-        axes[1].set_title("how far each component moves")
+        axes[0].set_title("key effect: W^D against g")
+        _band(axes[1], distances, table("query_share"), OKABE_ITO["vermillion"],
+              "query-only share of W^D - W^0")  # fmt: skip
+        if all("remainder_share" in r for r in heads):
+            _band(axes[1], distances, table("remainder_share"), OKABE_ITO["black"],
+                  "||E^D|| / ||W^D - mean||")  # fmt: skip
+        axes[1].set_ylabel("share")
+        axes[1].set_title("what moves with D")
         for ax, letter in zip(axes, "ab", strict=True):
-            ax.set_xscale("symlog", linthresh=16)  # linear near D = 0, logarithmic beyond
+            ax.axhline(1.0, color="#999999", linewidth=0.6, zorder=0, label="E = 0: exactly 1")
+            ax.set_xscale("log", base=2)
             ax.set_xticks(distances, [f"{d:g}" for d in distances])  # the distances measured
-            ax.set_xlim(-1.0, 1.3 * float(distances.max()) + 1.0)
             ax.set_xlabel("dummy distance D (tokens)")
-            ax.legend(loc="best")
+            ax.legend(loc="best", fontsize=6)
             panel_label(ax, letter)
     return fig
