@@ -1,0 +1,183 @@
+r"""The emergence experiment: train at chosen RoPE bases and seeds, measure, compare with theory.
+
+THEORY.md section 3 bounds the remainder by
+:math:`|E_{ij}| \le s\sum_l |\tilde q_{i,l}|\,|\tilde\delta_{j,l}|\,2|\sin(\theta_l\Delta/2)|`:
+key deviation is cheap only in pairs that turn little over the distances that
+matter, here :math:`\Delta < L_\mathrm{train}`. So before any training the
+theory says which runs can produce the split. With ``P = d/2`` pairs and
+:math:`\theta_l = b^{-2l/d}`, a base leaving many slow pairs
+(:math:`\theta_l L_\mathrm{train} < 1`) should end with
+
+1. a larger rise of ``r_split`` (and fall of ``remainder_share``) from
+   its random-init value than a base leaving few;
+2. a larger rise of ``lowfreq_share_k`` from its random-init value.
+
+The changes, not the final levels, are judged: at random initialisation the
+base already sets ``r_split`` (deviation energy is spread over all pairs,
+so more of it sits in slow pairs when there are more), and a comparison of
+levels would be true by construction.
+
+:func:`prediction` states this from ``numerics.emergence`` (slow pairs, mean
+bound weight per pair) before training; :func:`run_emergence` trains and
+measures every (base, seed) run and its random-init control;
+:func:`verdict` compares the final numbers: intervals are percentile
+bootstraps over the pooled heads of all seeds (``numerics.bootstrap``), and a
+prediction is *confirmed* when the two bases' intervals are disjoint in the
+predicted order, *contradicted* when disjoint the other way, else
+*inconclusive*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ropesplit.empirical.train import TrainConfig, train
+from ropesplit.empirical.train_measure import FIGURE_STATS, control_record, corpus_entropy
+from ropesplit.numerics.bootstrap import bootstrap_ci
+from ropesplit.numerics.emergence import causal_bound_weight, slow_pairs
+from ropesplit.numerics.rope import frequencies
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["CONTROL_SEED_OFFSET", "prediction", "run_emergence", "step0_vs_control", "verdict"]
+
+CONTROL_SEED_OFFSET = 1000  # the control of seed s is drawn with seed s + 1000
+
+
+def prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:
+    """The theory's prediction for ``bases`` at ``cfg.seq_len``, computed before any training."""
+    per_base = []
+    for base in bases:
+        theta = frequencies(cfg.head_dim, base)  # (P,)
+        weight = causal_bound_weight(theta, cfg.seq_len)  # (P,)
+        low = np.argsort(theta, kind="stable")[: theta.size // 2]  # the low-frequency half
+        per_base.append({
+            "rope_base": float(base), "pairs": int(theta.size),
+            "slow_pairs": int(slow_pairs(theta, cfg.seq_len).sum()),
+            "mean_bound_weight": float(weight.mean()),
+            "low_half_bound_weight": float(weight[low].mean()),
+        })  # fmt: skip
+    record: dict[str, Any] = {"seq_len": cfg.seq_len, "bases": per_base}
+    if len(bases) < 2:
+        return record
+    ranked = sorted(per_base, key=lambda b: (b["slow_pairs"], -b["low_half_bound_weight"]))
+    few, many = ranked[0], ranked[-1]
+    if few["slow_pairs"] == many["slow_pairs"]:
+        raise RopesplitError(
+            f"bases must differ in slow pairs (theta_l L_train < 1) to test the theory, "
+            f"all leave {few['slow_pairs']} at L_train = {cfg.seq_len}"
+        )
+    record |= {"many": many["rope_base"], "few": few["rope_base"], "statement": (
+        f"theory (THEORY.md section 3): at L_train = {cfg.seq_len}, base {many['rope_base']:g} "
+        f"leaves {many['slow_pairs']} of {many['pairs']} pairs slow (theta_l L_train < 1; "
+        f"low-half mean bound weight {many['low_half_bound_weight']:.3f}), base "
+        f"{few['rope_base']:g} leaves {few['slow_pairs']} (weight "
+        f"{few['low_half_bound_weight']:.3f}). Predicted from random init to the end of "
+        f"training, per head: (1) r_split rises more and remainder_share falls more at base "
+        f"{many['rope_base']:g}; (2) lowfreq_share_k rises more at base {many['rope_base']:g}."
+    )}  # fmt: skip
+    return record
+
+
+def step0_vs_control(step0: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
+    """Per figure statistic: step 0's and the control's means and intervals, and whether they overlap."""  # noqa: E501
+    out = {}
+    for name in FIGURE_STATS:
+        a, b = step0["summary"][name], control["summary"][name]
+        overlap = bool(a["low"] <= b["high"] and b["low"] <= a["high"]) if "low" in a else False
+        out[name] = {"step0": a, "control": b, "overlap": overlap}
+    return out
+
+
+def _pooled(runs: list[dict[str, Any]], base: float, stat: str, *, change: bool) -> np.ndarray:
+    """Final per-head values of ``stat`` (or final minus step 0) over all seeds of ``base``."""
+    values = []
+    for run in (r for r in runs if r["rope_base"] == base):
+        first, last = run["checkpoints"][0]["heads"], run["checkpoints"][-1]["heads"]
+        for h0, h1 in zip(first, last, strict=True):
+            values.append(h1[stat] - h0[stat] if change else h1[stat])
+    arr = np.asarray(values, dtype=np.float64)
+    return arr[np.isfinite(arr)]
+
+
+def verdict(runs: list[dict[str, Any]], pred: dict[str, Any], *, n_boot: int, seed: int
+            ) -> dict[str, Any]:  # fmt: skip
+    """Each prediction of :func:`prediction` judged on the per-head changes (see module doc).
+
+    Also records the final levels (``final_many``, ``final_few``), unjudged.
+    """
+    many, few = pred["many"], pred["few"]
+    tests = (("r_split", +1), ("remainder_share", -1), ("lowfreq_share_k", +1))
+    out = {}
+    for stat, sign in tests:
+        ci = {b: bootstrap_ci(_pooled(runs, b, stat, change=True), n_boot=n_boot, seed=seed)
+              for b in (many, few)}  # fmt: skip
+        final = {b: bootstrap_ci(_pooled(runs, b, stat, change=False), n_boot=n_boot, seed=seed)
+                 for b in (many, few)}  # fmt: skip
+        hi, lo = (ci[many], ci[few]) if sign > 0 else (ci[few], ci[many])
+        if hi.low > lo.high:
+            word = "confirmed"
+        elif hi.high < lo.low:
+            word = "contradicted"
+        else:
+            word = "inconclusive"
+        out[f"{stat}_change"] = {
+            "predicted": f"{'rises' if sign > 0 else 'falls'} more at base {many:g}",
+            "many": ci[many].as_dict(), "few": ci[few].as_dict(), "verdict": word,
+            "final_many": final[many].as_dict(), "final_few": final[few].as_dict(),
+        }  # fmt: skip
+    return out
+
+
+def run_emergence(
+    cfg: TrainConfig,
+    bases: list[float],
+    seeds: list[int],
+    *,
+    progress: bool = True,
+    say: Any = print,
+) -> dict[str, Any]:
+    """Train every (base, seed) under ``cfg.out`` and measure it; the ``--json`` record.
+
+    ``say`` receives the lines meant for the terminal (prediction first).
+    One run folder per run: ``OUT/base-B-seed-S`` (the run itself when one
+    base and one seed: ``OUT``).
+    """
+    if not bases or not seeds:
+        raise RopesplitError("need at least one base and one seed")
+    if len(set(bases)) != len(bases) or len(set(seeds)) != len(seeds):
+        raise RopesplitError(f"bases and seeds must not repeat, got {bases} and {seeds}")
+    for base in bases:
+        dataclasses.replace(cfg, rope_base=float(base)).check()
+    pred = prediction(cfg, bases)
+    if "statement" in pred:
+        say("PREDICTION " + pred["statement"])
+    entropy = corpus_entropy(cfg)
+    single = len(bases) == 1 and len(seeds) == 1
+    if not single:
+        Path(cfg.out).mkdir(exist_ok=True)
+    runs = []
+    for base in bases:
+        for seed in seeds:
+            folder = cfg.out if single else str(Path(cfg.out) / f"base-{base:g}-seed-{seed}")
+            run_cfg = dataclasses.replace(cfg, rope_base=float(base), seed=seed, out=folder)
+            start = time.perf_counter()
+            records = train(run_cfg, progress=progress)
+            control = control_record(run_cfg, seed + CONTROL_SEED_OFFSET)
+            runs.append({
+                "rope_base": float(base), "seed": seed, "out": folder,
+                "checkpoints": records, "control": control,
+                "step0_vs_control": step0_vs_control(records[0], control),
+                "wall_seconds": time.perf_counter() - start,
+            })  # fmt: skip
+    record: dict[str, Any] = {
+        "config": cfg.to_dict(), "bases": [float(b) for b in bases], "seeds": seeds,
+        "unigram_entropy": entropy, "prediction": pred, "runs": runs,
+    }  # fmt: skip
+    if "statement" in pred:
+        record["verdict"] = verdict(runs, pred, n_boot=cfg.n_boot, seed=cfg.seed)
+    return record

@@ -1,0 +1,136 @@
+"""``ropesplit train``: train a small RoPE language model and watch the split's pattern emerge.
+
+Trains a Llama-architecture causal LM (byte-level tokenizer) on the default
+text (or ``--text``) at training length ``--seq-len`` and RoPE base
+``--bases``, saves log-spaced checkpoints (step 0 = random init) that
+``ropesplit analyze --model`` loads, and measures at each: validation loss
+and THEORY.md section 5 per head, with bootstrap intervals over heads. With
+two or more bases the theory's prediction is printed before training and
+judged after it. Re-running with the same flags resumes. Exit code 2 on bad
+input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = "train a small RoPE LM here; measure the split at log-spaced checkpoints"
+
+_COLUMNS = (("r_split", "r_split"), ("remainder", "remainder_share"),
+            ("tight_max", "tightness_max"), ("lowfreq_k", "lowfreq_share_k"),
+            ("lowfreq_q", "lowfreq_share_q"))  # fmt: skip
+
+
+def _floats(text: str) -> list[float]:
+    from ropesplit.errors import RopesplitError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RopesplitError(f"--bases must be comma-separated numbers, got {text!r}") from None
+
+
+def _ints(text: str) -> list[int]:
+    from ropesplit.errors import RopesplitError
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RopesplitError(f"--seeds must be comma-separated integers, got {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ropesplit.empirical.train import TrainConfig
+
+    d = TrainConfig()
+    parser.add_argument("--out", default=d.out, help=f"run folder (default {d.out})")
+    parser.add_argument("--text", metavar="FILE", help="UTF-8 corpus (default: Python's docs)")
+    parser.add_argument("--bases", default=f"{d.rope_base:g}",
+                        help="RoPE base(s), comma-separated, e.g. 10000,100 (default 10000)")
+    parser.add_argument("--seeds", default=str(d.seed), help="seed(s), comma-separated (default 0)")
+    parser.add_argument("--steps", type=int, default=d.steps, help=f"steps (default {d.steps})")
+    parser.add_argument("--seq-len", type=int, default=d.seq_len,
+                        help=f"training length L_train in tokens (default {d.seq_len})")
+    parser.add_argument("--layers", type=int, default=d.layers, help=f"default {d.layers}")
+    parser.add_argument("--d-model", type=int, default=d.d_model, help=f"default {d.d_model}")
+    parser.add_argument("--heads", type=int, default=d.heads, help=f"default {d.heads}")
+    parser.add_argument("--d-ff", type=int, default=d.d_ff, help=f"default {d.d_ff}")
+    parser.add_argument("--batch", type=int, default=d.batch, help=f"default {d.batch}")
+    parser.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate ({d.lr})")
+    parser.add_argument("--warmup", type=int, default=d.warmup, help=f"default {d.warmup}")
+    parser.add_argument("--threads", type=int, default=d.threads,
+                        help=f"torch threads; part of reproducibility (default {d.threads})")
+    parser.add_argument("--checkpoints", type=int, default=d.checkpoints,
+                        help=f"log-spaced checkpoints incl. step 0 (default {d.checkpoints})")
+    parser.add_argument("--n-boot", type=int, default=d.n_boot,
+                        help=f"bootstrap resamples over heads (default {d.n_boot})")
+    parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ropesplit.empirical.emergence import run_emergence
+    from ropesplit.empirical.train import TrainConfig
+    from ropesplit.io import output_path, write_json
+
+    if args.json:
+        output_path(args.json)  # a bad output folder fails now, not after training
+    cfg = TrainConfig(
+        out=args.out, steps=args.steps, seq_len=args.seq_len, layers=args.layers,
+        d_model=args.d_model, heads=args.heads, d_ff=args.d_ff, batch=args.batch, lr=args.lr,
+        warmup=args.warmup, threads=args.threads, checkpoints=args.checkpoints,
+        n_boot=args.n_boot, text=args.text,
+    )  # fmt: skip
+    record = run_emergence(cfg, _floats(args.bases), _ints(args.seeds))
+    print(report_text(record))
+    if args.json:
+        write_json(args.json, record)
+    return 0
+
+
+def _cell(summary: dict[str, Any], name: str) -> str:
+    value = summary[name]
+    if "low" not in value:
+        return f"{'nan':>21}"
+    return f"{value['mean']:6.3f} [{value['low']:5.3f},{value['high']:5.3f}]"
+
+
+def _interval(ci: dict[str, Any]) -> str:
+    return f"{ci['mean']:+.3f} [{ci['low']:+.3f},{ci['high']:+.3f}]"
+
+
+def report_text(record: dict[str, Any]) -> str:
+    """The terminal report: per run a table over checkpoints, step 0 vs control, final, verdict."""
+    entropy = record["unigram_entropy"]
+    lines = []
+    for run in record["runs"]:
+        lines.append(f"base {run['rope_base']:g}, seed {run['seed']}: {run['out']}  "
+                     "(means over heads [95% bootstrap CI])")  # fmt: skip
+        lines.append(f"{'step':>6} {'val_loss':>8} " + " ".join(f"{t:>21}" for t, _ in _COLUMNS))
+        rows = [("init" if c["step"] == 0 else c["step"], c) for c in run["checkpoints"]]
+        rows.append(("control", run["control"]))
+        for label, c in rows:
+            cells = " ".join(_cell(c["summary"], name) for _, name in _COLUMNS)
+            lines.append(f"{label!s:>6} {c['val_loss']:8.3f} {cells}")
+        same = [n for n, v in run["step0_vs_control"].items() if v["overlap"]]
+        differ = [n for n, v in run["step0_vs_control"].items() if not v["overlap"]]
+        lines.append(f"step 0 vs random-init control (seed {run['control']['seed']}): CIs overlap "
+                     f"for {', '.join(same) or 'none'}"
+                     + (f"; differ for {', '.join(differ)}" if differ else ""))  # fmt: skip
+        final = run["checkpoints"][-1]
+        below = final["val_loss"] < entropy
+        lines.append(f"final step {final['step']}: val loss {final['val_loss']:.3f} nats vs "
+                     f"unigram entropy {entropy:.3f} ({'below' if below else 'NOT below'}, "
+                     f"ratio {final['val_loss'] / entropy:.2f}); "
+                     f"wall {run['wall_seconds']:.0f} s")  # fmt: skip
+        lines.append("")
+    if "verdict" in record:
+        lines.append("PREDICTION " + record["prediction"]["statement"])
+        pred = record["prediction"]
+        for name, v in record["verdict"].items():
+            lines.append(f"  {name} (final - init, per head): {v['predicted']}; "
+                         f"base {pred['many']:g} {_interval(v['many'])}, "
+                         f"base {pred['few']:g} {_interval(v['few'])} -> {v['verdict'].upper()}"
+                         f"  (final levels {_interval(v['final_many'])} vs "
+                         f"{_interval(v['final_few'])})")  # fmt: skip
+    return "\n".join(lines).rstrip()

@@ -1,0 +1,287 @@
+"""``ropesplit train`` (issue 11): determinism, resume, atomic checkpoints, analyze round trip.
+
+A tiny config (1 layer, d_model 16, 2 heads, L_train 16, 4 steps) keeps each
+training to a second or two; the statistics are whatever the numerics give,
+the tests only ask that runs which should agree do, bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ropesplit.empirical.emergence import prediction, run_emergence, step0_vs_control, verdict
+from ropesplit.empirical.models import load_model
+from ropesplit.empirical.train import (
+    BOS,
+    TrainConfig,
+    byte_tokenizer,
+    checkpoint_steps,
+    checkpoints,
+    model_config,
+    split_text,
+    train,
+)
+from ropesplit.empirical.train_measure import Measurer, held_out_ids, measure_loaded
+
+from ropesplit.cli import main
+from ropesplit.errors import RopesplitError
+
+TINY = dict(steps=4, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2, warmup=1,
+            checkpoints=4, val_windows=2, n_boot=50, threads=1)  # fmt: skip
+TIMING = ("seconds_measure", "seconds_train")
+
+
+def tiny(out: Path, **changes) -> TrainConfig:
+    return TrainConfig(out=str(out), **(TINY | changes))
+
+
+def strip(records: list[dict]) -> list[dict]:
+    """The records without wall-clock fields (everything else must be reproducible)."""
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted tiny run."""
+    out = tmp_path_factory.mktemp("train") / "ref"
+    return out, train(tiny(out), progress=False)
+
+
+def test_checkpoint_steps_are_log_spaced_from_init_to_last() -> None:
+    assert checkpoint_steps(100, 5) == [0, 1, 5, 22, 100]
+    assert checkpoint_steps(4, 4) == [0, 1, 2, 4]
+    assert checkpoint_steps(1, 8) == [0, 1]
+
+
+def test_tokenizer_is_bytes_with_bos_and_loads_back(tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    text = "RoPE: é ∑\n"
+    byte_tokenizer().save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    ids = tok(text)["input_ids"]
+    assert ids == [BOS, *text.encode("utf-8")]
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_reference_run_writes_complete_checkpoints(reference) -> None:
+    out, records = reference
+    assert [r["step"] for r in records] == checkpoint_steps(4, 4)
+    folders = checkpoints(out)
+    assert [p.name for p in folders] == [f"step-{s:06d}" for s in checkpoint_steps(4, 4)]
+    for folder in folders:
+        assert {"config.json", "model.safetensors", "tokenizer.json", "trainer_state.pt",
+                "metrics.json"} <= {p.name for p in folder.iterdir()}  # fmt: skip
+    assert not list(out.glob(".tmp-*"))
+    assert records[-1]["val_loss"] < records[0]["val_loss"]  # 4 steps already learn something
+    summary = records[0]["summary"]["r_split"]
+    assert summary["low"] <= summary["mean"] <= summary["high"] and summary["n"] == 2
+
+
+def test_same_seed_and_threads_give_the_same_metrics(reference, tmp_path) -> None:
+    assert strip(train(tiny(tmp_path / "again"), progress=False)) == strip(reference[1])
+
+
+def test_another_seed_gives_other_weights(reference, tmp_path) -> None:
+    other = train(tiny(tmp_path / "other", seed=1), progress=False)
+    assert other[0]["val_loss"] != reference[1][0]["val_loss"]
+
+
+def test_resume_after_interruption_equals_uninterrupted(reference, tmp_path) -> None:
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "resumed"
+    first = train(tiny(out), progress=False, stop_after=2)
+    assert [r["step"] for r in first] == [0, 1, 2]
+    resumed = train(tiny(out), progress=False)
+    assert strip(resumed) == strip(reference[1])
+    a = load_file(out / "step-000004" / "model.safetensors")
+    b = load_file(reference[0] / "step-000004" / "model.safetensors")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_write_killed_midway_leaves_no_half_checkpoint(reference, tmp_path) -> None:
+    """The measurement raises after the weights were saved: no step-2 folder, then resume."""
+    out = tmp_path / "crash"
+    real = Measurer(tiny(out))
+
+    def crash_at_2(folder, step):
+        if step == 2:
+            assert (folder / "model.safetensors").is_file()  # the weights were half way in
+            raise KeyboardInterrupt
+        return real(folder, step)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(out), progress=False, measure=crash_at_2)
+    assert [p.name for p in checkpoints(out)] == ["step-000000", "step-000001"]
+    assert not (out / "step-000002").exists() and (out / ".tmp-step-000002").is_dir()
+    assert strip(train(tiny(out), progress=False)) == strip(reference[1])
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_a_killed_process_leaves_only_complete_checkpoints(tmp_path) -> None:
+    """SIGKILL while a checkpoint is being measured: every step-* folder is complete and loads."""
+    out = tmp_path / "killed"
+    script = (
+        "import sys, time\n"
+        "from ropesplit.empirical import train as T, train_measure as M\n"
+        "real = M.Measurer.__call__\n"
+        "def slow(self, folder, step):\n"
+        "    if step == 2: time.sleep(60)\n"
+        "    return real(self, folder, step)\n"
+        "M.Measurer.__call__ = slow\n"
+        f"T.train(T.TrainConfig(out={str(out)!r}, **{TINY!r}), progress=False)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / ".tmp-step-000002" / "model.safetensors").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert [p.name for p in checkpoints(out)] == ["step-000000", "step-000001"]
+    assert sorted(p.name for p in out.glob("step-*")) == ["step-000000", "step-000001"]
+    loaded = load_model(str(out / "step-000001"))
+    assert loaded.n_layers == 1
+
+
+def test_changed_config_refuses_to_resume(reference, tmp_path) -> None:
+    out = tmp_path / "cfg"
+    train(tiny(out, steps=1, checkpoints=2), progress=False)
+    with pytest.raises(RopesplitError, match=r"^run folder .* holds a run with another config"):
+        train(tiny(out, steps=2, checkpoints=2), progress=False)
+
+
+def test_step_zero_is_the_random_init_of_the_config(reference) -> None:
+    """Known truth: step 0 measures exactly what load_model(config, seed) builds."""
+    cfg = tiny(reference[0])
+    direct = measure_loaded(load_model(model_config(cfg), seed=cfg.seed), held_out_ids(cfg),
+                            n_boot=cfg.n_boot, seed=cfg.seed)  # fmt: skip
+    step0 = reference[1][0]
+    assert direct["val_loss"] == step0["val_loss"]
+    assert [h["r_split"] for h in direct["heads"]] == [h["r_split"] for h in step0["heads"]]
+
+
+def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> None:
+    """``ropesplit analyze --model CKPT`` on the held-out window: the recorded per-head values."""
+    out, records = reference
+    cfg = tiny(out)
+    _, held = split_text(cfg)
+    text = tmp_path / "held.txt"
+    text.write_bytes(held.encode("utf-8")[: 4 * cfg.seq_len])
+    js = tmp_path / "a.json"
+    code = main(["analyze", "--model", str(out / "step-000004"), "--text", str(text),
+                 "--tokens", str(cfg.seq_len), "--json", str(js), "--no-control"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    heads = json.loads(js.read_text())["heads"]
+    assert json.loads(js.read_text())["token_ids"] == held_out_ids(cfg)[0].tolist()
+    for got, want in zip(heads, records[-1]["heads"], strict=True):
+        for name in ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k"):
+            assert got[name] == pytest.approx(want[name], rel=1e-12, nan_ok=True)
+
+
+def test_energy_per_head_sums_to_the_layer_energy(reference) -> None:
+    record = reference[1][-1]
+    per_head = np.array([h["energy_k"] for h in record["heads"]]).sum(0)  # 2 heads, 2 KV heads
+    assert np.allclose(per_head, record["energy_k"][0], rtol=1e-12)
+
+
+def test_prediction_counts_slow_pairs_before_training() -> None:
+    cfg = TrainConfig(seq_len=128, d_model=128, heads=4)  # head_dim 32: 16 pairs
+    pred = prediction(cfg, [10000.0, 100.0])
+    assert [b["slow_pairs"] for b in pred["bases"]] == [7, 0]
+    assert pred["many"] == 10000.0 and pred["few"] == 100.0
+    assert "leaves 7 of 16 pairs slow" in pred["statement"]
+    with pytest.raises(RopesplitError, match="^bases must differ in slow pairs"):
+        prediction(cfg, [10000.0, 12000.0])
+
+
+def _fake_run(base: float, start: float, end: float, heads: int = 16) -> dict:
+    """A run whose heads move from ``start`` to ``end`` (+ small per-head spread)."""
+    spread = np.linspace(-0.01, 0.01, heads)
+
+    def ck(v):
+        return {"heads": [{"r_split": v + s, "remainder_share": 1 - v + s,
+                           "lowfreq_share_k": v + s} for s in spread]}  # fmt: skip
+
+    return {"rope_base": base, "checkpoints": [ck(start), ck(end)]}
+
+
+@pytest.mark.parametrize(
+    ("many_end", "few_end", "word"),
+    [(0.9, 0.6, "confirmed"), (0.6, 0.9, "contradicted"), (0.7, 0.7, "inconclusive")],
+)
+def test_verdict_follows_the_numbers(many_end, few_end, word) -> None:
+    runs = [_fake_run(10000.0, 0.5, many_end), _fake_run(100.0, 0.5, few_end)]
+    out = verdict(runs, {"many": 10000.0, "few": 100.0}, n_boot=200, seed=0)
+    assert {v["verdict"] for v in out.values()} == {word}
+
+
+def test_step0_vs_control_overlap_is_computed() -> None:
+    def rec(mean, low, high):
+        return {"summary": {n: {"mean": mean, "low": low, "high": high} for n in
+                            ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k",
+                             "lowfreq_share_q")}}  # fmt: skip
+
+    near = step0_vs_control(rec(0.5, 0.4, 0.6), rec(0.55, 0.5, 0.7))
+    apart = step0_vs_control(rec(0.5, 0.4, 0.45), rec(0.55, 0.5, 0.7))
+    assert all(v["overlap"] for v in near.values())
+    assert not any(v["overlap"] for v in apart.values())
+
+
+def test_two_bases_end_to_end(tmp_path, capsys) -> None:
+    """The CLI prints the prediction before the tables and a verdict after; JSON."""
+    js = tmp_path / "t.json"
+    argv = ["train", "--out", str(tmp_path / "runs"), "--bases", "10000,100", "--steps", "2",
+            "--seq-len", "16", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "16",
+            "--batch", "2", "--checkpoints", "2", "--n-boot", "50", "--threads", "1",
+            "--json", str(js)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.index("PREDICTION") < out.index("base 10000, seed 0")
+    assert "->" in out.rsplit("PREDICTION", 1)[1]
+    record = json.loads(js.read_text())
+    assert [r["rope_base"] for r in record["runs"]] == [10000.0, 100.0]
+    assert [c["step"] for c in record["runs"][0]["checkpoints"]] == [0, 1, 2]
+    assert set(record["verdict"]) == {"r_split_change", "remainder_share_change",
+                                      "lowfreq_share_k_change"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bases", "ten"], "--bases must be comma-separated numbers, got 'ten'"),
+        (["--seeds", "0,x"], "--seeds must be comma-separated integers, got '0,x'"),
+        (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
+        (["--heads", "3"], "d_model / heads must be an even integer, got 128/3"),
+        (["--bases", "1"], "rope_base must be a finite number above 1, got 1.0"),
+        (["--bases", "100,100"], "bases and seeds must not repeat"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys) -> None:
+    try:
+        code = main(["train", "--out", str(tmp_path / "x"), *argv])
+    except SystemExit as exc:  # the CLI's central checks fail while parsing
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and f"ropesplit train: error: {message}" in err and "Traceback" not in err
+
+
+def test_run_emergence_single_run_uses_out_itself(tmp_path) -> None:
+    cfg = tiny(tmp_path / "one", steps=1, checkpoints=2)
+    record = run_emergence(cfg, [10000.0], [0], progress=False, say=lambda _: None)
+    assert record["runs"][0]["out"] == cfg.out and "verdict" not in record
+    assert (Path(cfg.out) / "step-000001").is_dir()
+    assert dataclasses.asdict(cfg) == record["config"]
