@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test report lint typecheck pytest docs bench clean
+.PHONY: test report lint typecheck pytest docs docs-check bench clean
 
 # torch first and pinned: on these machines pip takes a CPU build from local
 # disk; an unpinned `torch` (e.g. via transformers/accelerate) pulls a multi-GB
@@ -39,6 +39,15 @@ report: $(STAMP)
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# every built page (and report/index.html, or a tiny report when there is none)
+# in headless Chromium with the network off: no raw TeX, no request off the
+# machine; then the check's own tests (planted faults must fail it)
+docs-check: docs
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		(apt-get update -q && apt-get install -y -q chromium)
+	$(BIN)/python tools/offline_check.py site $(wildcard report/index.html)
+	DOCS_CHECK_TINY_REPORT=1 $(BIN)/python -m pytest -q tests/test_docs_check.py tests/test_notebook.py
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done

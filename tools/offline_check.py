@@ -1,0 +1,304 @@
+"""Open built HTML pages in headless Chromium with the network off; fail on raw maths or requests.
+
+For each page (every ``index.html`` of a built site, and ``report/index.html``):
+
+- Chromium runs headless with every name resolving nowhere and a proxy that
+  refuses, so nothing can leave the machine; through the DevTools protocol
+  (``--remote-debugging-pipe``, no extra package) every request the page
+  makes is recorded, and any whose scheme is not ``file``, ``data``,
+  ``blob``, ``about`` or ``chrome`` counts as leaving the machine;
+- after the load event and MathJax's first typeset (where the page has
+  MathJax), the visible text (``innerText``, code blocks excluded) must hold
+  no raw TeX delimiter: ``\\(``, ``\\[`` or ``$$``.
+
+Usage: ``python tools/offline_check.py PATH...`` (folders are searched for
+``*.html``); exit 0 when every page passes, 1 otherwise, 2 on bad input
+(no Chromium, no page). ``--json OUT`` writes one record per page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:", "chrome:", "chrome-error:", "devtools:")
+RAW_TEX = re.compile(r"\\\(|\\\[|\$\$")
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--metrics-recording-only",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--proxy-server=127.0.0.1:9",  # the discard port: nothing listens, every request fails
+    "--proxy-bypass-list=<-loopback>",
+    "--allow-file-access-from-files",
+    "--remote-debugging-pipe",
+)
+# the page's visible text once MathJax (if any) has typeset it; code is not maths
+VISIBLE_TEXT = """(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  for (const el of document.querySelectorAll('pre, code, script, style')) {
+    el.style.display = 'none';
+  }
+  return {
+    text: document.body ? document.body.innerText : '',
+    mathjax: !!(window.MathJax && MathJax.version),
+    typeset: document.querySelectorAll('mjx-container').length,
+  };
+})()"""
+
+
+@dataclass
+class PageResult:
+    """What one page showed: raw TeX left visible and requests that left the machine."""
+
+    page: str
+    raw_tex: list[str] = field(default_factory=list)  # the raw delimiters, in context
+    external: list[str] = field(default_factory=list)  # URLs requested off the machine
+    typeset: int = 0  # formulas MathJax rendered
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.raw_tex or self.external or self.error)
+
+
+def find_chromium() -> str | None:
+    """The Chromium executable (``$CHROMIUM`` first), or None."""
+    named = os.environ.get("CHROMIUM")
+    if named:
+        return named if shutil.which(named) else None
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools pipe (fd 3 in, fd 4 out)."""
+
+    def __init__(self, executable: str, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self.profile = tempfile.mkdtemp(prefix="offline-check-")
+        to_r, self._to_w = os.pipe()
+        self._from_r, from_w = os.pipe()
+        # above 4, so that placing them on 3 and 4 cannot overwrite one with the other
+        to_r, from_w = (_high(fd) for fd in (to_r, from_w))
+        # bash (dash takes single-digit descriptors only) puts the pipe ends on 3 and 4
+        command = " ".join([_quote(executable), *map(_quote, FLAGS),
+                            _quote(f"--user-data-dir={self.profile}"), "about:blank",
+                            f"3<&{to_r}", f"4>&{from_w}"])  # fmt: skip
+        self.proc = subprocess.Popen(
+            [shutil.which("bash") or "/bin/bash", "-c", f"exec {command}"],
+            pass_fds=(to_r, from_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.environ.get("OFFLINE_CHECK_LOG", os.devnull), "w"),
+        )
+        os.close(to_r)
+        os.close(from_w)
+        self._messages: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._events: list[dict[str, Any]] = []
+        self._next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        buffer = b""
+        with os.fdopen(self._from_r, "rb", buffering=0) as stream:
+            while chunk := stream.read(65536):
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\0")
+                for raw in complete:
+                    self._messages.put(json.loads(raw))
+
+    def send(self, method: str, params: dict[str, Any] | None = None,
+             session: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """Send one command and wait for its reply; events seen meanwhile are kept."""
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_w, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            reply = self._get(deadline, method)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error'].get('message')}")
+                result: dict[str, Any] = reply.get("result", {})
+                return result
+            self._events.append(reply)
+
+    def _get(self, deadline: float, what: str) -> dict[str, Any]:
+        left = deadline - time.monotonic()
+        if left <= 0 or self.proc.poll() is not None:
+            raise RuntimeError(f"Chromium gave no answer to {what}")
+        try:
+            return self._messages.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            return {}
+
+    def wait_event(self, method: str, session: str) -> None:
+        """Wait for event ``method`` of ``session`` (checking those already seen first)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            for event in self._events:
+                if event.get("method") == method and event.get("sessionId") == session:
+                    return
+            message = self._get(deadline, method)
+            if message:
+                self._events.append(message)
+
+    def drain(self, seconds: float) -> None:
+        """Collect events for ``seconds`` more (late requests)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                self._events.append(self._messages.get(timeout=0.05))
+            except queue.Empty:
+                pass
+
+    def requests(self, session: str) -> list[str]:
+        return [
+            e["params"]["request"]["url"]
+            for e in self._events
+            if e.get("sessionId") == session and e.get("method") == "Network.requestWillBeSent"
+        ]
+
+    def check(self, page: Path) -> PageResult:
+        """Load ``page`` and report raw TeX left visible and requests off the machine."""
+        result = PageResult(str(page))
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
+        try:
+            for domain in ("Network", "Page", "Runtime"):
+                self.send(f"{domain}.enable", session=session)
+            self.send("Page.navigate", {"url": page.resolve().as_uri()}, session)
+            self.wait_event("Page.loadEventFired", session)
+            shown = self.send("Runtime.evaluate", {"expression": VISIBLE_TEXT,
+                              "awaitPromise": True, "returnByValue": True}, session)  # fmt: skip
+            if "exceptionDetails" in shown:
+                raise RuntimeError(shown["exceptionDetails"].get("text", "script error"))
+            value = shown["result"]["value"]
+            self.drain(0.5)
+            text = value["text"]
+            result.typeset = int(value["typeset"])
+            result.raw_tex = [text[max(m.start() - 30, 0) : m.end() + 30].replace("\n", " ")
+                              for m in RAW_TEX.finditer(text)]  # fmt: skip
+            result.external = sorted(
+                {u for u in self.requests(session) if not u.startswith(LOCAL_SCHEMES)}
+            )
+        except RuntimeError as exc:
+            result.error = str(exc)
+        finally:
+            self.send("Target.closeTarget", {"targetId": target})
+        return result
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except (RuntimeError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_w)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def _high(fd: int) -> int:
+    """``fd`` moved to a descriptor number of at least 10."""
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def pages(paths: list[Path]) -> list[Path]:
+    """Every HTML page under the given folders, and the given files, sorted."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*.html") if p.name != "404.html")
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"{path} does not exist")
+    return found
+
+
+def check_pages(paths: list[Path], executable: str | None = None) -> list[PageResult]:
+    """Open every page in one headless Chromium; one result per page."""
+    chromium = executable or find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("Chromium not found (apt-get install chromium, or set CHROMIUM)")
+    browser = Browser(chromium)
+    try:
+        return [browser.check(page) for page in pages(paths)]
+    finally:
+        browser.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="offline_check", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="built site folders or HTML files")
+    parser.add_argument("--json", type=Path, help="write one record per page here")
+    args = parser.parse_args(argv)
+    try:
+        results = check_pages(args.paths)
+    except FileNotFoundError as exc:
+        print(f"offline_check: error: {exc}", file=sys.stderr)
+        return 2
+    if not results:
+        print("offline_check: error: no HTML page found", file=sys.stderr)
+        return 2
+    for r in results:
+        status = "ok  " if r.ok else "FAIL"
+        error = f", {r.error}" if r.error else ""
+        print(f"{status} {r.page}: {r.typeset} formulas typeset, {len(r.raw_tex)} raw, "
+              f"{len(r.external)} external requests{error}")  # fmt: skip
+        for snippet in r.raw_tex[:3]:
+            print(f"       raw TeX: ...{snippet}...")
+        for url in r.external[:3]:
+            print(f"       request off the machine: {url}")
+    failed = sum(not r.ok for r in results)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
