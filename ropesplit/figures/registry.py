@@ -18,8 +18,9 @@ from matplotlib.figure import Figure
 from ropesplit.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
 from ropesplit.figures.decomposition import decomposition_figure
-from ropesplit.figures.experiments import distance_figure, length_figure
+from ropesplit.figures.experiments import distance_figure
 from ropesplit.figures.heads import r_split_figure
+from ropesplit.figures.length import length_figure
 from ropesplit.figures.pairs import pair_energy_figure
 from ropesplit.figures.perturbation import perturbation_figure
 from ropesplit.figures.style import FORMATS, WIDTHS, save_figure
@@ -75,10 +76,12 @@ FIGURES = (
                "W^D with that of g (exactly 1 when E = 0); (b) the share of W^D - W^0 a "
                "query-only term explains (exactly 1 when E = 0) and the remainder's share "
                "||E^D|| / ||W^D - mean||.", distance_figure),
-    FigureSpec(8, "length", "Length extrapolation",
-               "Ranges of f, g and E at the original positions, with positions spaced beyond "
-               "the training length, and spaced with the distance capped (LM-Infinite).",
-               length_figure),
+    FigureSpec(8, "length", "Length extrapolation with LM-Infinite",
+               "Real text beyond the training length L, four settings each from its own forward "
+               "pass (vanilla, cap only, mask only, LM-Infinite): the loss against position "
+               "beside the in-length loss of the same tokens (a), and the 1-99% range of f (b) "
+               "and g (c) per length in units of the range seen at distances <= L, with the "
+               "share of pairs outside it.", length_figure),
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

@@ -1,0 +1,316 @@
+r"""Experiment 4, length: real text beyond the training length, with LM-Infinite's attention.
+
+THEORY.md section 4 (length extrapolation): beyond the training length ``L``
+only ``f(q, Delta) = s <q, R(-Delta) kbar>`` (and ``E``) meet unseen angles,
+``g(q, k) = s <q, delta>`` is position-free; LM-Infinite's cap
+``Delta -> min(Delta, L)`` with its Lambda-shaped mask keeps ``f`` in its
+trained range (:mod:`ropesplit.numerics.lambda_attention`).
+
+The first ``8 L`` tokens of the text (fewer if the text is shorter), at unit
+spacing, are run four times (plus the in-length yardstick below), each setting its own forward pass
+(:func:`ropesplit.empirical.lminfinite.run_setting`): vanilla, cap only,
+mask only, LM-Infinite. Attention is causal, so the losses of positions
+``< m L`` of that one pass are those of a sequence ``m L`` long: one pass
+serves the lengths ``1x, 2x, 4x, 8x L``, read as the position buckets
+``[0, L), [L, 2L), [2L, 4L), [4L, 8L)``.
+
+Per setting and bucket (queries in the bucket, pairs the setting attends):
+
+- ``loss``: mean next-token loss; ``in_length``: the same tokens' loss read
+  by the unmodified model inside windows of ``L`` tokens at positions
+  ``0..L-1`` (:func:`~ropesplit.empirical.lminfinite.windowed_nll`, one
+  batched forward pass: the loss the model has where it was trained, on the
+  same content); ``ratio`` = loss / in_length (1 for vanilla in ``[0, L)``,
+  where the two are the same computation); ``vs_vanilla`` = loss / vanilla's;
+- from the setting's own pre-RoPE ``q``/``k`` (the fitted layers, every
+  head, mean over heads): ``f``, ``g``, ``E`` at the distances the setting
+  uses (:func:`~ropesplit.numerics.lambda_attention.capped_split`), with the
+  reference key ``kbar`` and the **trained range** of each component taken
+  from the vanilla pass restricted to its first ``L`` tokens (the distances
+  and positions the model saw in training; identical in every setting, by
+  causality): ``X_outside`` is the share of pairs outside ``[min, max]`` of
+  that range, ``X_lo``/``X_hi`` the 1%/99% quantiles in trained-range units
+  (the trained range is ``[-1, 1]``);
+- ``g_shift``: RMS change of ``g`` against the vanilla pass on the same
+  pairs, relative to vanilla's (0 in layer 0, where q/k do not depend on
+  the attention; the vanilla rows are the reference, 0 by definition).
+
+The prediction and its thresholds (:data:`RISE`, :data:`NEAR`,
+:data:`CORRELATION`, :data:`G_TOL`) are fixed before the run; the verdict is
+computed from the rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict, combine
+from ropesplit.empirical.experiments.forward import model_context
+from ropesplit.empirical.lminfinite import (
+    SETTINGS,
+    LayerQK,
+    SettingRun,
+    run_setting,
+    settings,
+    windowed_nll,
+)
+from ropesplit.empirical.models import LoadedModel
+from ropesplit.numerics.lambda_attention import (
+    N_GLOBAL,
+    bucket_edges,
+    bucket_means,
+    capped_split,
+    component_range,
+    lambda_mask,
+    rank_correlation,
+    relative_change,
+)
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["EXPERIMENT", "MULTIPLES", "judge", "length_rows", "training_length", "verdict"]
+
+MULTIPLES = (1, 2, 4, 8)  # sequence lengths in units of L (the position buckets' upper edges)
+RISE = 0.10  # vanilla "rises": farthest bucket's loss > (1 + RISE) x its tokens' in-length loss
+NEAR = 0.10  # LM-Infinite "stays near": every bucket beyond L <= (1 + NEAR) x in-length loss
+CORRELATION = 0.5  # "goes with": Spearman(ratio, f_outside) over the rows beyond L >= this
+G_TOL = 0.01  # g "stays within its range": share of pairs outside it <= this, every row beyond L
+CURVE_BINS_PER_L = 8  # points per training length in the loss-against-position curve
+COMPONENTS = ("f", "g", "E")
+
+PREDICTION = (
+    f"vanilla's loss rises beyond L (farthest bucket > {1 + RISE:.2f} x the in-length loss of "
+    f"the same tokens); LM-Infinite's stays near (every bucket beyond L <= {1 + NEAR:.2f} x "
+    "in-length); the rise "
+    f"goes with f leaving its trained range (Spearman of ratio vs f_outside over the rows beyond "
+    f"L >= {CORRELATION}); g stays within its trained range (g_outside <= {G_TOL:.0%} in every "
+    "setting and bucket beyond L)"
+)
+
+
+def training_length(loaded: LoadedModel) -> int | None:
+    """``L``: the config's ``ropesplit_train_length`` (a model trained here), else its context."""
+    trained = getattr(loaded.config, "ropesplit_train_length", None)
+    return int(trained) if trained else model_context(loaded)
+
+
+def _check(context: Context) -> None:
+    if training_length(context.loaded) is None:
+        raise RopesplitError(
+            f"{context.loaded.name} states no training length for --experiment length"
+        )
+
+
+def _reference(run: SettingRun, layer: int, head: int, length: int) -> dict[str, Any]:
+    """kbar and the trained range of f, g, E: the vanilla pass's distances ``0..L``.
+
+    The queries of the first ``L + 1`` tokens (positions ``0..L``, the last
+    one the cap's distance ``L``), the mean key of the same tokens.
+    """
+    qk = run.layers[layer]
+    seen = min(length + 1, qk.q.shape[1])
+    kbar = qk.k[qk.kv_map[head], :seen].mean(axis=0)  # (d,)
+    parts = _split(qk, head, kbar, None, slice(0, seen))  # (L + 1, L + 1) each
+    causal = lambda_mask(seen)
+    ranges = {x: (float(parts[x][causal].min()), float(parts[x][causal].max())) for x in COMPONENTS}
+    return {"kbar": kbar, "range": ranges}
+
+
+def _split(qk: LayerQK, head: int, kbar: np.ndarray, cap: int | None, rows: slice) -> Any:
+    return capped_split(
+        qk.q[head, rows], qk.k[qk.kv_map[head], rows], qk.theta, qk.scale, cap=cap, kbar=kbar,
+        layout=qk.layout, rotary_dim=qk.rotary_dim,
+    )  # fmt: skip
+
+
+def _head_stats(
+    runs: dict[str, SettingRun], layer: int, head: int, length: int, edges: list[tuple[int, int]]
+) -> dict[str, list[dict[str, float]]]:
+    """Per setting, per bucket: the component ranges and g's shift for one head."""
+    ref = _reference(runs["vanilla"], layer, head, length)
+    n_tokens = len(runs["vanilla"].positions)
+    every = slice(0, n_tokens)
+    vanilla_g = _split(runs["vanilla"].layers[layer], head, ref["kbar"], None, every)["g"]
+    out: dict[str, list[dict[str, float]]] = {}
+    for name, run in runs.items():
+        parts = _split(run.layers[layer], head, ref["kbar"], run.spec.cap, every)
+        attended = lambda_mask(n_tokens, run.spec.n_local, run.spec.n_global)  # (N, N)
+        rows = []
+        for lo, hi in edges:
+            pairs = attended[lo:hi]  # (hi - lo, N)
+            stats: dict[str, float] = {}
+            for x in COMPONENTS:
+                got = component_range(parts[x][lo:hi][pairs], *ref["range"][x])
+                stats |= {f"{x}_{key}": value for key, value in got.items()}
+            stats["g_shift"] = relative_change(parts["g"][lo:hi][pairs], vanilla_g[lo:hi][pairs])
+            rows.append(stats)
+        out[name] = rows
+    return out
+
+
+def _curve(nll: np.ndarray, length: int) -> tuple[list[float], list[float]]:
+    """Loss against position: bin centres and mean losses, ``CURVE_BINS_PER_L`` bins per L."""
+    width = max(1, length // CURVE_BINS_PER_L)
+    starts = range(0, len(nll), width)
+    centres = [(s + min(s + width, len(nll)) - 1) / 2 for s in starts]  # bin [s, e): (s + e - 1)/2
+    return centres, [float(nll[s : s + width].mean()) for s in starts]
+
+
+def length_rows(
+    loaded: LoadedModel,
+    ids: Any,
+    *,
+    layers: list[int],
+    length: int,
+    n_global: int = N_GLOBAL,
+    on_run: Any = None,
+) -> list[Row]:
+    r"""One row per setting and position bucket (module docstring); the curve on each row.
+
+    ``ids`` ``(N,)``; the first ``min(N, 8L)`` tokens are used. ``on_run(name)``
+    is called after each setting's forward pass.
+    """
+    ids = np.asarray(ids)[: MULTIPLES[-1] * length]  # (N,)
+    n_tokens = len(ids)
+    edges = bucket_edges(length, MULTIPLES, n_tokens - 1)  # on the N - 1 predicting positions
+    in_length = windowed_nll(loaded, ids, length)  # (N - 1,) the yardstick
+    if on_run is not None:
+        on_run("in-length windows")
+    runs: dict[str, SettingRun] = {}
+    for name, spec in settings(length, n_global).items():
+        runs[name] = run_setting(loaded, ids, spec, name=name, layers=layers)
+        if on_run is not None:
+            on_run(name)
+    per_head = [
+        _head_stats(runs, layer, head, length, edges)
+        for layer in layers
+        for head in range(runs["vanilla"].layers[layer].q.shape[0])
+    ]
+    vanilla = bucket_means(runs["vanilla"].nll, edges)
+    yardstick = bucket_means(in_length, edges)
+    in_curve = _curve(in_length, length)[1]
+    rows: list[Row] = []
+    for name in SETTINGS:
+        run = runs[name]
+        losses = bucket_means(run.nll, edges)
+        centres, curve = _curve(run.nll, length)
+        rope = max(qk.rope_max_rel_diff for qk in run.layers.values())
+        for b, (lo, hi) in enumerate(edges):
+            stats = {key: float(np.mean([h[name][b][key] for h in per_head]))
+                     for key in per_head[0][name][b]}  # fmt: skip
+            inside = [k for k, c in enumerate(centres) if lo <= c < hi]  # this bucket's bins
+            rows.append({
+                "setting": name, "bucket": f"{MULTIPLES[b]}x", "start": lo, "stop": hi,
+                "L": length, "n_local": run.spec.n_local, "n_global": run.spec.n_global,
+                "cap": run.spec.cap, "loss": losses[b], "in_length": yardstick[b],
+                "ratio": losses[b] / yardstick[b],
+                "vs_vanilla": losses[b] / vanilla[b],
+                **stats, "rope_max_rel_diff": rope,
+                "curve_position": [centres[k] for k in inside],
+                "curve_loss": [curve[k] for k in inside],
+                "curve_in_length": [in_curve[k] for k in inside],
+            })  # fmt: skip
+    return rows
+
+
+def _run(context: Context) -> list[Row]:
+    length = training_length(context.loaded)
+    assert length is not None  # _check
+
+    def ran(name: str) -> None:
+        context.forwarded(1)
+        if name in SETTINGS:  # a setting's own forward pass, captured
+            context.captured.append(f"length: {name}")
+
+    return length_rows(context.loaded, context.ids.numpy(), layers=context.layers, length=length,
+                       on_run=ran)  # fmt: skip
+
+
+def _beyond(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r["start"] >= r["L"]]
+
+
+def judge(row: Row) -> Verdict:
+    """One row's verdict: the prediction for its setting, from its own numbers."""
+    if row["start"] < row["L"]:
+        return Verdict("inconclusive", "in-length bucket: the reference the others are judged by")
+    g_ok = row["g_outside"] <= G_TOL
+    g_text = f"g_outside {row['g_outside']:.2%} {'<=' if g_ok else '>'} {G_TOL:.0%}"
+    if row["setting"] == "vanilla":
+        rose = row["ratio"] > 1 + RISE
+        return Verdict("agrees" if rose and g_ok else "disagrees",
+                       f"vanilla at {row['bucket']}: loss x{row['ratio']:.3f} "
+                       f"({'>' if rose else '<='} {1 + RISE:.2f}); {g_text}")  # fmt: skip
+    if row["setting"] == "LM-Infinite":
+        near = row["ratio"] <= 1 + NEAR
+        return Verdict("agrees" if near and g_ok else "disagrees",
+                       f"LM-Infinite at {row['bucket']}: loss x{row['ratio']:.3f} "
+                       f"({'<=' if near else '>'} {1 + NEAR:.2f}); {g_text}")  # fmt: skip
+    return Verdict("agrees" if g_ok else "disagrees", f"{row['setting']} at {row['bucket']}: "
+                   f"{g_text} (no loss prediction for this setting)")  # fmt: skip
+
+
+def claims(rows: list[Row]) -> dict[str, Verdict]:
+    """The four claims of the prediction, each judged from the rows."""
+    beyond = _beyond(rows)
+    if not beyond:
+        none = Verdict("inconclusive", "the text does not reach beyond the training length")
+        return {c: none for c in ("vanilla rises", "LM-Infinite near", "f goes with the rise",
+                                  "g in range")}  # fmt: skip
+    by = {name: [r for r in beyond if r["setting"] == name] for name in SETTINGS}
+    far = by["vanilla"][-1]
+    rose = far["ratio"] > 1 + RISE
+    rise = Verdict("agrees" if rose else "disagrees",
+                   f"vanilla's loss at {far['bucket']} is x{far['ratio']:.3f} the in-length loss "
+                   f"({'>' if rose else '<='} {1 + RISE:.2f})")  # fmt: skip
+    worst = max(by["LM-Infinite"], key=lambda r: r["ratio"])
+    near = worst["ratio"] <= 1 + NEAR
+    stays = Verdict("agrees" if near else "disagrees",
+                    f"LM-Infinite's largest ratio beyond L is x{worst['ratio']:.3f} at "
+                    f"{worst['bucket']} ({'<=' if near else '>'} {1 + NEAR:.2f})")  # fmt: skip
+    rho = rank_correlation([r["ratio"] for r in beyond], [r["f_outside"] for r in beyond])
+    lminf = by["LM-Infinite"][-1]
+    shares = f"f_outside vanilla {far['f_outside']:.2%}, LM-Infinite {lminf['f_outside']:.2%}"
+    if rho is None:
+        outcome = "disagrees" if rose else "inconclusive"
+        goes = Verdict(
+            outcome,
+            f"f_outside does not vary across the rows beyond L ({shares})"
+            + ("; the loss rose all the same" if rose else "; no rise to explain"),
+        )
+    else:
+        outcome = "agrees" if rho >= CORRELATION else ("disagrees" if rho <= 0 else "inconclusive")
+        goes = Verdict(outcome, f"Spearman(ratio, f_outside) = {rho:.2f} over {len(beyond)} rows "
+                       f"beyond L (agree >= {CORRELATION}, disagree <= 0); {shares}")  # fmt: skip
+    worst_g = max(beyond, key=lambda r: r["g_outside"])
+    g_ok = worst_g["g_outside"] <= G_TOL
+    g_claim = Verdict("agrees" if g_ok else "disagrees",
+                      f"largest g_outside beyond L is {worst_g['g_outside']:.2%} "
+                      f"({worst_g['setting']} "
+                      f"at {worst_g['bucket']}; {'<=' if g_ok else '>'} {G_TOL:.0%})")  # fmt: skip
+    return {"vanilla rises": rise, "LM-Infinite near": stays, "f goes with the rise": goes,
+            "g in range": g_claim}  # fmt: skip
+
+
+def verdict(rows: list[Row]) -> Verdict:
+    """The experiment's verdict: the four claims combined, each claim's reason quoted."""
+    judged = claims(rows)
+    overall = combine(list(judged.values()), "claims")
+    reason = "; ".join(f"[{name}: {v.outcome}] {v.reason}" for name, v in judged.items())
+    return Verdict(overall.outcome, reason)
+
+
+EXPERIMENT = Experiment(
+    name="length",
+    title="Length extrapolation with LM-Infinite",
+    prediction=PREDICTION,
+    needs="four forward passes of the first 8 L tokens (vanilla, cap only, mask only, "
+    "LM-Infinite), each captured from its own pass, and one batched pass of L-token windows "
+    "(the in-length loss of the same tokens)",
+    run=_run,
+    judge=judge,
+    verdict=verdict,
+    forward_count=lambda settings: len(SETTINGS) + 1,
+    check=_check,
+)

@@ -1,0 +1,356 @@
+r"""LM-Infinite's attention inside a real model, and each setting's own capture.
+
+THEORY.md section 4 (length extrapolation) on real forward passes: the
+formulas (Lambda mask, distance cap, blockwise attention with one shared
+softmax) are :func:`ropesplit.numerics.lambda_attention.lambda_attention`;
+this module only installs them in a model, through the one patching module
+:func:`ropesplit.empirical.taps.taps`:
+
+- ``on_rope`` keeps each layer's pre-RoPE ``q``/``k`` and its ``cos``/``sin``
+  table (the cap needs the unrotated key and the query turned by ``L``, as
+  the reference implementation's "stationary" states);
+- ``attention=(NAME, function)`` makes :func:`lambda_attention_function` the
+  model's attention (transformers' ``AttentionInterface``) for the block.
+
+The four settings of the experiment (:func:`settings`)::
+
+    vanilla       the unmodified model (eager attention, no swap)
+    cap only      every causal pair, distances min(Delta, L)
+    mask only     Lambda mask (n_global starting tokens + n_local window), true distances
+    LM-Infinite   Lambda mask and the cap
+
+:func:`run_setting` runs the model once under a setting and returns the
+next-token loss at every position and, for the layers asked for, the
+pre-RoPE ``q (H, N, d)``, ``k (Hkv, N, d)``, ``theta``, scale and pair layout
+that setting's own forward pass produced. Each recorded layer is checked:
+the queries/keys rotated by the derived ``theta`` must reproduce the tensors
+the model's RoPE produced (``rope_max_rel_diff``).
+
+Supported: models whose attention calls ``apply_rotary_pos_emb`` and then an
+attention function (every model ``analyze`` accepts), full attention without
+soft-capping, a batch of one sequence without padding (the mask is causal by
+index, built here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from ropesplit.empirical.capture import ROPE_TOL, _detect_layout, derive_theta
+from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.taps import TapState, taps
+from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
+from ropesplit.numerics.rope import rotate
+
+from ropesplit.errors import RopesplitError, ValidationError
+
+__all__ = [
+    "NAME",
+    "SETTINGS",
+    "LambdaSpec",
+    "LayerQK",
+    "SettingRun",
+    "install",
+    "lambda_attention_function",
+    "run_setting",
+    "settings",
+    "window_starts",
+    "windowed_nll",
+]
+
+NAME = "ropesplit_lambda"  # the name registered in transformers' AttentionInterface
+SETTINGS = ("vanilla", "cap only", "mask only", "LM-Infinite")
+
+
+@dataclass(frozen=True)
+class LambdaSpec:
+    """What the attention does: ``n_local`` window (None: all), ``n_global`` starts, ``cap``."""
+
+    n_local: int | None = None  # previous tokens each query sees (i - j < n_local); None: all
+    n_global: int = N_GLOBAL  # starting tokens every query sees beyond the window
+    cap: int | None = None  # distances above it are evaluated at it; None: true distances
+
+    @property
+    def is_vanilla(self) -> bool:
+        return self.n_local is None and self.cap is None
+
+
+def settings(length: int, n_global: int = N_GLOBAL) -> dict[str, LambdaSpec]:
+    """The experiment's four settings at training length ``L`` (window and cap both ``L``)."""
+    if length < 1:
+        raise RopesplitError(f"training length must be at least 1, got {length}")
+    return {
+        "vanilla": LambdaSpec(),
+        "cap only": LambdaSpec(cap=length),
+        "mask only": LambdaSpec(n_local=length, n_global=n_global),
+        "LM-Infinite": LambdaSpec(n_local=length, n_global=n_global, cap=length),
+    }
+
+
+@dataclass
+class _State:
+    """What the taps and the attention function share during one forward pass."""
+
+    spec: LambdaSpec
+    keep: frozenset[int]  # layers whose pre-RoPE q/k are kept
+    tap: TapState | None = None
+    raw: dict[int, dict[str, Any]] = field(default_factory=dict)  # layer -> q, k, cos, sin
+    kept: dict[int, dict[str, Any]] = field(default_factory=dict)
+    tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(default_factory=dict)
+
+
+def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
+    """``(B, H, N, .)`` (``(B, N, H, .)`` when ``unsqueeze_dim == 2``) -> ``(B, H, N, .)``."""
+    return x.transpose(1, 2) if unsqueeze_dim == 2 else x
+
+
+def _table(state: _State, cos: torch.Tensor, sin: torch.Tensor, positions: np.ndarray) -> Any:
+    """Layout, ``theta (r/2,)`` and amplitude of one ``cos``/``sin`` table ``(N, r)``, once."""
+    key = (cos.data_ptr(), sin.data_ptr())
+    if key not in state.tables:
+        cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
+        layout = _detect_layout(cos_np, sin_np)
+        theta, amplitude, _ = derive_theta(cos_np, sin_np, positions, layout=layout)
+        if abs(amplitude - 1.0) <= 4 * float(torch.finfo(cos.dtype).eps):
+            amplitude = 1.0
+        state.tables[key] = (layout, theta, amplitude)
+    return state.tables[key]
+
+
+def _on_rope(state: _State) -> Any:
+    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
+        unsq = int(arguments.get("unsqueeze_dim", 1))
+        state.raw[layer] = {
+            "q": _heads_first(arguments["q"], unsq).detach(),  # (B, H, N, r_or_d) pre-RoPE
+            "k": _heads_first(arguments["k"], unsq).detach(),  # (B, Hkv, N, r_or_d)
+            "cos": arguments["cos"].detach()[0],  # (N, r)
+            "sin": arguments["sin"].detach()[0],  # (N, r)
+            "rotated": tuple(_heads_first(x, unsq).detach() for x in rotated),  # R q, R k
+        }
+
+    return record
+
+
+def _full(raw: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    """Pre-RoPE ``(B, H, N, r)`` completed by the non-rotating rest of ``attended (B, H, N, d)``."""
+    (r,), (d,) = raw.shape[-1:], attended.shape[-1:]
+    return raw if r == d else torch.cat((raw, attended[..., r:]), dim=-1)
+
+
+def lambda_attention_function(state: _State) -> Any:
+    """The attention function (``eager_attention_forward``'s signature) of one setting."""
+
+    def attention(
+        module: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        scaling: float,
+        dropout: float = 0.0,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        assert state.tap is not None
+        layer = state.tap.running()
+        if kwargs.get("sliding_window") or kwargs.get("softcap"):
+            raise RopesplitError(
+                f"LM-Infinite attention needs full attention without soft-capping (layer {layer})"
+            )
+        if query.shape[0] != 1:
+            raise RopesplitError(f"LM-Infinite attention runs one sequence, got {query.shape[0]}")
+        spec, raw = state.spec, state.raw[layer]
+        positions = kwargs.get("position_ids")
+        n_tokens = int(query.shape[2])
+        pos = np.arange(n_tokens) if positions is None else positions[0].cpu().numpy()
+        q_far = k_far = None
+        if spec.cap is not None:
+            layout, theta_r, amplitude = _table(state, raw["cos"], raw["sin"], pos)
+            (d,), (r,) = query.shape[-1:], raw["cos"].shape[-1:]
+            theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
+            q_far, k_far = far_query_key(
+                _full(raw["q"], query).to(query.dtype), _full(raw["k"], key).to(key.dtype), theta,
+                spec.cap, amplitude=amplitude, layout=layout, rotary_dim=r,
+            )  # fmt: skip
+        out = lambda_attention(
+            query, key, value, float(scaling), n_local=spec.n_local, n_global=spec.n_global,
+            cap=spec.cap, query_far=q_far, key_far=k_far, positions=pos,
+        )  # fmt: skip  # (1, H, N, dv)
+        return out.transpose(1, 2).contiguous(), None  # (1, N, H, dv) as eager returns
+
+    return attention
+
+
+@contextlib.contextmanager
+def install(loaded: LoadedModel, spec: LambdaSpec, *, keep: Any = ()) -> Iterator[_State]:
+    """Within the block the model attends as ``spec`` says (vanilla: unchanged).
+
+    ``keep`` names the layers whose tensors the state keeps after the block:
+    ``state.kept[layer]`` holds the pre-RoPE ``q``/``k``, ``cos``/``sin``, the
+    attention function's ``query``, ``key``, ``value``, ``scaling`` and its
+    output ``out``. Everything is restored by
+    :func:`~ropesplit.empirical.taps.taps` in ``finally``.
+    """
+    state = _State(spec, frozenset(int(x) for x in keep))
+    on_rope = _on_rope(state)
+
+    def on_attention(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
+        raw = state.raw.pop(layer, None)
+        if raw is not None and layer in state.keep:
+            raw["scaling"] = float(arguments["scaling"])
+            raw["query"], raw["key"] = arguments["query"], arguments["key"]  # (B, H|Hkv, N, d)
+            raw["value"], raw["out"] = (
+                arguments["value"],
+                result[0],
+            )  # (B, Hkv, N, dv), (B, N, H, dv)
+            state.kept[layer] = raw
+
+    attention = None if spec.is_vanilla else (NAME, lambda_attention_function(state))
+    with taps(loaded, on_rope=on_rope, on_attention=on_attention, attention=attention) as tap:
+        state.tap = tap
+        yield state
+
+
+@dataclass(frozen=True)
+class LayerQK:
+    """One layer of a setting's own forward pass, pre-RoPE, float64."""
+
+    q: np.ndarray  # (H, N, d)
+    k: np.ndarray  # (Hkv, N, d)
+    theta: np.ndarray  # (d/2,), 0 for non-rotating pairs
+    scale: float  # s = attention scale * amplitude^2
+    kv_map: np.ndarray  # (H,) KV head of each query head
+    layout: str
+    rotary_dim: int
+    rope_max_rel_diff: float  # rotated by theta vs the model's own R q, R k
+
+
+@dataclass(frozen=True)
+class SettingRun:
+    """One forward pass under a setting: per-position loss and the kept layers."""
+
+    name: str
+    spec: LambdaSpec
+    nll: np.ndarray  # (N - 1,) -log p(x_{n+1} | x_{<=n}), indexed by the query position n
+    layers: dict[int, LayerQK]
+    positions: np.ndarray  # (N,)
+
+
+def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> LayerQK:
+    query, key = raw["query"][0], raw["key"][0]  # (H, N, d), (Hkv, N, d) rotated
+    q, k = _full(raw["q"], raw["query"])[0], _full(raw["k"], raw["key"])[0]  # pre-RoPE
+    layout, theta_r, amplitude = _table(state, raw["cos"], raw["sin"], positions)
+    (d,), (r,) = q.shape[-1:], raw["cos"].shape[-1:]
+    theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
+    q64, k64 = q.double().cpu().numpy(), k.double().cpu().numpy()
+    gain = np.ones(d)
+    gain[:r] = amplitude  # the table's attention factor on the rotating coordinates
+    diff = 0.0
+    for pre, model in ((q64, query), (k64, key)):
+        rebuilt = rotate(pre, positions, theta, layout=layout, rotary_dim=r) * gain  # (., N, d)
+        ref = model.double().cpu().numpy()
+        diff = max(diff, float(np.abs(rebuilt - ref).max() / max(np.abs(ref).max(), 1e-30)))
+    if not diff <= ROPE_TOL:
+        raise ValidationError(
+            f"rope_max_rel_diff {diff:.2e} exceeds {ROPE_TOL:g}: the pre-RoPE q/k rotated by the "
+            "derived theta do not reproduce the model's rotation"
+        )
+    (n_heads, n_kv) = q.shape[0], k.shape[0]
+    return LayerQK(
+        q=q64, k=k64, theta=theta, scale=raw["scaling"] * amplitude**2,
+        kv_map=np.arange(n_heads) // (n_heads // n_kv), layout=layout, rotary_dim=int(r),
+        rope_max_rel_diff=diff,
+    )  # fmt: skip
+
+
+def run_setting(
+    loaded: LoadedModel,
+    input_ids: Any,
+    spec: LambdaSpec,
+    *,
+    name: str = "",
+    layers: Any = (),
+    position_ids: Any = None,
+) -> SettingRun:
+    r"""One forward pass under ``spec``: the loss at every position and the kept layers.
+
+    .. math:: \ell_n = -\log p(x_{n+1} \mid x_{\le n}),\quad n = 0 .. N-2
+
+    ``layers`` are the layers whose pre-RoPE ``q``/``k`` are returned
+    (:class:`LayerQK`, each validated against the model's own rotation).
+    """
+    ids = as_input_ids(loaded, input_ids)  # (1, N)
+    pos = as_position_ids(ids, position_ids)  # (1, N)
+    check_positions(loaded, pos)
+    positions = pos[0].cpu().numpy()
+    with install(loaded, spec, keep=layers) as state, torch.no_grad():
+        out = loaded.model(
+            input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids), use_cache=False
+        )
+    logp = torch.log_softmax(out.logits[0, :-1].double(), dim=-1)  # (N - 1, vocab)
+    nll = -logp.gather(1, ids[0, 1:, None])[:, 0].cpu().numpy()  # (N - 1,)
+    if not np.all(np.isfinite(nll)):
+        raise RopesplitError(f"setting {name or spec}: the loss is not finite (NaN or inf logits)")
+    kept = {layer: _layer_qk(state.kept[layer], positions, state) for layer in sorted(state.kept)}
+    return SettingRun(name=name, spec=spec, nll=nll, layers=kept, positions=positions)
+
+
+def window_starts(n_tokens: int, length: int) -> np.ndarray:
+    r"""For each predicting position ``n`` (``0..N-2``), the start of its in-length window.
+
+    Windows of ``L`` tokens start at multiples of ``h = max(1, L/2)`` (and at
+    ``N - L``); position ``n`` is read in the earliest window that holds both
+    ``x_n`` and the target ``x_{n+1}``, so it sees at least ``min(n, L - h - 1)``
+    tokens of context, all at positions ``0 .. L-1``.
+
+    >>> window_starts(10, 4).tolist()
+    [0, 0, 0, 2, 2, 4, 4, 6, 6]
+    """
+    if length < 2:
+        raise RopesplitError(f"training length must be at least 2, got {length}")
+    if n_tokens <= length:
+        return np.zeros(max(n_tokens - 1, 0), dtype=np.int64)
+    step = max(1, length // 2)
+    starts = sorted({*range(0, n_tokens - length + 1, step), n_tokens - length})
+    n = np.arange(n_tokens - 1)  # (N - 1,)
+    chosen = np.zeros(n_tokens - 1, dtype=np.int64)
+    for s in reversed(starts):  # earlier windows win where they hold both x_n and x_{n+1}
+        chosen = np.where((n >= s) & (n + 1 <= s + length - 1), s, chosen)
+    return chosen
+
+
+def windowed_nll(
+    loaded: LoadedModel, input_ids: Any, length: int, *, batch_size: int = 8
+) -> np.ndarray:
+    r"""The in-length loss of every position: ``x_{n+1}`` predicted inside a window of ``L`` tokens.
+
+    .. math:: \ell^{\mathrm{in}}_n = -\log p(x_{n+1} \mid x_{s_n .. n}),\quad
+              \text{positions } 0 .. n - s_n,\quad s_n = \text{window\_starts}(N, L)_n
+
+    The unmodified model, at positions it was trained on: the yardstick the
+    settings' losses beyond ``L`` are compared with on the same tokens.
+    """
+    ids = as_input_ids(loaded, input_ids)[0]  # (N,)
+    (n_tokens,) = ids.shape
+    chosen = window_starts(n_tokens, length)  # (N - 1,)
+    size = min(length, n_tokens)
+    starts = sorted(set(chosen.tolist()))
+    nll = np.empty(n_tokens - 1)
+    for lo in range(0, len(starts), batch_size):
+        batch = starts[lo : lo + batch_size]
+        windows = torch.stack([ids[s : s + size] for s in batch])  # (b, L)
+        with torch.no_grad():
+            logits = loaded.model(input_ids=windows, attention_mask=torch.ones_like(windows),
+                                  use_cache=False).logits  # (b, L, vocab)  # fmt: skip
+        logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)  # (b, L - 1, vocab)
+        token = -logp.gather(2, windows[:, 1:, None])[..., 0].cpu().numpy()  # (b, L - 1)
+        for row, s in enumerate(batch):
+            at = np.flatnonzero(chosen == s)  # positions read in this window
+            nll[at] = token[row, at - s]
+    if not np.all(np.isfinite(nll)):
+        raise RopesplitError("the in-length loss is not finite (NaN or inf logits)")
+    return nll

@@ -1,0 +1,560 @@
+r"""LM-Infinite's Lambda-shaped attention with the distance cap (THEORY.md section 4).
+
+THEORY.md section 4, length extrapolation: beyond the training length ``L``
+only ``f`` (and ``E``) meet unseen angles; capping the distance,
+``Delta -> min(Delta, L)``, keeps ``f`` inside its trained range. LM-Infinite
+(Han et al., NAACL 2024) adds a Lambda-shaped mask. This module follows the
+authors' public reference implementation (repository ``Glaciohound/LM-Infinite``,
+``models/lambda_attention.py`` and the ``limited_distance_forward`` of
+``models/llama.py``):
+
+- **mask** (by index): query ``i`` attends to key ``j`` iff ``j <= i`` and
+  (``i - j < n_local`` or ``j < n_global``); everything in between is masked.
+  The reference's local branch is the band ``0 <= i - j <= n_local - 1``
+  (``triu(1).tril(local_branch)`` of a ``(L, 2L)`` block pair), its global
+  branch the first ``n_global`` keys further away.
+- **cap** (by distance ``Delta_ij = p_i - p_j``): a pair farther than ``cap``
+  takes the logit at distance ``cap``, :math:`s\,(R(L) q_i)^\top k_j`, the
+  reference's "stationary" query (rotated by ``L``) against unrotated keys
+  (``limit_distance``; ``convert_llama_model`` sets it to ``local_branch``):
+
+.. math::
+    W^{\Lambda}_{ij} = \begin{cases}
+        s\,\langle R(p_i) q_i, R(p_j) k_j\rangle & \Delta_{ij} \le L \\
+        s\,\langle R(L) q_i, k_j\rangle = f(q_i, L) + g(q_i, k_j) + E_{ij}(L)
+          & \Delta_{ij} > L \end{cases},
+    \qquad A = \mathrm{softmax}_{j \in \Lambda(i)} W^{\Lambda}_{ij}
+
+One softmax spans the local band and the global keys together, as in the
+reference (the two logit blocks are concatenated before the softmax).
+:func:`lambda_attention` computes it blockwise: blocks of ``n_local`` queries
+against their own and the previous block of keys (``(L, 2L)`` logits per
+block) plus a ``(N, n_global)`` product, so memory grows as
+``N (2 n_local + n_global)`` instead of ``N^2``. Without a local limit it
+is the dense causal attention (with the cap where one is given).
+
+The length experiment's statistics live here too: the distance map the
+split is evaluated at (:func:`capped_distances`), the loss per position
+bucket (:func:`bucket_means`) and the share of values outside a range
+(:func:`outside_share`).
+
+Shapes::
+
+    query, query_far  (B, H, N, d)     rotated queries; R(L) q (the cap's)
+    key, key_far      (B, Hkv, N, d)   rotated keys; unrotated k (the cap's)
+    value             (B, Hkv, N, dv)  H a multiple of Hkv (grouped-query attention)
+    positions         (B, N) or (N,)   position ids p_n (distances p_i - p_j)
+    out               (B, H, N, dv)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from ropesplit.numerics.rope import _index, _rotary_dim
+
+from ropesplit.errors import RopesplitError
+
+__all__ = [
+    "N_GLOBAL",
+    "bucket_edges",
+    "QUANTILES",
+    "bucket_means",
+    "capped_distances",
+    "capped_split",
+    "component_range",
+    "far_query_key",
+    "lambda_attention",
+    "lambda_mask",
+    "logit_elements",
+    "outside_share",
+    "rank_correlation",
+    "relative_change",
+]
+
+N_GLOBAL = 10  # starting tokens every query keeps (LM-Infinite's global branch in the paper)
+
+
+def _check_sizes(n_local: int | None, n_global: int, cap: int | None) -> None:
+    if n_local is not None and n_local < 1:
+        raise RopesplitError(f"n_local must be at least 1 or None, got {n_local}")
+    if n_global < 0:
+        raise RopesplitError(f"n_global must be >= 0, got {n_global}")
+    if cap is not None and cap < 0:
+        raise RopesplitError(f"distance cap must be >= 0, got {cap}")
+
+
+def lambda_mask(n_tokens: int, n_local: int | None = None, n_global: int = N_GLOBAL) -> np.ndarray:
+    r"""The Lambda-shaped mask ``(N, N)`` bool, by index.
+
+    .. math:: \Lambda_{ij} = [j \le i]\,\big([i - j < n_{local}] \lor [j < n_{global}]\big)
+
+    ``n_local=None`` is the plain causal mask.
+
+    >>> lambda_mask(5, 2, 1).astype(int).tolist()
+    [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [1, 0, 0, 1, 1]]
+    """
+    _check_sizes(n_local, n_global, None)
+    i, j = np.indices((n_tokens, n_tokens))
+    mask = j <= i
+    if n_local is not None:
+        mask &= (i - j < n_local) | (j < n_global)
+    return mask
+
+
+def capped_distances(positions: Any, cap: int | None = None) -> np.ndarray:
+    r"""The distances the capped attention rotates by, ``(N, N)`` float64.
+
+    .. math:: \Delta^{\mathrm{cap}}_{ij} = \min(p_i - p_j, L)
+
+    (``cap=None``: :math:`p_i - p_j`). The map to hand to
+    :func:`ropesplit.numerics.split.split_head` (``distances=``) so that ``W``,
+    ``f`` and ``E`` are those of the capped attention.
+
+    >>> capped_distances([0, 1, 2, 3], 2)[3].tolist()
+    [2.0, 2.0, 1.0, 0.0]
+    """
+    _check_sizes(None, 0, cap)
+    p = np.asarray(positions, dtype=np.float64)
+    if p.ndim != 1:
+        raise RopesplitError(f"positions must be (N,), got shape {p.shape}")
+    delta = p[:, None] - p[None, :]  # (N, N)
+    return delta if cap is None else np.minimum(delta, float(cap))
+
+
+def far_query_key(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    theta: Any,
+    cap: int,
+    *,
+    amplitude: float = 1.0,
+    layout: str = "half",
+    rotary_dim: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The cap's query and key from pre-RoPE ``q (..., N, d)``, ``k (..., N, d)``.
+
+    .. math:: \tilde q^{\mathrm{far}}_l = a\,\tilde q_l\, e^{i L \theta_l},\qquad
+              \tilde k^{\mathrm{far}}_l = a\,\tilde k_l \qquad (\text{rotating pairs; } a = 1,
+              \ \theta = 0 \text{ for the rest})
+
+    so that :math:`\langle q^{\mathrm{far}}, k^{\mathrm{far}}\rangle = a^2 \langle R(L) q,
+    k\rangle` is the logit at distance ``L`` of a model whose RoPE table is
+    ``a cos(p theta)``, ``a sin(p theta)`` (``a`` the attention factor, 1 for
+    plain RoPE).
+    """
+    (d,) = q.shape[-1:]
+    r = _rotary_dim(d, rotary_dim)
+    th = np.asarray(theta, dtype=np.float64)
+    if th.shape != (d // 2,):
+        raise RopesplitError(f"theta must have shape ({d // 2},) for head_dim {d}, got {th.shape}")
+    re, im = (torch.as_tensor(x, device=q.device) for x in _index(d, r, layout))
+    rotating = np.arange(d // 2) < r // 2  # (P,)
+    gain = np.where(rotating, amplitude, 1.0)  # (P,)
+    cos = torch.as_tensor(gain * np.cos(cap * th), dtype=q.dtype, device=q.device)  # (P,)
+    sin = torch.as_tensor(gain * np.where(rotating, np.sin(cap * th), 0.0), dtype=q.dtype,
+                          device=q.device)  # fmt: skip
+    q_far = torch.empty_like(q)
+    q_far[..., re] = q[..., re] * cos - q[..., im] * sin
+    q_far[..., im] = q[..., re] * sin + q[..., im] * cos
+    k_gain = torch.ones(d, dtype=k.dtype, device=k.device)  # (d,)
+    k_gain[re[: r // 2]] = amplitude
+    k_gain[im[: r // 2]] = amplitude
+    return q_far, k * k_gain
+
+
+def _distances(positions: Any, batch: int, n_tokens: int, device: torch.device) -> torch.Tensor:
+    """Position ids as a ``(B, N)`` int64 tensor (default ``0..N-1``)."""
+    if positions is None:
+        return torch.arange(n_tokens, device=device).expand(batch, n_tokens)
+    p = torch.as_tensor(positions, device=device).long()
+    if p.ndim == 1:
+        p = p.expand(batch, n_tokens)
+    if p.shape != (batch, n_tokens):
+        raise RopesplitError(
+            f"positions must be (N,) or ({batch}, {n_tokens}), got {tuple(p.shape)}"
+        )
+    return p
+
+
+def _grouped(x: torch.Tensor, n_kv: int) -> torch.Tensor:
+    """``(B, H, N, e)`` -> ``(B, Hkv, H/Hkv, N, e)``; keys stay ``(B, Hkv, 1, N, e)``."""
+    (batch, heads, n_tokens, e) = x.shape
+    return x.reshape(batch, n_kv, heads // n_kv, n_tokens, e)
+
+
+def lambda_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float,
+    *,
+    n_local: int | None = None,
+    n_global: int = N_GLOBAL,
+    cap: int | None = None,
+    query_far: torch.Tensor | None = None,
+    key_far: torch.Tensor | None = None,
+    positions: Any = None,
+) -> torch.Tensor:
+    r"""Attention under the Lambda mask and the distance cap, ``(B, H, N, dv)``.
+
+    .. math:: \mathrm{out}_i = \sum_{j \in \Lambda(i)}
+              \mathrm{softmax}_{j \in \Lambda(i)}\big(W^{\Lambda}_{ij}\big)\, v_j,\qquad
+              W^{\Lambda}_{ij} = s\,q_i^\top k_j\ [\Delta_{ij} \le L],\quad
+              s\,(q^{\mathrm{far}}_i)^\top k^{\mathrm{far}}_j\ [\Delta_{ij} > L]
+
+    ``query``/``key`` are rotated (as the model's attention receives them),
+    ``query_far``/``key_far`` the cap's (:func:`far_query_key`), needed only
+    with ``cap``. ``n_local=None`` (or ``>= N``) is dense causal attention;
+    otherwise blockwise (module docstring). The softmax runs in at least
+    float32, as transformers' eager attention does.
+    """
+    _check_sizes(n_local, n_global, cap)
+    (batch, heads, n_tokens, d), (n_kv,) = query.shape, key.shape[1:2]
+    if key.shape != (batch, n_kv, n_tokens, d) or value.shape[:3] != (batch, n_kv, n_tokens):
+        raise RopesplitError(
+            f"key/value must be (B, Hkv, N, .) with query {tuple(query.shape)}, got "
+            f"{tuple(key.shape)} and {tuple(value.shape)}"
+        )
+    if heads % n_kv:
+        raise RopesplitError(f"{heads} query heads do not divide into {n_kv} KV heads")
+    far = None
+    if cap is not None:
+        if query_far is None or key_far is None:
+            raise RopesplitError("a distance cap needs query_far and key_far (far_query_key)")
+        if query_far.shape != query.shape or key_far.shape != key.shape:
+            raise RopesplitError("query_far/key_far must have the shapes of query/key")
+        far = (_grouped(query_far, n_kv), key_far[:, :, None])
+    pos = _distances(positions, batch, n_tokens, query.device)  # (B, N)
+    q, k, v = _grouped(query, n_kv), key[:, :, None], value[:, :, None]  # (B, Hkv, g|1, N, .)
+    if n_local is None or n_local >= n_tokens:
+        out = _dense(q, k, v, scaling, cap, far, pos)
+    else:
+        out = _banded(q, k, v, scaling, n_local, min(n_global, n_tokens), cap, far, pos)
+    return out.reshape(batch, heads, n_tokens, -1)  # (B, H, N, dv)
+
+
+def _softmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    """At least float32, as transformers' eager attention takes its softmax."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _softmax(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Softmax over the last axis in at least float32, back in ``dtype``."""
+    return torch.softmax(logits, dim=-1, dtype=_softmax_dtype(dtype)).to(dtype)
+
+
+def _capped(
+    near: torch.Tensor, far_logits: Any, distance: torch.Tensor, cap: int | None
+) -> torch.Tensor:
+    """``near`` where ``distance <= cap``, ``far_logits()`` elsewhere (computed only if needed).
+
+    ``distance`` is ``(B, ...)`` without the head axes of ``near`` ``(B, Hkv, g, ...)``.
+    """
+    if cap is None:
+        return near
+    beyond = (distance > cap)[:, None, None]  # (B, 1, 1, ...)
+    if not bool(beyond.any()):
+        return near
+    return torch.where(beyond, far_logits(), near)
+
+
+def _dense(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scaling: float,
+    cap: int | None,
+    far: Any,
+    pos: torch.Tensor,
+) -> torch.Tensor:
+    """Dense causal attention ``(B, Hkv, g, N, dv)``, distances above ``cap`` at ``cap``."""
+    (n_tokens,) = q.shape[-2:-1]
+    logits = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (B, Hkv, g, N, N)
+    logits = _capped(
+        logits, lambda: torch.matmul(far[0], far[1].transpose(-1, -2)) * scaling,
+        pos[:, :, None] - pos[:, None, :], cap,
+    )  # fmt: skip
+    idx = torch.arange(n_tokens, device=q.device)
+    causal = idx[None, :] <= idx[:, None]  # (N, N)
+    probs = _softmax(logits.masked_fill(~causal, -math.inf), q.dtype)  # (B, Hkv, g, N, N)
+    return torch.matmul(probs, v)
+
+
+def _blocks(x: torch.Tensor, size: int, n_blocks: int) -> torch.Tensor:
+    """``(..., N, e)`` zero-padded to ``n_blocks * size`` rows -> ``(..., n_blocks, size, e)``."""
+    (n_tokens, e) = x.shape[-2:]
+    pad = torch.zeros(*x.shape[:-2], n_blocks * size - n_tokens, e, dtype=x.dtype, device=x.device)
+    return torch.cat((x, pad), dim=-2).reshape(*x.shape[:-2], n_blocks, size, e)
+
+
+def _pair(blocks: torch.Tensor) -> torch.Tensor:
+    """Each block preceded by the previous one: ``(..., nb, L, e)`` -> ``(..., nb, 2L, e)``.
+
+    Block 0's predecessor is zeros (masked).
+    """
+    previous = torch.cat((torch.zeros_like(blocks[..., :1, :, :]), blocks[..., :-1, :, :]), dim=-3)
+    return torch.cat((previous, blocks), dim=-2)
+
+
+def _banded(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scaling: float,
+    n_local: int,
+    n_global: int,
+    cap: int | None,
+    far: Any,
+    pos: torch.Tensor,
+) -> torch.Tensor:
+    """Local band blockwise plus the global keys, one softmax: ``(B, Hkv, g, N, dv)``."""
+    (batch, n_kv, group, n_tokens, _) = q.shape
+    size, n_blocks = n_local, -(-n_tokens // n_local)
+    rows = n_blocks * size  # padded length
+    # local band: queries of block b against keys of blocks b-1 and b
+    qb = _blocks(q, size, n_blocks)  # (B, Hkv, g, nb, L, d)
+    kp = _pair(_blocks(k, size, n_blocks))  # (B, Hkv, 1, nb, 2L, d)
+    band = torch.matmul(qb, kp.transpose(-1, -2)).mul_(scaling)  # (B, Hkv, g, nb, L, 2L)
+    r = torch.arange(size, device=q.device)[:, None]  # (L, 1) query row in its block
+    c = torch.arange(2 * size, device=q.device)[None, :]  # (1, 2L) key column in the pair
+    b = torch.arange(n_blocks, device=q.device)[:, None, None]  # (nb, 1, 1)
+    i, j = b * size + r, (b - 1) * size + c  # (nb, L, 2L) each: query and key index
+    gap = i - j
+    allowed = (gap >= 0) & (gap < n_local) & (j >= 0) & (j < n_tokens)  # (nb, L, 2L)
+    allowed |= (i >= n_tokens) & (gap == 0)  # padded rows: a finite dummy entry (dropped)
+    if cap is not None:
+        pad_pos = torch.cat((pos, pos.new_zeros(batch, rows - n_tokens)), dim=1)  # (B, rows)
+        qpos = pad_pos.reshape(batch, n_blocks, size, 1)  # (B, nb, L, 1)
+        kpos = _pair(pad_pos.reshape(batch, n_blocks, size, 1)).transpose(-1, -2)  # (B, nb, 1, 2L)
+        band_dist = torch.where(allowed, qpos - kpos, torch.zeros_like(qpos - kpos))
+        band = _capped(
+            band, lambda: torch.matmul(_blocks(far[0], size, n_blocks),
+                                       _pair(_blocks(far[1], size, n_blocks)).transpose(-1, -2))
+            * scaling, band_dist, cap,
+        )  # fmt: skip
+    band = band.masked_fill_(~allowed, -math.inf).to(_softmax_dtype(q.dtype))
+    band = band.reshape(batch, n_kv, group, rows, 2 * size)  # (B, Hkv, g, rows, 2L)
+    # global branch: the first n_global keys, only where they lie outside the band
+    kg = k[..., :n_global, :]  # (B, Hkv, 1, G, d)
+    glob = torch.matmul(q, kg.transpose(-1, -2)).mul_(scaling)  # (B, Hkv, g, N, G)
+    idx = torch.arange(n_tokens, device=q.device)
+    outside = idx[:, None] - idx[None, :n_global] >= n_local  # (N, G)
+    if cap is not None:
+        glob = _capped(
+            glob, lambda: torch.matmul(far[0], far[1][..., :n_global, :].transpose(-1, -2))
+            * scaling, pos[:, :, None] - pos[:, None, :n_global], cap,
+        )  # fmt: skip
+    glob = glob.masked_fill_(~outside, -math.inf).to(band.dtype)
+    pad = glob.new_full((*glob.shape[:-2], rows - n_tokens, n_global), -math.inf)
+    glob = torch.cat((glob, pad), dim=-2)  # (B, Hkv, g, rows, G): small
+    # one softmax over both pieces, in place (no (rows, G + 2L) copy)
+    top = torch.maximum(glob.amax(-1, keepdim=True), band.amax(-1, keepdim=True))  # (..., rows, 1)
+    glob, band = glob.sub_(top).exp_(), band.sub_(top).exp_()
+    total = glob.sum(-1, keepdim=True).add_(band.sum(-1, keepdim=True))  # (..., rows, 1)
+    glob, band = glob.div_(total).to(q.dtype), band.div_(total).to(q.dtype)
+    out = torch.matmul(glob[..., :n_tokens, :], v[..., :n_global, :])  # (B, Hkv, g, N, dv)
+    pb = band.reshape(batch, n_kv, group, n_blocks, size, 2 * size)  # (B, Hkv, g, nb, L, 2L)
+    vp = _pair(_blocks(v, size, n_blocks))  # (B, Hkv, 1, nb, 2L, dv)
+    local = torch.matmul(pb, vp).reshape(batch, n_kv, group, rows, -1)  # (B, Hkv, g, rows, dv)
+    return out.add_(local[..., :n_tokens, :])
+
+
+def logit_elements(n_tokens: int, n_local: int | None, n_global: int = N_GLOBAL) -> int:
+    r"""Logits held per head: ``N^2`` dense, ``N' (2 n_local) + N n_global`` blockwise.
+
+    .. math:: N' = \lceil N / n_{local} \rceil\, n_{local}
+
+    >>> logit_elements(1024, None), logit_elements(1024, 128, 10)
+    (1048576, 272384)
+    """
+    _check_sizes(n_local, n_global, None)
+    if n_local is None or n_local >= n_tokens:
+        return n_tokens * n_tokens
+    rows = -(-n_tokens // n_local) * n_local
+    return rows * 2 * n_local + n_tokens * min(n_global, n_tokens)
+
+
+# ----------------------------------------------------------------------- the split under the cap
+
+
+def capped_split(
+    q: Any,
+    k: Any,
+    theta: Any,
+    scale: float,
+    *,
+    positions: Any = None,
+    cap: int | None = None,
+    kbar: Any = None,
+    layout: str = "half",
+    rotary_dim: int | None = None,
+) -> dict[str, np.ndarray]:
+    r"""``W, f, g, E`` ``(N, N)`` float64 of one head at the distances ``min(p_i - p_j, L)``.
+
+    .. math::
+        W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
+                 e^{i\theta_l \Delta^{\mathrm{cap}}_{ij}},\quad
+        f_{ij} = F_{i, \Delta^{\mathrm{cap}}_{ij}},\
+        F_{iD} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde{\bar k}_l} e^{i\theta_l D},\quad
+        g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde\delta_{jl}},\quad
+        E = W - f - g
+
+    The same numbers as :func:`ropesplit.numerics.split.split_head` with
+    ``distances=capped_distances(positions, cap)`` (tested), without the
+    bound and in a few matrix products instead of term by term: integer
+    positions ``(N,)`` (default ``0..N-1``) only. Only causal pairs are
+    meaningful (for ``j > i``, ``f`` reads ``F`` at distance 0).
+    """
+    from ropesplit.numerics.rope import to_pairs
+
+    q64, k64 = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    if q64.ndim != 2 or q64.shape != k64.shape:
+        raise RopesplitError(f"q and k must have one shape (N, d), got {q64.shape} and {k64.shape}")
+    (n, d) = q64.shape
+    _check_sizes(None, 0, cap)
+    p = np.arange(n) if positions is None else np.asarray(positions)
+    if p.shape != (n,) or not np.array_equal(p, np.round(p)):
+        raise RopesplitError(f"positions must be ({n},) integers, got shape {p.shape}")
+    p = p.astype(np.int64)
+    th = np.asarray(theta, dtype=np.float64)
+    if th.shape != (d // 2,):
+        raise RopesplitError(f"theta must have shape ({d // 2},) for head_dim {d}, got {th.shape}")
+    kb = k64.mean(axis=0) if kbar is None else np.asarray(kbar, dtype=np.float64)  # (d,)
+    qc, kc = to_pairs(q64, layout, rotary_dim), to_pairs(k64, layout, rotary_dim)  # (N, P)
+    kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
+    delta = p[:, None] - p[None, :]  # (N, N) true distances
+    dist = delta if cap is None else np.minimum(delta, cap)  # (N, N) the cap's
+    turn_q, turn_k = np.exp(1j * np.outer(p, th)), np.exp(1j * np.outer(p, th))  # (N, P) R(p)
+    w = scale * ((qc * turn_q) @ np.conj(kc * turn_k).T).real  # (N, N) true distances
+    if cap is not None and bool((delta > cap).any()):
+        far = scale * ((qc * np.exp(1j * cap * th)) @ np.conj(kc).T).real  # (N, N) at L
+        w = np.where(delta > cap, far, w)
+    span = np.arange(int(max(dist.max(), 0)) + 1)  # distances that occur, 0..max
+    table = scale * ((qc * np.conj(kbc)) @ np.exp(1j * np.outer(th, span))).real  # (N, D)
+    f = np.take_along_axis(table, np.clip(dist, 0, None), axis=1)  # (N, N)
+    g = scale * (qc @ np.conj(kc - kbc).T).real  # (N, N)
+    return {"W": w, "f": f, "g": g, "E": w - f - g}
+
+
+# --------------------------------------------------------------------------- length statistics
+
+
+def bucket_edges(
+    length: int, multiples: Any, n_positions: int | None = None
+) -> list[tuple[int, int]]:
+    r"""Position buckets ``[0, L)``, then ``[m_{k-1} L, m_k L)`` for each multiple beyond 1.
+
+    With ``n_positions``, buckets are cut at it and those starting at or after it dropped.
+
+    >>> bucket_edges(4, (1, 2, 4, 8), 20)
+    [(0, 4), (4, 8), (8, 16), (16, 20)]
+    """
+    ms = [int(m) for m in multiples]
+    if length < 1 or not ms or ms[0] != 1 or any(b <= a for a, b in zip(ms, ms[1:], strict=False)):
+        raise RopesplitError(
+            f"multiples must start at 1 and increase, and L >= 1; got L={length}, {ms}"
+        )
+    edges = [0] + [m * length for m in ms]
+    buckets = list(zip(edges[:-1], edges[1:], strict=True))
+    if n_positions is None:
+        return buckets
+    return [(lo, min(hi, n_positions)) for lo, hi in buckets if lo < n_positions]
+
+
+def bucket_means(values: Any, edges: list[tuple[int, int]]) -> list[float]:
+    r"""Mean of ``values (..., N)`` over the positions of each bucket (all leading axes pooled).
+
+    .. math:: \bar x_b = \frac{1}{|B_b|} \sum_{n \in B_b} x_n
+    """
+    x = np.asarray(values, dtype=np.float64)
+    (n,) = x.shape[-1:]
+    if edges[-1][1] > n:
+        raise RopesplitError(f"buckets reach position {edges[-1][1]}, values have only {n}")
+    return [float(x[..., lo:hi].mean()) for lo, hi in edges]
+
+
+def outside_share(values: Any, low: float, high: float) -> float:
+    r"""Share of ``values`` outside ``[low, high]`` (a relative tolerance of ``1e-9``).
+
+    .. math:: \frac{1}{M}\,\#\{m : x_m < lo - \tau \lor x_m > hi + \tau\},\quad
+              \tau = 10^{-9} \max(|lo|, |hi|, 1)
+
+    0 for no values.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return 0.0
+    tol = 1e-9 * max(abs(low), abs(high), 1.0)
+    return float(np.mean((x < low - tol) | (x > high + tol)))
+
+
+QUANTILES = (0.01, 0.99)  # the central range reported in trained-range units
+
+
+def component_range(values: Any, low: float, high: float) -> dict[str, float]:
+    r"""Where ``values`` lie against a trained range ``[lo, hi]``: share outside and central range.
+
+    .. math:: u(x) = \frac{x - (hi + lo)/2}{(hi - lo)/2}\quad(\text{the trained range is }
+              [-1, 1]),\qquad \mathrm{lo}, \mathrm{hi} = u(q_{0.01}), u(q_{0.99})
+
+    Returns ``outside`` (:func:`outside_share`), ``lo`` and ``hi``. A
+    degenerate range (``hi == lo``) reads in units of ``max(|lo|, 1e-12)``.
+    """
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        return {"outside": 0.0, "lo": math.nan, "hi": math.nan}
+    mid, half = (high + low) / 2, (high - low) / 2
+    half = half if half > 0 else max(abs(low), 1e-12)
+    q_lo, q_hi = np.quantile(x, QUANTILES)
+    return {"outside": outside_share(x, low, high), "lo": float((q_lo - mid) / half),
+            "hi": float((q_hi - mid) / half)}  # fmt: skip
+
+
+def relative_change(values: Any, reference: Any) -> float:
+    r"""Root-mean-square change relative to the reference's size.
+
+    .. math:: \sqrt{\textstyle\sum (x - x^{\mathrm{ref}})^2 / \sum (x^{\mathrm{ref}})^2}
+
+    0 for no values; ``inf`` when the reference is all zero and the values are not.
+    """
+    x, r = np.asarray(values, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if x.shape != r.shape:
+        raise RopesplitError(
+            f"values and reference must have one shape, got {x.shape} and {r.shape}"
+        )
+    num, den = float(np.sum((x - r) ** 2)), float(np.sum(r**2))
+    if num == 0.0:
+        return 0.0
+    return math.sqrt(num / den) if den > 0 else math.inf
+
+
+def rank_correlation(x: Any, y: Any) -> float | None:
+    r"""Spearman's rank correlation (average ranks for ties); None when either side is constant.
+
+    .. math:: \rho = \mathrm{corr}(\mathrm{rank}(x), \mathrm{rank}(y))
+
+    >>> rank_correlation([1, 2, 3, 4], [10, 20, 25, 40])
+    1.0
+    """
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise RopesplitError(f"x and y must be (n,) of one length, got {a.shape} and {b.shape}")
+    ra, rb = _ranks(a), _ranks(b)
+    if a.size < 2 or np.ptp(ra) == 0 or np.ptp(rb) == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks ``0..n-1``, ties sharing their average rank."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(x.size)
+    ranks[order] = np.arange(x.size, dtype=np.float64)
+    for value in np.unique(x):
+        tie = x == value
+        ranks[tie] = ranks[tie].mean()
+    return ranks

@@ -1,0 +1,383 @@
+"""LM-Infinite's attention (issue 12): numerics against float64 loop twins, the model install.
+
+- the blockwise Lambda attention against a dense masked float64 loop (mask, cap, one softmax);
+- the cap's far query/key against numerics.rope.rotate, both layouts, partial rotary;
+- the capped split against split_head(distances=min(Delta, L));
+- inside a real (tiny) model: each layer's output against the float64 loop built from the
+  tensors the model handed to the attention; identical to the unmodified model when N <= L;
+- a model built so that its loss must rise without the cap (a positional head whose f
+  comes back to its peak at distance 2L): vanilla rises, the cap and LM-Infinite do not.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from ropesplit.empirical.lminfinite import (
+    SETTINGS,
+    LambdaSpec,
+    install,
+    run_setting,
+    window_starts,
+    windowed_nll,
+)
+from ropesplit.empirical.lminfinite import (
+    settings as lm_settings,
+)
+from ropesplit.empirical.models import load_model
+from ropesplit.numerics.lambda_attention import (
+    bucket_edges,
+    bucket_means,
+    capped_distances,
+    capped_split,
+    component_range,
+    far_query_key,
+    lambda_attention,
+    lambda_mask,
+    logit_elements,
+    outside_share,
+    rank_correlation,
+    relative_change,
+)
+from ropesplit.numerics.rope import rotate
+from ropesplit.numerics.split import split_head
+
+from ropesplit.errors import RopesplitError
+
+FLOATS = st.floats(-3.0, 3.0, allow_nan=False, width=64)
+
+
+# --------------------------------------------------------------------------- float64 loop twins
+
+
+def loop_mask(n: int, n_local: int | None, n_global: int) -> np.ndarray:
+    out = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        for j in range(i + 1):
+            out[i, j] = n_local is None or i - j < n_local or j < n_global
+    return out
+
+
+def loop_attention(q, k, v, scale, n_local, n_global, cap, q_far, k_far, pos):
+    """Dense masked float64 reference: one softmax over the attended keys of each query."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    (batch, heads, n, _), n_kv = q.shape, k.shape[1]
+    group = heads // n_kv
+    out = np.zeros((batch, heads, n, v.shape[-1]))
+    mask = loop_mask(n, n_local, n_global)
+    for b in range(batch):
+        for h in range(heads):
+            kv = h // group
+            for i in range(n):
+                keys = [j for j in range(n) if mask[i, j]]
+                logits = []
+                for j in keys:
+                    if cap is not None and pos[b][i] - pos[b][j] > cap:
+                        logits.append(scale * float(np.dot(q_far[b, h, i], k_far[b, kv, j])))
+                    else:
+                        logits.append(scale * float(np.dot(q[b, h, i], k[b, kv, j])))
+                w = np.exp(np.array(logits) - max(logits))
+                w /= w.sum()
+                for weight, j in zip(w, keys, strict=True):
+                    out[b, h, i] += weight * v[b, kv, j]
+    return out
+
+
+@st.composite
+def attention_cases(draw):
+    batch = draw(st.integers(1, 2))
+    n_kv = draw(st.integers(1, 2))
+    group = draw(st.integers(1, 2))
+    n = draw(st.integers(1, 13))
+    d = 2 * draw(st.integers(1, 3))
+    n_local = draw(st.one_of(st.none(), st.integers(1, 14)))
+    n_global = draw(st.integers(0, 4))
+    cap = draw(st.one_of(st.none(), st.integers(0, 12)))
+    gaps = draw(arrays(np.int64, (batch, n), elements=st.integers(1, 3)))
+    pos = np.cumsum(gaps, axis=1) - gaps[:, :1]  # (B, N) increasing from 0
+    shape = (batch, n_kv * group, n, d)
+    q = draw(arrays(np.float64, shape, elements=FLOATS))
+    k = draw(arrays(np.float64, (batch, n_kv, n, d), elements=FLOATS))
+    v = draw(arrays(np.float64, (batch, n_kv, n, 3), elements=FLOATS))
+    q_far = draw(arrays(np.float64, shape, elements=FLOATS))
+    k_far = draw(arrays(np.float64, (batch, n_kv, n, d), elements=FLOATS))
+    return q, k, v, n_local, n_global, cap, q_far, k_far, pos
+
+
+@settings(max_examples=60, deadline=None)
+@given(attention_cases())
+def test_lambda_attention_matches_dense_float64_loop(case):
+    q, k, v, n_local, n_global, cap, q_far, k_far, pos = case
+    t = [torch.as_tensor(x) for x in (q, k, v, q_far, k_far)]
+    got = lambda_attention(t[0], t[1], t[2], 0.7, n_local=n_local, n_global=n_global, cap=cap,
+                           query_far=t[3], key_far=t[4], positions=pos)  # fmt: skip
+    want = loop_attention(q, k, v, 0.7, n_local, n_global, cap, q_far, k_far, pos)
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_lambda_attention_float32_within_1e5_of_the_float64_loop():
+    rng = np.random.default_rng(3)
+    q, k, v, qf, kf = (rng.normal(size=(1, 2, 70, 8)) for _ in range(5))
+    pos = np.arange(70)[None]
+    got = lambda_attention(*(torch.as_tensor(x, dtype=torch.float32) for x in (q, k, v)), 0.35,
+                           n_local=16, n_global=10, cap=16, query_far=torch.as_tensor(qf).float(),
+                           key_far=torch.as_tensor(kf).float(), positions=pos)  # fmt: skip
+    want = loop_attention(q, k, v, 0.35, 16, 10, 16, qf, kf, pos)
+    assert np.abs(got.numpy() - want).max() <= 1e-5
+
+
+@pytest.mark.parametrize("n, n_local, n_global", [(9, 3, 2), (7, None, 0), (12, 4, 0), (5, 9, 9)])
+def test_lambda_mask_is_the_loop_definition(n, n_local, n_global):
+    assert np.array_equal(lambda_mask(n, n_local, n_global), loop_mask(n, n_local, n_global))
+
+
+def test_blockwise_logits_grow_as_n_times_window():
+    """Memory model: N^2 dense; about N (2 n_local + n_global) blockwise (8x smaller at 8L... )."""
+    dense, banded = logit_elements(1024, None), logit_elements(1024, 128, 10)
+    assert dense == 1024**2 and banded == 1024 * (2 * 128 + 10)
+    assert logit_elements(1024, 128, 10) * 2 < logit_elements(2048, 128, 10) * 1.01
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+def test_far_query_key_is_the_logit_at_distance_cap(layout, rotary_dim):
+    rng = np.random.default_rng(0)
+    d, cap, amplitude = 8, 11, 1.3
+    r = d if rotary_dim is None else rotary_dim
+    theta = np.concatenate([10.0 ** (-np.arange(r // 2) * 2.0 / r), np.zeros((d - r) // 2)])
+    q, k = rng.normal(size=(2, 5, d))
+    qf, kf = far_query_key(torch.as_tensor(q), torch.as_tensor(k), theta, cap,
+                           amplitude=amplitude, layout=layout, rotary_dim=rotary_dim)  # fmt: skip
+    # the model's logit at distance cap: a R(p+cap) q against a R(p) k, any p
+    gain = np.ones(d)
+    rot = np.arange(d) < r if layout == "half" or rotary_dim is None else np.arange(d) < r
+    gain[rot] = amplitude
+    p = 7.0
+    qr = rotate(q, np.full(5, p + cap), theta, layout=layout, rotary_dim=rotary_dim) * gain
+    kr = rotate(k, np.full(5, p), theta, layout=layout, rotary_dim=rotary_dim) * gain
+    np.testing.assert_allclose(qf.numpy() @ kf.numpy().T, qr @ kr.T, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cap", [None, 0, 5, 40])
+@pytest.mark.parametrize("spacing", [1, 3])
+def test_capped_split_is_split_head_at_the_capped_distances(cap, spacing):
+    rng = np.random.default_rng(1)
+    n, d = 30, 10
+    q, k = rng.normal(size=(2, n, d))
+    kbar = rng.normal(size=d)
+    theta = np.concatenate([100.0 ** (-np.arange(4) * 2.0 / 8), [0.0]])
+    pos = spacing * np.arange(n) + 2
+    got = capped_split(q, k, theta, 0.4, positions=pos, cap=cap, kbar=kbar, rotary_dim=8)
+    want = split_head(q, k, theta, 0.4, distances=capped_distances(pos, cap), kbar=kbar,
+                      rotary_dim=8)  # fmt: skip
+    for x in "WfgE":
+        np.testing.assert_allclose(got[x][want.mask], getattr(want, x)[want.mask], atol=1e-11)
+
+
+def test_capped_distances_and_buckets():
+    assert capped_distances([0, 2, 5], 3).tolist() == [[0, -2, -5], [2, 0, -3], [3, 3, 0]]
+    assert bucket_edges(8, (1, 2, 4, 8), 40) == [(0, 8), (8, 16), (16, 32), (32, 40)]
+    assert bucket_means(np.arange(10.0), [(0, 2), (2, 10)]) == [0.5, 5.5]
+
+
+def test_range_measures_on_known_truth():
+    inside = np.linspace(-1.0, 1.0, 101)
+    assert outside_share(inside, -1.0, 1.0) == 0.0
+    assert outside_share(np.r_[inside, 1.5, -3.0], -1.0, 1.0) == pytest.approx(2 / 103)
+    got = component_range(2 * inside + 3, 1.0, 5.0)  # the trained range itself: [-1, 1]
+    assert (
+        got["outside"] == 0.0
+        and got["lo"] == pytest.approx(-0.98)
+        and got["hi"] == pytest.approx(0.98)
+    )
+    assert relative_change(inside, inside) == 0.0
+    assert relative_change(1.1 * inside, inside) == pytest.approx(0.1)
+    assert rank_correlation([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert rank_correlation([1, 1, 1], [1, 2, 3]) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.int64, st.integers(3, 12), elements=st.integers(-300, 300), unique=True))
+def test_rank_correlation_ignores_monotone_maps(ints):
+    x = ints / 100.0
+    assert rank_correlation(x, np.exp(x)) == pytest.approx(1.0)
+    assert rank_correlation(x, -(x**3)) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: lambda_mask(4, 0), "n_local must be at least 1"),
+        (lambda: capped_distances([0, 1], -1), "distance cap must be >= 0"),
+        (lambda: lambda_attention(torch.zeros(1, 2, 4, 2), torch.zeros(1, 2, 4, 2),
+                                  torch.zeros(1, 2, 4, 2), 1.0, cap=3), "a distance cap needs"),
+        (lambda: lambda_attention(torch.zeros(1, 3, 4, 2), torch.zeros(1, 2, 4, 2),
+                                  torch.zeros(1, 2, 4, 2), 1.0), "3 query heads do not divide"),
+        (lambda: bucket_edges(8, (2, 4)), "multiples must start at 1"),
+        (lambda: lm_settings(0), "training length must be at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line(call, message):
+    with pytest.raises(RopesplitError, match=message):
+        call()
+
+
+# --------------------------------------------------------------------------- inside a model
+
+
+def tiny(dtype: str = "float64", *, kv: int = 2, layers: int = 2):
+    config = T.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=kv,
+                           num_hidden_layers=layers, intermediate_size=48, vocab_size=64,
+                           max_position_embeddings=256, head_dim=8)  # fmt: skip
+    return load_model(config, seed=0, dtype=dtype)
+
+
+@pytest.fixture(scope="module")
+def tiny64():
+    return tiny()
+
+
+IDS = torch.as_tensor(np.random.default_rng(5).integers(0, 64, 90))
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_each_layer_in_the_model_matches_the_float64_loop(tiny64, name):
+    spec = lm_settings(16, 4)[name]
+    with install(tiny64, spec, keep=[0, 1]) as state, torch.no_grad():
+        tiny64.model(
+            input_ids=IDS[None], attention_mask=torch.ones_like(IDS[None]), use_cache=False
+        )
+    for layer, kept in state.kept.items():
+        query, key, value = (kept[x].numpy() for x in ("query", "key", "value"))
+        theta = 10000.0 ** (-np.arange(4) * 2.0 / 8)  # the config's default RoPE base, d = 8
+        cap = spec.cap if spec.cap is not None else 0
+        q_raw, k_raw = kept["q"].numpy(), kept["k"].numpy()
+        q_far = rotate(q_raw, np.full(90, cap), theta)  # R(L) q, unrotated k
+        want = loop_attention(query, key, value, kept["scaling"], spec.n_local, spec.n_global,
+                              spec.cap, q_far, k_raw, [np.arange(90)])  # fmt: skip
+        got = kept["out"].transpose(1, 2).numpy()  # (1, H, N, dv)
+        # transformers' eager attention (vanilla) takes its softmax in float32 even in float64
+        tol = 1e-6 if name == "vanilla" else 1e-10
+        assert np.abs(got - want).max() <= tol, (name, layer)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_identical_to_the_unmodified_model_when_n_within_l(dtype):
+    """float32: bit for bit. float64: the eager softmax runs in float32, ours in float64."""
+    loaded = tiny(dtype)
+    ids = IDS[:40]
+    vanilla = run_setting(loaded, ids, LambdaSpec())
+    for name, spec in lm_settings(40, 4).items():
+        got = run_setting(loaded, ids, spec).nll
+        if dtype == "float32":
+            assert np.array_equal(got, vanilla.nll), name
+        else:
+            assert np.abs(got - vanilla.nll).max() <= 1e-6, name
+
+
+def test_capture_under_lm_infinite_is_the_settings_own(tiny64):
+    """Layer 0's q/k do not depend on attention; layer 1's do, and the capture sees it."""
+    spec = lm_settings(16, 4)
+    vanilla = run_setting(tiny64, IDS, spec["vanilla"], layers=[0, 1])
+    lminf = run_setting(tiny64, IDS, spec["LM-Infinite"], layers=[0, 1])
+    assert np.array_equal(vanilla.layers[0].q, lminf.layers[0].q)
+    early = np.abs(vanilla.layers[1].q[:, :16] - lminf.layers[1].q[:, :16]).max()  # causal
+    late = np.abs(vanilla.layers[1].q[:, 16:] - lminf.layers[1].q[:, 16:]).max()
+    assert early <= 1e-6 < 1e-3 < late  # (eager's float32 softmax is the 1e-7 in early)
+    for run in (vanilla, lminf):
+        assert all(qk.rope_max_rel_diff <= 1e-5 for qk in run.layers.values())  # float32 tables
+        assert run.layers[0].scale == pytest.approx(8**-0.5)
+
+
+def test_in_length_windows():
+    n, length = 37, 8
+    starts = window_starts(n, length)
+    for pos, s in enumerate(starts):  # holds x_n and x_{n+1}, at positions 0..L-1, max context
+        assert s <= pos and pos + 1 <= s + length - 1
+        assert pos < length - 1 or pos - s >= length - length // 2 - 1
+    loaded = tiny("float32")
+    vanilla = run_setting(loaded, IDS[:n], LambdaSpec()).nll
+    windowed = windowed_nll(loaded, IDS[:n], length)
+    np.testing.assert_allclose(windowed[: length - 1], vanilla[: length - 1], atol=1e-5)
+
+
+def test_sliding_window_models_are_refused():
+    config = T.MistralConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                             num_hidden_layers=1, intermediate_size=48, vocab_size=64,
+                             max_position_embeddings=256, sliding_window=8)  # fmt: skip
+    loaded = load_model(config, seed=0)
+    with pytest.raises(RopesplitError, match="full attention"):
+        run_setting(loaded, IDS[:20], lm_settings(8, 2)["LM-Infinite"])
+
+
+# --------------------------------------------------------------------------- known truth: a rise
+
+
+def periodic_model(length: int = 16, vocab: int = 8, amplitude: float = 20.0):
+    r"""A one-layer model whose only attention is positional: ``f(Delta) = A cos(pi Delta / L)``.
+
+    Queries and keys are constant biases in one RoPE pair of frequency
+    ``pi / L`` (base ``(L / pi)^2``, head_dim 4), so ``W = f`` (``g = E = 0``):
+    within ``[0, L]`` the logit falls from ``A`` (the token itself) to ``-A``;
+    beyond ``L`` it rises back to ``A`` at ``2L``, a distance never seen. The
+    value/output copy the attended tokens' one-hots into dimensions the
+    unembedding reads (the embedding itself is invisible to it), so the
+    prediction is the attended mixture. On "sticky" sequences (the next token
+    repeats the current one with probability 0.9) the loss must rise beyond
+    ``2L`` without the cap, where far tokens get the self-logit, and not with it.
+    """
+    heads = vocab // 4
+    config = T.LlamaConfig(vocab_size=vocab, hidden_size=2 * vocab, num_attention_heads=heads,
+                           num_key_value_heads=heads, head_dim=4, num_hidden_layers=1,
+                           intermediate_size=4, attention_bias=True,
+                           rope_theta=(length / math.pi) ** 2, max_position_embeddings=8 * length,
+                           tie_word_embeddings=False, rms_norm_eps=1e-6,
+                           ropesplit_train_length=length)  # fmt: skip
+    loaded = load_model(config, seed=0)
+    model, bias = loaded.model, math.sqrt(2 * amplitude / 4**-0.5)  # s a^2 = A
+    layer = model.model.layers[0]
+    attn = layer.self_attn
+    with torch.no_grad():
+        model.model.embed_tokens.weight.zero_()
+        model.model.embed_tokens.weight[:, :vocab] = torch.eye(vocab)
+        for proj in (attn.q_proj, attn.k_proj):
+            proj.weight.zero_()
+            proj.bias.zero_()
+            proj.bias.view(heads, 4)[:, 1] = bias  # pair 1 (coordinates 1, 3): theta = pi / L
+        attn.v_proj.weight.zero_()
+        attn.v_proj.bias.zero_()
+        attn.v_proj.weight[:, :vocab] = torch.eye(vocab) / math.sqrt(2 * vocab)
+        attn.o_proj.weight.zero_()
+        attn.o_proj.bias.zero_()
+        attn.o_proj.weight[vocab:, :] = torch.eye(vocab)
+        layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[:, vocab:] = 3 * torch.eye(vocab)
+    return loaded
+
+
+def sticky_tokens(n: int, vocab: int = 8, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = [int(rng.integers(vocab))]
+    for _ in range(n - 1):
+        out.append(out[-1] if rng.random() < 0.9 else int(rng.integers(vocab)))
+    return np.asarray(out)
+
+
+def test_a_model_whose_loss_rises_without_the_cap():
+    length = 16
+    loaded = periodic_model(length)
+    ids = sticky_tokens(8 * length)
+    in_length = windowed_nll(loaded, ids, length)[2 * length :].mean()
+    far = {name: run_setting(loaded, ids, spec).nll[2 * length :].mean()
+           for name, spec in lm_settings(length, 2).items()}  # fmt: skip
+    assert far["vanilla"] > 1.3 * in_length  # unseen distances near 2L take the self-logit
+    assert far["cap only"] <= 1.05 * in_length
+    assert far["LM-Infinite"] <= 1.05 * in_length
