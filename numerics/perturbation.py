@@ -136,23 +136,29 @@ def controlled_distance(
     w0 = s * np.real(q @ kt)  # (H, N, N): W at D = 0
     g = s * np.real(q @ np.conj(dev).transpose(0, 2, 1))  # (H, N, N)
     out = {name: np.empty((n_heads, dist.size)) for name in DISTANCE_MEASURES}
-    spread = np.array([np.std(w0[h][mask]) for h in range(n_heads)])  # (H,)
+    spread = np.sqrt(_masked_mean((w0 - _masked_mean(w0, mask)[:, None, None]) ** 2, mask))  # (H,)
     key_g = additive_fits(g, axes=2, window=window).c  # (H, N)
     for index, d in enumerate(dist):
         turn = np.exp(1j * th * d)  # (P,)
         wd = s * np.real((q * turn) @ kt)  # (H, N, N)
         f = s * np.real((q * turn) @ np.conj(kb)[:, :, None])  # (H, N, 1): f(q_i, D)
-        e = wd - f - g  # (H, N, N): E^D
         key_d = additive_fits(wd, axes=2, window=window).c  # (H, N)
+        out["key_corr"][:, index] = [_corr(key_d[h], key_g[h]) for h in range(n_heads)]
         out["query_share"][:, index] = query_only_share(wd - w0, mask)
-        for h in range(n_heads):
-            out["key_corr"][h, index] = _corr(key_d[h], key_g[h])
-            change = np.sqrt(np.mean((wd[h] - w0[h])[mask] ** 2))
-            out["logit_change"][h, index] = change / spread[h] if spread[h] > 0 else np.nan
-            centred = np.linalg.norm(wd[h][mask] - wd[h][mask].mean())
-            norm_e = np.linalg.norm(e[h][mask])
-            out["remainder_share"][h, index] = norm_e / centred if centred > 0 else np.nan
+        change = np.sqrt(_masked_mean((wd - w0) ** 2, mask))  # (H,)
+        centred = _masked_mean((wd - _masked_mean(wd, mask)[:, None, None]) ** 2, mask)  # (H,)
+        remainder = _masked_mean((wd - f - g) ** 2, mask)  # (H,): E^D = W^D - f - g
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["logit_change"][:, index] = np.where(spread > 0, change / spread, np.nan)
+            out["remainder_share"][:, index] = np.where(
+                centred > 0, np.sqrt(remainder / centred), np.nan
+            )
     return out
+
+
+def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean of ``x (H, N, N)`` over the ``mask`` pairs, ``(H,)``."""
+    return np.where(mask, x, 0.0).sum(axis=(1, 2)) / mask.sum()
 
 
 def causal_pairs(
