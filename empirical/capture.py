@@ -67,6 +67,7 @@ __all__ = [
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
 LOGIT_TOL = 1e-5  # max |W - W_model| / max |W_model| over attended pairs (float32: ~1e-7)
 ROPE_TOL = 1e-5  # max |R q - (R q)_model| / max |(R q)_model|, queries and keys
+BLOCK_ELEMENTS = 2**19  # logits rebuilt at once during validation (2 MiB float32: cache-sized)
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
 
@@ -274,21 +275,31 @@ def rebuild_logits(
     softcap: float | None = None,
     layout: str = "half",
     heads: slice | list[int] | None = None,
+    rows: slice | None = None,
+    cols: slice | None = None,
     dtype: torch.dtype = torch.float64,
+    rotated: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     r"""Pre-softmax logits rebuilt from the captured tensors, in ``dtype``, every pair.
 
     .. math:: W_{ij} = c \tanh\big(s\, (R_i q_i)^\top (R_j k_j) / c\big)
 
     (THEORY.md section 2; no ``tanh`` without a soft-cap ``c``); returns
-    ``(len(heads), N, N)`` for the query heads selected (default all). The
-    mask is not applied: see :func:`allowed_pairs`.
+    ``(len(heads), len(rows), len(cols))`` for the query heads, query rows
+    and key columns selected (default all). The mask is not applied: see
+    :func:`allowed_pairs`. ``rotated`` = ``(R q (H, N, d), R k (H, N, d))``
+    already rotated (keys repeated per query head) skips the rotation.
     """
     select = slice(None) if heads is None else heads
-    cos, sin = cos.to(dtype), sin.to(dtype)
-    qr = _rotate(q[select].to(dtype), cos, sin, layout)  # (h, N, d)
-    kr = _rotate(k[torch.as_tensor(kv_map)[select]].to(dtype), cos, sin, layout)  # (h, N, d)
-    logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attn_scale)  # (h, N, N)
+    rows, cols = rows or slice(None), cols or slice(None)
+    if rotated is None:
+        cos, sin = cos.to(dtype), sin.to(dtype)
+        qr = _rotate(q[select][:, rows].to(dtype), cos[rows], sin[rows], layout)  # (h, n, d)
+        keys = k[torch.as_tensor(kv_map)[select]][:, cols].to(dtype)  # (h, c, d)
+        kr = _rotate(keys, cos[cols], sin[cols], layout)  # (h, c, d)
+    else:
+        qr, kr = rotated[0][select][:, rows], rotated[1][select][:, cols]  # (h, n, d), (h, c, d)
+    logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attn_scale)  # (h, n, c)
     if softcap is not None:
         logits = logits.div_(softcap).tanh_().mul_(softcap)
     return logits
@@ -364,31 +375,43 @@ def _reconstruct(
     layout: str,
     model_logits: torch.Tensor | None,
     probs: torch.Tensor,
-    budget: int = 2**25,
+    rotated: tuple[torch.Tensor, torch.Tensor],
 ) -> tuple[float, float, float]:
-    """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads, a few at a time.
+    """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads.
 
-    Logits are rebuilt once per head in float32 (the model's precision) and
-    compared on the attended pairs with the model's pre-softmax logits
-    ``model_logits`` ``(H, N, N)`` (when tapped); their softmax is compared
-    with ``probs``. ``budget`` bounds the elements built at once (128 MiB).
+    Logits are rebuilt in float32 (the model's precision), in blocks of query
+    rows ``[r0, r1)`` against the keys they may attend (``[r0 - w + 1, r1)``,
+    the causal part only), about :data:`BLOCK_ELEMENTS` elements each so
+    that every pass stays in cache. On the attended pairs they are compared with the model's
+    pre-softmax logits ``model_logits`` ``(H, N, N)`` (when tapped); their
+    softmax is compared with ``probs``, and each row of ``probs`` must put
+    all its mass inside its block (a model attending beyond the mask fails).
+    ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``.
     """
     (n_heads, n_tokens) = q.shape[:2]
-    blocked = ~allowed_pairs(n_tokens, window, q.device)  # (N, N)
-    step = max(1, budget // n_tokens**2)
+    qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
+    allowed = allowed_pairs(n_tokens, window, q.device)  # (N, N)
+    step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
     logit_diff = logit_scale = prob_diff = 0.0
-    for start in range(0, n_heads, step):
-        heads = slice(start, min(start + step, n_heads))
+    for r0 in range(0, n_tokens, step):
+        r1 = min(r0 + step, n_tokens)
+        c0 = 0 if window is None else max(0, r0 - window + 1)
+        rows, cols = slice(r0, r1), slice(c0, r1)
         logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
-                                layout=layout, heads=heads, dtype=torch.float32)  # (h, N, N)
+                                layout=layout, rows=rows, cols=cols, dtype=torch.float32,
+                                rotated=(qr, kr))  # fmt: skip  # (H, n, c)
+        blocked = ~allowed[rows, cols]  # (n, c)
         if model_logits is not None:
-            model = model_logits[heads].float().masked_fill(blocked, 0.0)  # (h, N, N)
-            logit_scale = max(logit_scale, float(model.abs().amax()))
-            diff = model.sub_(logits).abs_().masked_fill_(blocked, 0.0)
+            model = model_logits[:, rows, cols].masked_fill(blocked, 0.0)  # (H, n, c)
+            low, high = torch.aminmax(model)
+            logit_scale = max(logit_scale, -float(low), float(high))
+            diff = model.sub_(logits).abs_().masked_fill_(blocked, 0.0)  # attended pairs only
             logit_diff = max(logit_diff, float(diff.amax()))
             del model, diff
-        rebuilt = torch.softmax(logits.masked_fill_(blocked, -math.inf), dim=-1)  # (h, N, N)
-        prob_diff = max(prob_diff, float(rebuilt.sub_(probs[heads].float()).abs_().amax()))
+        model_probs = probs[:, rows, cols].float()  # (H, n, c)
+        outside = float((1.0 - model_probs.sum(-1)).abs_().amax())  # mass beyond the block
+        rebuilt = torch.softmax(logits.masked_fill_(blocked, -math.inf), dim=-1)  # (H, n, c)
+        prob_diff = max(prob_diff, outside, float(rebuilt.sub_(model_probs).abs_().amax()))
     return logit_diff, logit_scale, prob_diff
 
 
@@ -420,18 +443,11 @@ def _on_rope(state: _CaptureState) -> Any:
         unsq = int(arguments.get("unsqueeze_dim", 1))
         q, k = _heads_first(arguments["q"], unsq), _heads_first(arguments["k"], unsq)
         cos, sin = arguments["cos"].detach()[0], arguments["sin"].detach()[0]  # (N, r)
-        q_rot, k_rot = (_heads_first(x, unsq) for x in rotated)  # the model's R q, R k
-        layout = _table(state, cos, sin)[0]
-        rope_diff = max(
-            _max_rel(_rotate(q, cos, sin, layout), q_rot),
-            _max_rel(_rotate(k, cos, sin, layout), k_rot),
-        )
         state.raw[layer] = {
             "q": q.float().clone(),  # (H, N, r_or_d)
             "k": k.float().clone(),  # (Hkv, N, r_or_d)
-            "cos": cos.clone(),  # (N, r)
-            "sin": sin.clone(),  # (N, r)
-            "rope_diff": rope_diff,
+            "cos": cos,  # (N, r)
+            "sin": sin,  # (N, r)
         }
 
     return record
@@ -523,15 +539,18 @@ def _finish_layer(
     softcap = arguments.get("softcap", extra.get("softcap"))
     softcap = float(softcap) if softcap else None
     probs = weights.detach()[0]  # (H, N, N)
+    qr, kr = _rotate(q, cos, sin, layout), _rotate(k, cos, sin, layout)  # (H|Hkv, N, d)
+    # against R q, R k as the model attends with them (its RoPE's output)
+    rope_diff = max(_max_rel(qr, query.float()), _max_rel(kr, key.float()))
     logit_diff, logit_scale, prob_diff = _reconstruct(
         q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
-        model_logits=raw.get("logits"), probs=probs,
+        model_logits=raw.get("logits"), probs=probs, rotated=(qr, kr),
     )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin, theta=theta, rope_amplitude=amplitude,
         attn_scale=float(attn_scale), scale=float(attn_scale) * amplitude**2, kv_map=kv_map,
         window=window, softcap=softcap, layout=layout, rotary_dim=int(r), rope_base=base,
-        reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=raw["rope_diff"],
+        reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=rope_diff,
         logit_max_abs_diff=logit_diff if "logits" in raw else math.nan,
         logit_scale=logit_scale if "logits" in raw else math.nan,
         probs=probs.float().clone() if state.keep_probs else None,

@@ -188,6 +188,30 @@ def test_a_wrong_mask_or_scale_fails_the_reconstruction():
     assert (double - probs).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("name", ["mistral", "gemma2", "phi"])
+def test_validation_in_row_blocks_gives_the_same_numbers(name, monkeypatch):
+    """Blocks of 3 query rows (against only the keys they may attend) = one block of all,
+    up to float32 rounding (the matmul sums in another order)."""
+    cap = importlib.import_module("ropesplit.empirical.capture")
+    loaded = load_model(ARCHS[name][0], seed=0)
+    whole = cap.capture(loaded, token_ids()).validation()
+    monkeypatch.setattr(cap, "BLOCK_ELEMENTS", 4 * N_TOKENS * 3)
+    blocks = cap.capture(loaded, token_ids()).validation()
+    assert blocks == pytest.approx(whole, rel=1e-5, abs=1e-6)  # float32 matmul order
+
+
+def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypatch):
+    """The blocks hold only the pairs the capture thinks attended; a model that
+    puts mass beyond them (a window read too narrow) is caught by row mass."""
+    cap = importlib.import_module("ropesplit.empirical.capture")
+    original = cap.allowed_pairs
+    monkeypatch.setattr(cap, "allowed_pairs",
+                        lambda n, window=None, device=None: original(n, (window or n) - 3, device))
+    loaded = load_model(ARCHS["mistral"][0], seed=0)  # window 8
+    with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001"):
+        cap.capture(loaded, token_ids())
+
+
 def test_rebuild_matches_a_float64_loop_twin():
     loaded = load_model(ARCHS["gemma2"][0], seed=1)
     cache = capture(loaded, token_ids(12, seed=3))
@@ -355,11 +379,13 @@ def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeyp
     cap = importlib.import_module("ropesplit.empirical.capture")
     original = cap.rebuild_logits
 
-    def low_pairs_wrong(*args, **kw):
-        logits = original(*args, **kw)  # (h, N, N), every pair
-        n = logits.shape[-1]
-        causal = torch.ones(n, n, dtype=torch.bool).tril()
-        top = logits.masked_fill(~causal, -math.inf).amax(-1, keepdim=True)  # (h, N, 1)
+    def low_pairs_wrong(*args, rows=None, cols=None, **kw):
+        logits = original(*args, rows=rows, cols=cols, **kw)  # (h, n, c): rows x cols
+        (n, c) = logits.shape[-2:]
+        i = torch.arange(n)[:, None] + (rows.start if rows else 0)  # (n, 1) query index
+        j = torch.arange(c)[None, :] + (cols.start if cols else 0)  # (1, c) key index
+        causal = j <= i  # (n, c)
+        top = logits.masked_fill(~causal, -math.inf).amax(-1, keepdim=True)  # (h, n, 1)
         return torch.where(causal & (logits < top - 20), logits - 30, logits)
 
     loaded = load_model(ARCHS["llama"][0], seed=0)

@@ -65,3 +65,98 @@ def test_numerics_never_imports_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------- import edges between layers (issue 9)
+
+LAYER_FOLDERS = {"theory": "ropesplit.theory", "numerics": "ropesplit.numerics",
+                 "empirical": "ropesplit.empirical", "ropesplit": "ropesplit"}  # fmt: skip
+BASE = {"ropesplit.errors", "ropesplit.paper"}  # every layer may import these
+ALLOWED = {
+    "ropesplit.paper": set(),  # import-free
+    "ropesplit.errors": set(),
+    "ropesplit.theory": BASE,
+    "ropesplit.numerics": BASE | {"ropesplit.theory"},
+    "ropesplit.io": {"ropesplit.errors"},
+    "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.io"},
+    "ropesplit.figures": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
+                                 "ropesplit.io"},
+    "ropesplit.report": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
+                                "ropesplit.io", "ropesplit.figures"},
+    "ropesplit.commands": BASE | {"ropesplit.theory", "ropesplit.numerics",
+                                  "ropesplit.empirical", "ropesplit.io", "ropesplit.figures",
+                                  "ropesplit.report"},
+    "ropesplit.cli": BASE | {"ropesplit", "ropesplit.commands"},
+    "ropesplit.__main__": {"ropesplit.cli"},
+    "ropesplit": BASE,  # the package's __init__
+}  # fmt: skip
+
+
+def _layer(module: str) -> str | None:
+    """``ropesplit.numerics.stats`` -> ``ropesplit.numerics``; None outside ropesplit."""
+    parts = module.split(".")
+    if parts[0] != "ropesplit":
+        return None
+    return ".".join(parts[:2])
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in a file, ``from ropesplit import x`` as
+    ``ropesplit.x`` when ``x`` is a module or package."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "ropesplit":
+                for alias in node.names:
+                    sub = ROOT / "ropesplit" / alias.name
+                    is_module = sub.is_dir() or sub.with_suffix(".py").is_file()
+                    found.append((node.lineno, f"ropesplit.{alias.name}" if is_module
+                                  else "ropesplit"))  # fmt: skip
+            else:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _edges() -> list[tuple[str, str, str]]:
+    """(source layer, target layer, where) for every import across layers."""
+    edges = []
+    for folder, package in LAYER_FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            module = ".".join([package, *rel.parts]).removesuffix(".__init__")
+            source = package if folder != "ropesplit" else (_layer(module) or module)
+            for line, target in _imports(path):
+                layer = _layer(target)
+                if layer is not None and layer != source:
+                    edges.append((source, layer, f"{path.relative_to(ROOT)}:{line}"))
+    return edges
+
+
+def test_layers_import_only_what_their_place_allows():
+    """theory <- numerics <- empirical <- figures <- report <- commands <- cli: no edge
+    points up (e.g. empirical never imports figures, report or commands)."""
+    edges = _edges()
+    sources = {source for source, _, _ in edges}
+    assert sources <= set(ALLOWED), sorted(sources - set(ALLOWED))  # a new layer: add its row
+    bad = [f"{where}: {source} imports {target}" for source, target, where in edges
+           if target not in ALLOWED[source]]  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def test_the_edge_check_sees_a_forbidden_import(tmp_path, monkeypatch):
+    """The check can fail: an upward import planted in a copy of a layer is reported."""
+    import shutil
+
+    fake = tmp_path / "numerics"
+    shutil.copytree(ROOT / "numerics", fake)
+    (fake / "planted.py").write_text("from ropesplit.empirical import capture\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path, raising=False)
+    monkeypatch.setitem(LAYER_FOLDERS, "numerics", "ropesplit.numerics")
+    for folder in ("theory", "empirical", "ropesplit"):
+        monkeypatch.delitem(LAYER_FOLDERS, folder)
+    edges = [(s, t) for s, t, where in _edges() if where.endswith("planted.py:1")]
+    assert edges == [("ropesplit.numerics", "ropesplit.empirical")]
