@@ -99,7 +99,7 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
     ("argv", "message"),
     [
         (["--tokens", "4"], "--tokens must be at least 8, got 4"),
-        (["--seeds", "0"], "--seeds must be at least 1, got 0"),
+        (["--seeds", "0"], "argument --seeds: must be at least 1, got 0"),
         (["--layers", "1,x"], "--layers must be comma-separated integers, got '1,x'"),
         (["--layers", "5", "--tokens", "24"], "layers must lie in [0, 2), got [5]"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
