@@ -108,7 +108,10 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
     ],
 )
 def test_bad_input_is_one_line(tiny_loader, capsys, argv, message):
-    code = main(["perturb", *argv])
+    try:
+        code = main(["perturb", *argv])
+    except SystemExit as exc:  # refused while parsing
+        code = exc.code
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith(f"ropesplit perturb: error: {message}")
