@@ -70,7 +70,7 @@ class TrainConfig:
     """Everything that decides a training run (saved as ``run.json``)."""
 
     out: str = "train-run"  # run folder (checkpoints step-NNNNNN/ inside)
-    steps: int = 600  # optimizer steps
+    steps: int = 400  # optimizer steps
     seq_len: int = 128  # L_train: tokens per training window, positions 0..L-1
     rope_base: float = 10000.0  # b in theta_l = b^(-2l/d)
     layers: int = 2

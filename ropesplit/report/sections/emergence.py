@@ -1,0 +1,95 @@
+r"""Training: the split's pattern watched as it forms (``ropesplit train``, issue 11).
+
+The ``train`` stage (:func:`train_stage`, one line in the pipeline's
+``STAGES``) trains the small Llama of :mod:`ropesplit.empirical.train` at two
+RoPE bases, shorter than ``ropesplit train``'s default (:data:`REPORT_TRAIN`),
+into ``REPORT/train/``; a rerun resumes the finished runs (same numbers). Its
+record is ``train.json`` (the ``ropesplit train --json`` schema) and it adds
+figures 11 and 12 to the run's figures. This section states the theory's
+prediction, then per base the random init, its control and the last
+checkpoint with bootstrap intervals over heads, then the verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ropesplit.empirical.train import TrainConfig
+from ropesplit.report.document import Section, Table, fmt
+from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
+
+__all__ = ["REPORT_BASES", "REPORT_TRAIN", "SECTION", "train_stage"]
+
+# the report's training: the default model, fewer steps (about 1-2 min per base on 2 cores)
+REPORT_TRAIN = TrainConfig(steps=150, checkpoints=6)
+REPORT_BASES = (10000.0, 100.0)  # many vs no slow pairs at L_train = 128 (7 vs 0 of 16)
+_STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k", "lowfreq_share_q")
+
+
+def train_stage(ctx: Any) -> dict[str, Any]:
+    """Train :data:`REPORT_TRAIN` at :data:`REPORT_BASES` under ``ctx.folder / "train"``."""
+    import tempfile
+
+    from ropesplit.empirical.emergence import run_emergence
+    from ropesplit.figures.emergence import emergence_data
+
+    root = Path(ctx.folder or tempfile.mkdtemp(prefix="ropesplit-train-"))
+    cfg = dataclasses.replace(REPORT_TRAIN, out=str(root / "train"), seed=ctx.settings.seed)
+    record = run_emergence(cfg, list(REPORT_BASES), [ctx.settings.seed],
+                           say=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    ctx.figure_data |= emergence_data(record)
+    return record
+
+
+def _ci(summary: Mapping[str, Any], name: str) -> str:
+    value = summary[name]
+    if "low" not in value:
+        return "n/a"
+    return f"{fmt(value['mean'])} [{fmt(value['low'])}, {fmt(value['high'])}]"
+
+
+def build(inputs: ReportInputs) -> list[Section]:
+    record = inputs.records["train"]
+    runs = need(record, "runs", "train")
+    cfg = need(record, "config", "train")
+    entropy = float(need(record, "unigram_entropy", "train"))
+    pred = record.get("prediction", {})
+    text = [
+        f"A Llama with {cfg['layers']} layers, d_model {cfg['d_model']} and {cfg['heads']} heads "
+        f"trained here on bytes of the default text for {cfg['steps']} steps of "
+        f"{cfg['batch']} x {cfg['seq_len']} tokens (L_train = {cfg['seq_len']}), measured on "
+        "held-out text at log-spaced checkpoints; step 0 is the random initialisation and the "
+        "control a second random initialisation of the same config. Values: mean over heads "
+        "[95% bootstrap interval over heads].",
+    ]
+    if "statement" in pred:
+        text.append("Prediction, computed before training: " + pred["statement"])
+    columns = ["base", "checkpoint", "val_loss", *_STATS]
+    rows = []
+    for run in runs:
+        first, last = run["checkpoints"][0], run["checkpoints"][-1]
+        for label, c in (("init (step 0)", first), ("control", run["control"]),
+                         (f"step {last['step']}", last)):  # fmt: skip
+            rows.append([f"{run['rope_base']:g} (seed {run['seed']})", label, fmt(c["val_loss"]),
+                         *(_ci(c["summary"], s) for s in _STATS)])  # fmt: skip
+        below = "below" if last["val_loss"] < entropy else "NOT below"
+        text.append(f"Base {run['rope_base']:g}, seed {run['seed']}: final validation loss "
+                    f"{fmt(last['val_loss'])} nats/byte, {below} the corpus's unigram entropy "
+                    f"{fmt(entropy)}.")  # fmt: skip
+    tables = [Table(columns, rows, "random init, its control, and the last checkpoint per run")]
+    if "verdict" in record:
+        vrows = [[name, v["predicted"], _ci({"x": v["many"]}, "x"), _ci({"x": v["few"]}, "x"),
+                  v["verdict"]] for name, v in record["verdict"].items()]  # fmt: skip
+        tables.append(Table(["change, final - init", "predicted",
+                             f"base {pred['many']:g}", f"base {pred['few']:g}", "verdict"],
+                            vrows, "per-head changes pooled over seeds; confirmed/contradicted "
+                            "when the intervals are disjoint"))  # fmt: skip
+    text.append("Figures 11 and 12 show every checkpoint.")
+    return [Section("Training: the pattern as it forms", text, tables, anchor=SECTION.anchor)]
+
+
+SECTION = SectionSpec("training", ("train",), build)
