@@ -13,6 +13,12 @@ derived from the model itself; nothing here recomputes a statistic. Per head:
 - ``lowfreq_share_k`` / ``_q``: share of key (query) deviation energy in the
   lower-frequency half of the pairs: the pattern training is claimed to learn.
 
+Every head is also measured under each reference rotation of THEORY.md
+section 6 (``reference.COMPARED``: ``zero``, ``distance:256``,
+``distance:1000``, ``mean``): ``by_reference`` in each row, means with
+bootstrap 95% intervals over heads in the record.  ``reference`` chooses the
+split every other column is measured under (default :data:`DEFAULT_REFERENCE`).
+
 Per-layer and overall means summarise them; the same run on the same
 architecture at random initialisation is the control.
 """
@@ -29,19 +35,28 @@ from typing import Any
 import numpy as np
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel
+from ropesplit.numerics.reference import COMPARED
 
 from ropesplit.errors import RopesplitError, ValidationError
 from ropesplit.paper import PAPER_R_SPLIT
 
 __all__ = [
+    "DEFAULT_REFERENCE",
+    "KBARS",
     "PAPER_R_SPLIT",
     "STATISTICS",
     "Analysis",
     "analysis_record",
     "analyze",
+    "analyze_capture",
     "check_memory",
+    "paired_difference",
+    "reference_summary",
     "memory_estimate",
 ]
+
+DEFAULT_REFERENCE = "zero"  # the split of the columns; every reference is in by_reference
+KBARS = ("mean", "mean-skip-first")  # the reference key: mean key, or without the first token
 
 STATISTICS = (
     "r_split",
@@ -90,6 +105,7 @@ class Analysis:
             **self.validation,
             "heads": self.heads,
             "summary": self.summary,
+            "by_reference": reference_summary(self.heads),
         }
 
 
@@ -147,15 +163,21 @@ def analyze(
     *,
     seed: int = 0,
     pair_budget: int | None = None,
+    reference: str = DEFAULT_REFERENCE,
+    references: tuple[str, ...] = COMPARED,
+    kbar: str = "mean",
     on_layer: Callable[[int], Any] | None = None,
 ) -> Analysis:
-    r"""Capture (validated) and measure every head: THEORY.md section 5 per head.
+    r"""Capture (validated) and measure every head: THEORY.md sections 5-6 per head.
 
     Each layer's heads go through ``numerics.stats.layer_statistics`` at once
     with the captured ``theta``, ``s = scale a^2``, ``kv_map``, layout,
-    rotary dimension, positions and sliding window. ``seed`` fixes any pair
-    sampling (``pair_budget``); ``on_layer(1)`` is called after each layer (a
-    progress bar's ``update``).
+    rotary dimension, positions and sliding window. ``pair_budget`` (causal
+    pairs per head, None: every pair) and ``seed`` as in numerics;
+    ``reference`` sets the split of the columns, ``references`` the others
+    recorded in ``by_reference``; ``kbar`` is ``"mean"`` or
+    ``"mean-skip-first"`` (the mean key without the first token);
+    ``on_layer(1)`` is called after each layer (a progress bar's ``update``).
     """
     import torch
 
@@ -163,38 +185,8 @@ def analyze(
     start = time.perf_counter()
     cache = capture(loaded, input_ids, position_ids, keep_probs=False)
     captured = time.perf_counter()
-    from ropesplit.numerics.stats import layer_statistics  # after the validated capture
-
-    positions = cache.positions.numpy()
-    extra = {} if pair_budget is None else {"pair_budget": pair_budget}
-    rows: list[dict[str, Any]] = []
-    for layer in cache.layers:
-        stats = layer_statistics(
-            layer.q.double().numpy(),  # (H, N, d)
-            layer.k.double().numpy(),  # (Hkv, N, d)
-            layer.kv_map,
-            layer.theta,
-            layer.scale,
-            positions=positions,
-            layout=layer.layout,
-            rotary_dim=layer.rotary_dim,
-            window=layer.window,
-            seed=seed,
-            **extra,
-        )
-        for head, head_stats in enumerate(stats):
-            row = {
-                "layer": layer.layer,
-                "head": head,
-                "kv_head": int(layer.kv_map[head]),
-                "rope_base": layer.rope_base,
-            }
-            row |= {name: float(getattr(head_stats, name)) for name in STATISTICS}
-            # tightness is exact unless N^2 P exceeded the pair budget: say which
-            row |= {"n_pairs": head_stats.n_pairs, "sampled_pairs": head_stats.sampled_pairs}
-            rows.append(row)
-        if on_layer is not None:
-            on_layer(1)
+    rows = analyze_capture(cache, seed=seed, pair_budget=pair_budget, reference=reference,
+                           references=references, kbar=kbar, on_layer=on_layer)  # fmt: skip
     done = time.perf_counter()
     _check_bound(rows)
     return Analysis(
@@ -204,8 +196,114 @@ def analyze(
         reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
         heads=rows,
         seconds={"capture": captured - start, "analysis": done - captured},
-        validation=cache.validation(),
     )
+
+
+def analyze_capture(
+    cache: Any,
+    *,
+    seed: int = 0,
+    pair_budget: int | None = None,
+    reference: str = DEFAULT_REFERENCE,
+    references: tuple[str, ...] = COMPARED,
+    kbar: str = "mean",
+    shuffle_frequencies: int | None = None,
+    layers: Any = None,
+    on_layer: Callable[[int], Any] | None = None,
+) -> list[dict[str, Any]]:
+    r"""One row per head of a validated capture (see :func:`analyze`).
+
+    ``shuffle_frequencies`` (a seed) is the frequency-order control: the
+    trained queries and keys are kept and each layer's frequencies
+    :math:`\theta_l` are assigned to the pairs in a seeded random order.
+    ``layers`` restricts the layers (default: all).
+    """
+    from ropesplit.numerics.stats import layer_statistics  # after the validated capture
+
+    if kbar not in KBARS:
+        raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
+    positions = cache.positions.numpy()
+    rows: list[dict[str, Any]] = []
+    for layer in cache.layers:
+        if layers is not None and layer.layer not in layers:
+            continue
+        q = layer.q.double().numpy()  # (H, N, d)
+        k = layer.k.double().numpy()  # (Hkv, N, d)
+        theta = np.asarray(layer.theta, dtype=np.float64)  # (P,)
+        if shuffle_frequencies is not None:
+            rng = np.random.default_rng([shuffle_frequencies, layer.layer])
+            theta = theta[rng.permutation(theta.size)]
+        stats = layer_statistics(
+            q, k, layer.kv_map, theta, layer.scale,
+            positions=positions, layout=layer.layout, rotary_dim=layer.rotary_dim,
+            window=layer.window, seed=seed, pair_budget=pair_budget,
+            kbar=k[:, 1:].mean(axis=1) if kbar == "mean-skip-first" else None,
+            reference=reference, references=references,
+        )  # fmt: skip
+        for head, head_stats in enumerate(stats):
+            row = {
+                "layer": layer.layer,
+                "head": head,
+                "kv_head": int(layer.kv_map[head]),
+                "rope_base": layer.rope_base,
+            }
+            row |= {name: float(getattr(head_stats, name)) for name in STATISTICS}
+            # tightness is exact unless a pair budget asked for a sample: say which
+            row |= {"n_pairs": head_stats.n_pairs, "sampled_pairs": head_stats.sampled_pairs}
+            row |= {"reference": head_stats.reference, "by_reference": head_stats.by_reference}
+            rows.append(row)
+        if on_layer is not None:
+            on_layer(1)
+    return rows
+
+
+def reference_summary(
+    heads: list[dict[str, Any]], *, seed: int = 0, n_boot: int = 2000
+) -> dict[str, dict[str, Any]]:
+    """Per reference: mean ``r_split`` (and ``remainder_share``) over heads, bootstrap 95% CI.
+
+    Heads whose value is undefined (NaN) are left out and counted in ``left_out``.
+    """
+    from ropesplit.numerics.bootstrap import bootstrap_ci
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in heads[0]["by_reference"] if heads else ():
+        entry: dict[str, Any] = {}
+        for name in ("r_split", "remainder_share"):
+            values = np.array([row["by_reference"][spec][name] for row in heads])
+            keep = np.isfinite(values)
+            ci = bootstrap_ci(values[keep], n_boot=n_boot, seed=seed) if keep.any() else None
+            entry[name] = None if ci is None else ci.as_dict()
+            entry[f"{name}_left_out"] = int((~keep).sum())
+        out[spec] = entry
+    return out
+
+
+def paired_difference(
+    trained: list[dict[str, Any]],
+    controls: list[list[dict[str, Any]]],
+    spec: str,
+    *,
+    name: str = "r_split",
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """Trained minus control per head (controls averaged over their runs), mean and 95% CI.
+
+    Heads are paired by ``(layer, head)``; the interval is a bootstrap over heads.
+    """
+    from ropesplit.numerics.bootstrap import bootstrap_ci
+
+    def key(row: dict[str, Any]) -> tuple[int, int]:
+        return int(row["layer"]), int(row["head"])
+
+    runs = [{key(row): row["by_reference"][spec][name] for row in run} for run in controls]
+    diffs = []
+    for row in trained:
+        base = [run.get(key(row), math.nan) for run in runs]
+        diffs.append(row["by_reference"][spec][name] - float(np.mean(base)))
+    values = np.array(diffs)
+    values = values[np.isfinite(values)]
+    return bootstrap_ci(values, seed=seed).as_dict() if values.size else None
 
 
 def analysis_record(trained: Analysis, control: Analysis | None, seed: int) -> dict[str, Any]:
@@ -226,6 +324,11 @@ def analysis_record(trained: Analysis, control: Analysis | None, seed: int) -> d
             "reconstruction_max_abs_diff": control.reconstruction_max_abs_diff,
             "heads": control.heads,
             "summary": control.summary,
+            "by_reference": reference_summary(control.heads, seed=seed),
+            "trained_minus_control": {
+                spec: paired_difference(trained.heads, [control.heads], spec, seed=seed)
+                for spec in record["by_reference"]
+            },
         }
     return record
 

@@ -20,12 +20,32 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["default_text", "read_text", "tokenize"]
 
 
-def default_text() -> str:
-    """The Python language reference (``pydoc_data.topics``), topics in sorted order.
+TEXT_KINDS = ("docs", "code")  # default_text(kind=): English prose, or Python source
+_CODE_MODULES = ("textwrap", "heapq", "fractions", "difflib")  # stdlib sources, in this order
+
+
+def default_text(kind: str = "docs") -> str:
+    """A text every Python ships: ``docs`` (default) or ``code``, a second domain.
+
+    ``docs``: the language reference (``pydoc_data.topics``), topics in sorted
+    order. ``code``: the source of the standard library modules
+    ``textwrap, heapq, fractions, difflib`` joined by blank lines.
 
     >>> default_text()[:22]
     'The "assert" statement'
     """
+    if kind == "code":
+        import importlib.util
+
+        sources = []
+        for name in _CODE_MODULES:
+            spec = importlib.util.find_spec(name)
+            if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+                raise RopesplitError(f"the standard library source of {name} is not installed")
+            sources.append(Path(spec.origin).read_text(encoding="utf-8"))
+        return "\n\n".join(sources)
+    if kind != "docs":
+        raise RopesplitError(f"text kind must be one of {', '.join(TEXT_KINDS)}, got {kind!r}")
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[key].strip() for key in sorted(topics))

@@ -65,9 +65,8 @@ from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["EXACT_PAIRS", "HeadStats", "head_statistics", "layer_statistics"]
+__all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation"]
 
-EXACT_PAIRS = 512 * 513 // 2  # every causal pair of the default 512-token analysis
 _WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
@@ -207,9 +206,10 @@ def layer_statistics(
     out = []
     for i in range(h):
         tww = sums["tww"][i]
-        split = {ref.spec: _split_stats(sums, r, i) for r, ref in enumerate(refs)}
+        split = {ref.spec: _split_stats(sums, r, i, s, gram.pairs) for r, ref in enumerate(refs)}
+        primary = split[refs[0].spec]
         out.append(HeadStats(
-            **split[refs[0].spec],
+            **{key: primary[key] for key in ("r_split", "r_split_rowcentred", "remainder_share")},
             r_3axis=_corr(fit_share[i], tww, fit_share[i]),
             tightness_max=tight[i][0], tightness_median=tight[i][1],
             lowfreq_share_k=float(low_k[i]), lowfreq_share_q=float(low_q[i]),
@@ -230,15 +230,49 @@ def _unique(specs: list[str | Reference]) -> list[str | Reference]:
     return out
 
 
-def _split_stats(sums: dict[str, Any], r: int, i: int) -> dict[str, float]:
-    """The split statistics of head ``i`` under reference ``r``."""
+def _split_stats(sums: dict[str, Any], r: int, i: int, s: float, n: int) -> dict[str, float]:
+    """The split statistics of head ``i`` under reference ``r``, and its pair moments.
+
+    Moments over the ``n`` causal pairs, in logit units: ``w_mean, w_var``
+    (of ``W``), ``fg_mean, fg_var`` (of ``f + g``), ``w_fg_cov``: what
+    :func:`pooled_correlation` combines across heads.
+    """
     tww, cww = sums["tww"][i], sums["cww"][i]
     twe, tee, cwe, cee, e_sq = (sums[key][r][i] for key in ("twe", "tee", "cwe", "cee", "e_sq"))
+    mean_w, mean_e = float(sums["mean_w"][i]), float(sums["mean_e"][r][i])
     return {
         "r_split": _corr(tww - twe, tww, tww - 2 * twe + tee),
         "r_split_rowcentred": _corr(cww - cwe, cww, cww - 2 * cwe + cee),
         "remainder_share": math.sqrt(e_sq / tww) if tww > 0 else math.nan,
-    }
+        "w_mean": s * mean_w, "w_var": float(s * s * tww / n),
+        "fg_mean": s * (mean_w - mean_e), "fg_var": float(s * s * (tww - 2 * twe + tee) / n),
+        "w_fg_cov": float(s * s * (tww - twe) / n),
+    }  # fmt: skip
+
+
+def pooled_correlation(moments: Any, counts: Any, weights: Any = None) -> Any:
+    r"""Pearson correlation of ``W`` with ``f + g`` over the pairs of several heads pooled.
+
+    ``moments``: per head dicts with ``w_mean, w_var, fg_mean, fg_var,
+    w_fg_cov`` (``HeadStats.by_reference[spec]``), ``counts (H,)`` their pair
+    counts; ``weights (..., H)`` optional head multiplicities (a bootstrap
+    resample), giving ``(...)`` correlations:
+
+    .. math:: r = \frac{\sum_h n_h[c_h + (\mu^w_h - \mu^w)(\mu^{fg}_h - \mu^{fg})]}
+                  {\sqrt{\sum_h n_h[v^w_h + (\mu^w_h - \mu^w)^2]
+                          \sum_h n_h[v^{fg}_h + (\mu^{fg}_h - \mu^{fg})^2]}}
+    """
+    names = ("w_mean", "w_var", "fg_mean", "fg_var", "w_fg_cov")
+    mw, vw, mf, vf, c = (np.array([float(m[key]) for m in moments]) for key in names)  # (H,)
+    n = np.asarray(counts, dtype=np.float64) * (1.0 if weights is None else np.asarray(weights))
+    total = n.sum(-1, keepdims=True)
+    mu_w = (n * mw).sum(-1, keepdims=True) / total
+    mu_f = (n * mf).sum(-1, keepdims=True) / total
+    cov = (n * (c + (mw - mu_w) * (mf - mu_f))).sum(-1)
+    var_w = (n * (vw + (mw - mu_w) ** 2)).sum(-1)
+    var_f = (n * (vf + (mf - mu_f) ** 2)).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return cov / np.sqrt(var_w * var_f)
 
 
 def _corr(cov: float, var_a: float, var_b: float) -> float:
@@ -382,6 +416,7 @@ def _logit_sums(
         "cee": [torch.where(several, ee[r] - row_e[r] * row_e[r] / count_b, 0.0).sum(-1).numpy()
                 for r in range(n_ref)],
         "e_sq": [(ee[r].sum(-1) + gram.pairs * mean_e[r] ** 2).numpy() for r in range(n_ref)],
+        "mean_w": mean_w.numpy(), "mean_e": [m.numpy() for m in mean_e],
     }  # fmt: skip
     rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
                      col_w - mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip

@@ -198,3 +198,51 @@ def test_the_output_says_when_tightness_is_sampled(folders, capsys, tmp_path, bu
     else:
         assert all(row["sampled_pairs"] is None for row in rows)
         assert "tightness exact over every causal pair" in out
+
+
+def test_every_reference_in_json_csv_and_table(folders, capsys, tmp_path):
+    js, cs = tmp_path / "x.json", tmp_path / "x.csv"
+    argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "24"]
+    code, out, err = run_cli(capsys, *argv, "--reference", "distance:1e3", "--json", str(js),
+                             "--csv", str(cs))  # fmt: skip
+    assert code == 0, err
+    record = json.loads(js.read_text())
+    specs = ["distance:1000", "zero", "distance:256", "mean"]
+    for head in record["heads"]:
+        assert head["reference"] == "distance:1000" and list(head["by_reference"]) == specs
+        assert head["r_split"] == head["by_reference"]["distance:1000"]["r_split"]
+    for spec in specs:
+        ci = record["by_reference"][spec]["r_split"]
+        assert ci["low"] <= ci["mean"] <= ci["high"] and ci["level"] == 0.95
+        diff = record["control"]["trained_minus_control"][spec]
+        assert diff["low"] <= diff["mean"] <= diff["high"]
+    rows = list(csv.DictReader(cs.open()))
+    assert float(rows[0]["r_split[mean]"]) == pytest.approx(
+        record["heads"][0]["by_reference"]["mean"]["r_split"])
+    assert "split under reference distance:1000" in out
+    assert "trained - control" in out and out.count("distance:256") == 1
+
+
+def test_bad_reference_is_one_line(folders, capsys):
+    code, _, err = run_cli(capsys, "--model", folders["llama"], "--reference", "far")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("ropesplit analyze: error: reference must be zero, distance:C")
+
+
+def test_protocol_table_and_controls(folders, capsys, tmp_path):
+    js = tmp_path / "x.json"
+    argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "20"]
+    code, out, err = run_cli(capsys, *argv, "--no-control", "--protocol", "--json", str(js))
+    assert code == 0, err
+    proto = json.loads(js.read_text())["protocol"]
+    assert proto["settings"]["tokens"] == [10, 20, 40] and proto["settings"]["baseline"] == 20
+    keys = {(r["tokens"], r["kbar"], r["layers"], r["reference"]) for r in proto["rows"]}
+    assert len(keys) == len(proto["rows"]) == 3 * 2 * 2 * 4
+    for row in proto["rows"]:
+        for stat in ("per_head", "pooled"):
+            assert row[stat]["low"] <= row[stat]["mean"] <= row[stat]["high"]
+    assert set(proto["controls"]) == {"random-init", "shuffled-theta", "code-text"}
+    assert proto["controls"]["random-init"]["runs"] == 3
+    assert len(proto["verdicts"]) == 1 + 3 * 4
+    assert all(v.split(":")[0] in ("agrees", "disagrees", "inconclusive") for v in proto["verdicts"])
+    assert "protocol table" in out and "shuffled-theta" in out

@@ -15,7 +15,17 @@ import pytest
 import torch
 import transformers as T
 from ropesplit.empirical import capture, default_text, load_model, tokenize
-from ropesplit.empirical.analyze import STATISTICS, analyze, check_memory, memory_estimate
+from ropesplit.empirical.analyze import (
+    STATISTICS,
+    analysis_record,
+    analyze,
+    analyze_capture,
+    check_memory,
+    memory_estimate,
+    paired_difference,
+)
+from ropesplit.empirical.models import random_init_twin
+from ropesplit.numerics.reference import COMPARED
 
 from ropesplit.errors import RopesplitError
 
@@ -87,6 +97,63 @@ def test_analyze_gives_finite_statistics_per_head(arch):
         assert result.summary[name] == pytest.approx(np.mean([r[name] for r in result.heads]))
     again = analyze(loaded, IDS, seed=0)
     assert again.heads == result.heads  # deterministic for a seed
+
+
+def test_every_head_under_every_reference():
+    loaded = load_model(CONFIGS["llama"], seed=1)
+    zero = analyze(loaded, IDS, seed=0)
+    mean = analyze(loaded, IDS, seed=0, reference="mean")
+    for a, b in zip(zero.heads, mean.heads, strict=True):
+        assert list(a["by_reference"]) == list(COMPARED) and a["reference"] == "zero"
+        assert list(b["by_reference"]) == ["mean", *[c for c in COMPARED if c != "mean"]]
+        assert a["r_split"] == a["by_reference"]["zero"]["r_split"]
+        assert b["r_split"] == b["by_reference"]["mean"]["r_split"]
+        for spec in COMPARED:  # the same numbers whichever split the columns use
+            for name, value in a["by_reference"][spec].items():
+                assert b["by_reference"][spec][name] == pytest.approx(value, abs=1e-12)
+    record = analysis_record(zero, analyze(random_init_twin(loaded, 3), IDS), seed=0)
+    for spec in COMPARED:
+        ci = record["by_reference"][spec]["r_split"]
+        assert ci["low"] <= ci["mean"] <= ci["high"] and ci["n"] == 8
+        assert ci["mean"] == pytest.approx(np.mean([r["by_reference"][spec]["r_split"]
+                                                    for r in zero.heads]))  # fmt: skip
+        diff = record["control"]["trained_minus_control"][spec]
+        assert diff["low"] <= diff["mean"] <= diff["high"]
+    # known truth: a model minus itself is 0 with a zero-width interval
+    same = paired_difference(zero.heads, [zero.heads, zero.heads], "mean")
+    assert same["mean"] == same["low"] == same["high"] == 0.0
+
+
+def test_controls_are_the_numerics_with_permuted_frequencies_and_other_kbar():
+    from ropesplit.numerics.stats import layer_statistics
+
+    loaded = load_model(CONFIGS["llama"], seed=4)
+    cache = capture(loaded, IDS)
+    shuffled = analyze_capture(cache, shuffle_frequencies=7, references=("mean",), layers=[1])
+    skip = analyze_capture(cache, kbar="mean-skip-first", references=(), layers=[1])
+    plain = analyze_capture(cache, references=(), layers=[1])
+    layer = cache.layers[1]
+    q, k = layer.q.double().numpy(), layer.k.double().numpy()
+    order = np.random.default_rng([7, 1]).permutation(len(layer.theta))
+    common = dict(positions=cache.positions.numpy(), layout=layer.layout)
+    want = layer_statistics(q, k, layer.kv_map, np.asarray(layer.theta)[order], layer.scale,
+                            references=("mean",), **common)  # fmt: skip
+    want_skip = layer_statistics(q, k, layer.kv_map, layer.theta, layer.scale,
+                                 kbar=k[:, 1:].mean(1), **common)  # fmt: skip
+    for row, w, rs, ws, rp in zip(shuffled, want, skip, want_skip, plain, strict=True):
+        assert row["layer"] == 1 and row["by_reference"] == w.by_reference
+        assert rs["r_split"] == ws.r_split != rp["r_split"]
+        assert row["r_split"] != rp["r_split"]  # the frequency order matters to the split
+    with pytest.raises(RopesplitError, match="kbar must be one of mean, mean-skip-first"):
+        analyze_capture(cache, kbar="median")
+
+
+def test_second_default_text_is_python_source():
+    code = default_text("code")
+    assert code.startswith('"""Text wrapping and filling.') and "def heappush" in code
+    assert code == default_text("code") and default_text() == default_text("docs")
+    with pytest.raises(RopesplitError, match="text kind must be one of docs, code, got 'poem'"):
+        default_text("poem")
 
 
 def test_memory_check_names_both_numbers(monkeypatch):

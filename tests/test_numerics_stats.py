@@ -12,11 +12,18 @@ from hypothesis import strategies as st
 from ropesplit.numerics.fit import three_axis_fit
 from ropesplit.numerics.rope import frequencies, from_pairs, to_pairs
 from ropesplit.numerics.split import split_head
-from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
+from ropesplit.numerics.stats import (
+    HeadStats,
+    head_statistics,
+    layer_statistics,
+    pooled_correlation,
+)
 from ropesplit.numerics.synthetic import make_qk
 
 from ropesplit.errors import RopesplitError
 
+SPLIT_KEYS = ("r_split", "r_split_rowcentred", "remainder_share", "w_mean", "w_var", "fg_mean",
+              "fg_var", "w_fg_cov")  # fmt: skip
 FLOATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
           "tightness_median", "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip
 
@@ -139,8 +146,7 @@ def test_torch_inputs_and_plain_python_fields():
     for field in dataclasses.fields(HeadStats):
         value = getattr(a, field.name)
         if field.name == "by_reference":
-            assert {k: set(v) for k, v in value.items()} == {"zero": {
-                "r_split", "r_split_rowcentred", "remainder_share"}}
+            assert {k: set(v) for k, v in value.items()} == {"zero": set(SPLIT_KEYS)}
             assert all(type(x) is float for v in value.values() for x in v.values())
         elif field.name == "reference":
             assert value == "zero"
@@ -186,9 +192,9 @@ def test_head_statistics_match_the_reference_twin(head, spec):
         else:
             assert a == pytest.approx(b, abs=1e-8), name
         assert isinstance(a, float)
-    assert got.by_reference == {spec: {"r_split": got.r_split, "remainder_share":
-                                       got.remainder_share,
-                                       "r_split_rowcentred": got.r_split_rowcentred}}
+    assert list(got.by_reference) == [spec]
+    for name in ("r_split", "remainder_share", "r_split_rowcentred"):
+        assert got.by_reference[spec][name] is getattr(got, name)  # the same float (or NaN)
 
 
 def test_references_ride_along_without_changing_the_primary_numbers():
@@ -206,3 +212,27 @@ def test_references_ride_along_without_changing_the_primary_numbers():
             for name in ("r_split", "r_split_rowcentred", "remainder_share"):
                 want = getattr(own[alone.index(a)], name)
                 assert b.by_reference[spec][name] == pytest.approx(want, abs=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), spec=st.sampled_from(["zero", "mean", "distance:40"]),
+       window=st.one_of(st.none(), st.integers(1, 30)))  # fmt: skip
+def test_pooled_correlation_matches_the_concatenated_pairs(seed, spec, window):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(3, 25, 6)) + rng.normal(size=(3, 1, 6)) * 2
+    k = rng.normal(size=(3, 25, 6)) + rng.normal(size=(3, 1, 6)) * 2
+    theta = frequencies(6, 300.0)
+    stats = layer_statistics(q, k, [0, 1, 2], theta, 0.4, window=window, reference=spec)
+    splits = [split_head(q[h], k[h], theta, 0.4, window=window, reference=spec) for h in range(3)]
+    w = np.concatenate([sp.W[sp.mask] for sp in splits])
+    fg = np.concatenate([(sp.f + sp.g)[sp.mask] for sp in splits])
+    moments = [st_.by_reference[spec] for st_ in stats]
+    counts = [st_.n_pairs for st_ in stats]
+    assert pooled_correlation(moments, counts) == pytest.approx(np.corrcoef(w, fg)[0, 1], abs=1e-9)
+    one = pooled_correlation(moments[:1], counts[:1])
+    assert one == pytest.approx(stats[0].r_split, abs=1e-12)
+    # head multiplicities (a bootstrap resample) = those heads' pairs repeated
+    twice = np.concatenate([w, splits[0].W[splits[0].mask]])
+    twice_fg = np.concatenate([fg, (splits[0].f + splits[0].g)[splits[0].mask]])
+    got = pooled_correlation(moments, counts, np.array([[2, 1, 1]]))[0]
+    assert got == pytest.approx(np.corrcoef(twice, twice_fg)[0, 1], abs=1e-9)

@@ -4,8 +4,12 @@ Loads a RoPE causal LM (default: the embedded SmolLM2-135M-Instruct), reads
 the first ``--tokens`` tokens of a text, captures every layer's pre-RoPE
 queries and keys (validated against the model's own attention), and reports
 the statistics of THEORY.md section 5 per head, beside the same architecture
-at random initialisation (the control). Exit codes: 2 bad input, 1 a failed
-validation.
+at random initialisation (the control). Every head is measured under each
+reference rotation of THEORY.md section 6 (zero, distance:256, distance:1000,
+mean; ``--reference`` picks the split of the columns). ``--protocol`` adds the
+protocol table (reference x kbar x tokens x per-head/pooled x layers) and the
+controls (random init over seeds, shuffled frequency order, a second text).
+Exit codes: 2 bad input, 1 a failed validation.
 """
 
 from __future__ import annotations
@@ -48,8 +52,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pair-budget",
         type=int,
-        help="largest (causal pairs x d/2) per head whose bound is checked exactly; "
-        "beyond it tightness comes from a seeded sample of pairs (numerics' default)",
+        metavar="PAIRS",
+        help="check the bound on a seeded sample of this many causal pairs per head "
+        "(default: every causal pair)",
+    )
+    parser.add_argument(
+        "--reference",
+        default=None,
+        metavar="SPEC",
+        help="the split of the columns: zero, distance:C or mean (default: "
+        "the analysis default); every head is recorded under every reference anyway",
+    )
+    parser.add_argument(
+        "--protocol",
+        action="store_true",
+        help="also run the protocol table at --tokens/2, --tokens and 2x --tokens (512, 1024, "
+        "2048 for --tokens 1024) and its controls at --tokens (several forward passes)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
     parser.add_argument("--csv", metavar="PATH", help="write one row per head as CSV")
@@ -75,31 +93,67 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.json, args.csv):
         if path:
             output_path(path)  # a bad output folder fails now, not after the model ran
+    from ropesplit.empirical.analyze import DEFAULT_REFERENCE
+    from ropesplit.numerics.reference import canonical
+
+    reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
     text = read_text(args.text) if args.text else default_text()
     loaded = load_model(
         args.model, args.gguf_file, device=args.device, dtype=args.dtype,
         device_map=args.device_map, seed=args.seed,
     )  # fmt: skip
     ids = tokenize(loaded, text, args.tokens)  # (N,); refuses more than the context
-    check_memory(loaded, args.tokens)
+    check_memory(loaded, args.tokens * (2 if args.protocol else 1))
+    if args.protocol:
+        tokenize(loaded, text, 2 * args.tokens)  # refuses a short text or context now
     runs = [loaded] + ([random_init_twin(loaded, args.seed)] if args.control != "none" else [])
     analyses = []
     with tqdm(total=sum(m.n_layers for m in runs), desc="layers", unit="layer",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
         for model in runs:
             analyses.append(
-                analyze(
-                    model, ids, seed=args.seed, pair_budget=args.pair_budget, on_layer=bar.update
-                )  # fmt: skip
+                analyze(model, ids, seed=args.seed, pair_budget=args.pair_budget,
+                        reference=reference, on_layer=bar.update)  # fmt: skip
             )
     trained, control = analyses[0], (analyses[1] if len(analyses) > 1 else None)
     record = analysis_record(trained, control, args.seed)
     print(_table(trained, control, PAPER_R_SPLIT))
+    print(_reference_table(record))
+    if args.protocol:
+        from ropesplit.empirical.protocol import CONTROL_SEEDS, protocol, protocol_table
+
+        counts = (args.tokens // 2, args.tokens, 2 * args.tokens)
+        steps = len(counts) + len(CONTROL_SEEDS) + 1  # captures: counts, random inits, code
+        with tqdm(total=steps, desc="protocol", unit="capture", file=sys.stderr,
+                  disable=None) as bar:  # fmt: skip
+            record["protocol"] = protocol(loaded, text, tokens=counts, baseline=args.tokens,
+                                          seed=args.seed,
+                                          on_step=lambda _: bar.update())  # fmt: skip
+        print(protocol_table(record["protocol"]))
     if args.json:
         write_json(args.json, record)
     if args.csv:
         write_text(args.csv, _csv(trained, control, STATISTICS))
     return 0
+
+
+def _reference_table(record: dict[str, Any]) -> str:
+    """Mean r_split per reference with its bootstrap 95% interval, and trained minus control."""
+    control = record.get("control")
+    lines = [f"{'reference':<16}{'r_split [95% CI over heads]':>30}"
+             + (f"{'trained - control [95% CI]':>32}" if control else "")]  # fmt: skip
+    for spec, entry in record["by_reference"].items():
+        line = f"{spec:<16}{_interval(entry['r_split']):>30}"
+        if control:
+            line += f"{_interval(control['trained_minus_control'][spec]):>32}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _interval(ci: dict[str, float] | None) -> str:
+    if ci is None:
+        return "nan"
+    return f"{ci['mean']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
 
 
 def _fmt(value: float) -> str:
@@ -116,10 +170,11 @@ def _table(trained: Any, control: Any, paper: float) -> str:
     sampled = {row["sampled_pairs"] for row in trained.heads} - {None}
     lines = [
         f"{trained.model}: {len(trained.token_ids)} tokens, {len(trained.heads)} heads, "
+        f"split under reference {trained.heads[0]['reference']}, "
         f"reconstruction_max_abs_diff {trained.reconstruction_max_abs_diff:.1e}",
         (
             f"tightness from {min(sampled)} sampled causal pairs per head of "
-            f"{trained.heads[0]['n_pairs']} (--pair-budget for exact)"
+            f"{trained.heads[0]['n_pairs']} (--pair-budget asked for a sample)"
             if sampled
             else "tightness exact over every causal pair"
         ),
@@ -154,11 +209,14 @@ def _cells(row: dict[str, float], control: dict[str, float] | None) -> str:
 def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
     """One row per head, trained then control, with a ``model`` column telling which."""
     buffer = io.StringIO()
+    specs = list(trained.heads[0]["by_reference"]) if trained.heads else []
     columns = ["model", "layer", "head", "kv_head", "rope_base", *statistics, "n_pairs",
-               "sampled_pairs"]  # fmt: skip
+               "sampled_pairs", "reference", *(f"r_split[{spec}]" for spec in specs)]  # fmt: skip
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for label, analysis in (("trained", trained), ("control", control)):
         for row in analysis.heads if analysis is not None else []:
-            writer.writerow({"model": label, **row})
+            flat = {k: v for k, v in row.items() if k != "by_reference"}
+            flat |= {f"r_split[{spec}]": row["by_reference"][spec]["r_split"] for spec in specs}
+            writer.writerow({"model": label, **flat})
     return buffer.getvalue()
