@@ -8,7 +8,9 @@
   ``javascripts/mathjax/``: the maths renders with no network access (SVG
   output, so no web fonts are fetched either).
 - ``docs/notebooks/*.ipynb`` become pages (markdown cells as written, code
-  cells as fenced Python), so their maths goes through the same renderer.
+  cells as fenced Python, their outputs and figures from one run of the fast
+  path at build time, cached in ``build/notebooks/``), so their maths goes
+  through the same renderer.
 """
 
 from __future__ import annotations
@@ -102,25 +104,89 @@ def on_files(files, config):
     return files
 
 
-def notebook_markdown(path: Path) -> str:
-    """A notebook as a Markdown page: markdown cells as written, code cells fenced.
+NOTEBOOK_CACHE = ROOT / "build" / "notebooks"  # executed copies, keyed by content hash
+SOURCES = ("theory", "numerics", "empirical", "ropesplit")  # what a notebook's outputs depend on
 
-    Outputs are not shown (the committed notebook has none; the tests run it);
-    a note at the top says how to run it.
+
+def _source_hash(path: Path) -> str:
+    """Hash of the notebook and of every module it can import: a changed one reruns it."""
+    import hashlib
+
+    digest = hashlib.sha256(path.read_bytes())
+    for folder in SOURCES:
+        for module in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(module.relative_to(ROOT).as_posix().encode() + module.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def executed_cells(path: Path) -> tuple[list[dict], bool]:
+    """The notebook's cells with outputs: run once in a kernel (fast path), then cached.
+
+    Falls back to the cells without outputs (``False``) where nbclient or
+    ipykernel is not installed; a cell that fails fails the build.
     """
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    import os
+
+    cache = NOTEBOOK_CACHE / f"{path.stem}-{_source_hash(path)}.ipynb"
+    if cache.is_file():
+        return json.loads(cache.read_text(encoding="utf-8"))["cells"], True
+    try:
+        import nbclient
+        import nbformat
+        from jupyter_client.kernelspec import NoSuchKernel
+    except ImportError:
+        return json.loads(path.read_text(encoding="utf-8"))["cells"], False
+    nb = nbformat.read(path, as_version=4)
+    saved = os.environ.pop("ROPESPLIT_NOTEBOOK_MODEL", None)  # the site shows the fast path
+    try:
+        where = {"metadata": {"path": str(path.parent)}}
+        nbclient.NotebookClient(nb, timeout=900, kernel_name="python3", resources=where).execute()
+    except NoSuchKernel:
+        return json.loads(path.read_text(encoding="utf-8"))["cells"], False
+    finally:
+        if saved is not None:
+            os.environ["ROPESPLIT_NOTEBOOK_MODEL"] = saved
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    for old in cache.parent.glob(f"{path.stem}-*.ipynb"):
+        old.unlink()
+    nbformat.write(nb, cache)
+    return json.loads(cache.read_text(encoding="utf-8"))["cells"], True
+
+
+def _outputs(cell: dict) -> list[str]:
+    """A code cell's outputs as Markdown: text fenced, figures as embedded PNG."""
+    parts = []
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if out.get("output_type") == "stream" and out.get("name") == "stdout":
+            parts.append("```text\n" + "".join(out["text"]).rstrip() + "\n```")
+        elif "image/png" in data:
+            png = "".join(data["image/png"]).replace("\n", "")
+            parts.append(f"![figure](data:image/png;base64,{png})")
+        elif "text/plain" in data:
+            parts.append("```text\n" + "".join(data["text/plain"]).rstrip() + "\n```")
+    return parts
+
+
+def notebook_markdown(path: Path) -> str:
+    """A notebook as a Markdown page: markdown cells as written, code cells fenced,
+    then their outputs (figures inline) from a run of the fast path at build time."""
+    cells, ran = executed_cells(path)
+    how = (f"`.venv/bin/jupyter execute docs/notebooks/{path.name}`, or open it in Jupyter")
+    note = (f"This page is the notebook `docs/notebooks/{path.name}`, "
+            + ("run at build time on its fast path (tiny inputs)" if ran else "without outputs")
+            + f". Run it yourself with {how}; `ROPESPLIT_NOTEBOOK_MODEL=1` uses the "
+            "embedded SmolLM2-135M.")  # fmt: skip
     parts = []
     for i, cell in enumerate(cells):
         text = "".join(cell["source"]).rstrip()
         if cell["cell_type"] == "markdown":
             parts.append(text)
             if i == 0:
-                parts.append(f'!!! note "Run it"\n    This page is the notebook '
-                             f"`docs/notebooks/{path.name}` without its outputs. Run it with "
-                             f"`.venv/bin/jupyter execute docs/notebooks/{path.name}` or open "
-                             "it in Jupyter to see the figures inline.")  # fmt: skip
+                parts.append(f'!!! note "Run it"\n    {note}')
         elif cell["cell_type"] == "code":
             parts.append(f"```python\n{text}\n```")
+            parts += _outputs(cell)
     return "\n\n".join(parts) + "\n"
 
 

@@ -59,6 +59,9 @@ def test_every_page_renders_its_maths_offline(site):
     for page, result in results.items():
         assert result.ok, (page, result)
     assert results["tutorial/index.html"].typeset >= 20
+    assert results["notebooks/rope-to-split/index.html"].typeset >= 20
+    notebook = (site / "notebooks" / "rope-to-split" / "index.html").read_text(encoding="utf-8")
+    assert notebook.count('src="data:image/png;base64,') >= 5  # its figures, from a build-time run
     assert results["derivation/index.html"].typeset >= 20
     assert not list(site.rglob("*.html")) or not any(
         CDN in p.read_text(encoding="utf-8") for p in site.rglob("*.html")
