@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy theory numerics
+	$(BIN)/mypy theory numerics empirical ropesplit
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q

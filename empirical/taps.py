@@ -23,7 +23,7 @@ transformers' ``AttentionInterface``. Inside a :func:`taps` block:
   index of the running layer (TransformerLens' ``blocks.L.attn``).
 
 Everything is restored, removed or unregistered in ``finally``. Nothing here
-computes a statistic: the callers (``capture``, ``experiments_cap``) do.
+computes a statistic: the callers (``capture``, ``lminfinite``) do.
 """
 
 from __future__ import annotations
@@ -177,14 +177,17 @@ def taps(
                                                                  None))
                 )  # fmt: skip
             for name, home in homes.items():
+                wrappers = {}
                 if on_rope is not None:
-                    home.apply_rotary_pos_emb = _rope_wrapper(
+                    wrappers["apply_rotary_pos_emb"] = _rope_wrapper(
                         saved[name]["apply_rotary_pos_emb"], state, on_rope
                     )
                 if on_attention is not None or on_logits is not None:
-                    home.eager_attention_forward = _attention_wrapper(
+                    wrappers["eager_attention_forward"] = _attention_wrapper(
                         saved[name]["eager_attention_forward"], state, on_attention, on_logits
                     )
+                for tap, wrapper in wrappers.items():
+                    setattr(home, tap, wrapper)
             for index, module in enumerate(loaded.attn):
                 handles.append(module.register_forward_pre_hook(_layer_setter(state, index)))
             yield state
