@@ -352,7 +352,9 @@ def _banded(
     pad = glob.new_full((*glob.shape[:-2], rows - n_tokens, n_global), -math.inf)
     glob = torch.cat((glob, pad), dim=-2)  # (B, Hkv, g, rows, G): small
     # one softmax over both pieces, in place (no (rows, G + 2L) copy)
-    top = torch.maximum(glob.amax(-1, keepdim=True), band.amax(-1, keepdim=True))  # (..., rows, 1)
+    top = band.amax(-1, keepdim=True)  # (..., rows, 1): every row has a finite band entry
+    if n_global:
+        top = torch.maximum(top, glob.amax(-1, keepdim=True))
     glob, band = glob.sub_(top).exp_(), band.sub_(top).exp_()
     total = glob.sum(-1, keepdim=True).add_(band.sum(-1, keepdim=True))  # (..., rows, 1)
     glob, band = glob.div_(total).to(q.dtype), band.div_(total).to(q.dtype)

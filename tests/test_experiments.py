@@ -13,7 +13,6 @@ captures each experiment read.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -185,98 +184,6 @@ def test_bad_forward_input_is_one_line(tiny, ids, positions, start, message):
     assert str(info.value).startswith(message)
 
 
-# --------------------------------------------------------------------------- word order
-
-
-
-# --------------------------------------------------------------------------- distance cap
-
-
-def _numpy_capped_probs(hidden, attn, positions, cap):
-    """Layer 0's attention probabilities, float64, from the weights: RoPE at min(Delta, L)."""
-    h = hidden.double().numpy()  # (N, hidden)
-    (n_tokens, _) = h.shape
-    d, n_heads, n_kv = attn.head_dim, 4, 2
-    q = (h @ attn.q_proj.weight.detach().double().numpy().T).reshape(n_tokens, n_heads, d)
-    k = (h @ attn.k_proj.weight.detach().double().numpy().T).reshape(n_tokens, n_kv, d)
-    theta = BASE ** (-np.arange(d // 2) * 2.0 / d)  # (d/2,)
-    probs = np.zeros((n_heads, n_tokens, n_tokens))
-    for head in range(n_heads):
-        for i in range(n_tokens):
-            logits = np.full(n_tokens, -np.inf)
-            for j in range(i + 1):
-                delta = min(positions[i] - positions[j], cap)
-                total = 0.0
-                for pair in range(d // 2):  # half layout: (x_l, x_{l+P})
-                    a, b = q[i, head, pair], q[i, head, pair + d // 2]
-                    c, e = k[j, head // 2, pair], k[j, head // 2, pair + d // 2]
-                    angle = theta[pair] * delta
-                    total += (a * c + b * e) * math.cos(angle) + (a * e - b * c) * math.sin(angle)
-                logits[j] = total / math.sqrt(d)
-            probs[head, i] = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-    return probs
-
-
-def test_cap_matches_a_direct_numpy_computation():
-    from ropesplit.empirical.experiments_cap import distance_cap
-
-    loaded = tiny_llama(1)
-    ids = torch.arange(3, 3 + 20)[None]
-    positions = (torch.arange(20) * 3)[None]  # distances up to 57
-    seen = {}
-
-    def keep_hidden(module, args, kwargs):
-        seen["hidden"] = kwargs["hidden_states"][0].clone()  # (N, hidden), the layer's input
-
-    def keep_probs(module, args, out):
-        seen["probs"] = out[1]  # (1, H, N, N)
-
-    pre = loaded.attn[0].register_forward_pre_hook(keep_hidden, with_kwargs=True)
-    post = loaded.attn[0].register_forward_hook(keep_probs)
-    try:
-        with distance_cap(loaded, positions, 10) as state:
-            forward_batch(loaded, ids, positions, 1)
-    finally:
-        pre.remove()
-        post.remove()
-    expected = _numpy_capped_probs(seen["hidden"], loaded.attn[0], positions[0].tolist(), 10)
-    np.testing.assert_allclose(seen["probs"][0].double().numpy(), expected, atol=1e-5)
-    far = int(((positions[0][:, None] - positions[0][None, :]) > 10).tril().sum())
-    assert state.far == far > 0  # pairs really evaluated at the cap
-    uncapped = _numpy_capped_probs(seen["hidden"], loaded.attn[0], positions[0].tolist(), 10**9)
-    assert np.abs(uncapped - expected).max() > 1e-3  # the cap changed the attention
-
-
-@pytest.mark.parametrize("stride", [1, 3])
-def test_a_cap_that_cannot_bite_reproduces_the_model(tiny, distinct_ids, stride):
-    from ropesplit.empirical.experiments_cap import distance_cap
-
-    positions = (torch.arange(N_TOKENS) * stride)[None]
-    plain = forward_batch(tiny, distinct_ids[None], positions, 1)
-    with distance_cap(tiny, positions, stride * (N_TOKENS - 1)) as state:
-        capped = forward_batch(tiny, distinct_ids[None], positions, 1)
-    assert state.far == 0
-    assert float((plain - capped).abs().max()) <= 1e-5
-
-
-def test_cap_restores_the_model_even_after_an_error(tiny, distinct_ids):
-    from ropesplit.empirical.experiments_cap import CAP_ATTENTION, capped_attention, distance_cap
-
-    home = sys.modules[type(tiny.attn[0]).__module__]
-    original = home.apply_rotary_pos_emb
-    positions = torch.arange(N_TOKENS)[None]
-    with pytest.raises(RuntimeError), distance_cap(tiny, positions, 4):
-        raise RuntimeError("boom")
-    assert home.apply_rotary_pos_emb is original
-    assert tiny.model.config._attn_implementation == "eager"
-    assert not any(m._forward_pre_hooks for m in tiny.attn)
-    with pytest.raises(RopesplitError, match=f"attention '{CAP_ATTENTION}' runs only inside"):
-        capped_attention(tiny.attn[0], *[torch.zeros(1, 4, 2, 16)] * 3, None, 0.25)
-    with pytest.raises(RopesplitError, match="distance cap must be >= 0, got -1"):
-        with distance_cap(tiny, positions, -1):
-            pass
-
-
 # --------------------------------------------------------------------------- pairs and bounds
 
 P = 8  # pairs per synthetic head
@@ -298,15 +205,6 @@ def fake_layer(q, k, theta, *, scale=0.25, layout="half", rotary_dim=None):
         layout=layout, rotary_dim=rotary_dim or d, rope_base=BASE,
         reconstruction_max_abs_diff=0.0,
     )  # fmt: skip
-
-
-def _logit(q, k, theta, delta, s):
-    """THEORY.md section 2, real form, one pair at a time (half layout)."""
-    total = 0.0
-    for pair, th in enumerate(theta):
-        a, b, c, e = q[pair], q[pair + P], k[pair], k[pair + P]
-        total += (a * c + b * e) * math.cos(th * delta) + (a * e - b * c) * math.sin(th * delta)
-    return s * total
 
 
 def _rotate(x, p, theta):
@@ -593,31 +491,6 @@ def test_run_view_of_a_capture_against_itself_is_zero(tiny, distinct_ids):
     cache = capture(tiny, distinct_ids[:16])
     view = position.run_view(cache, cache)
     assert view["W_change"] == 0.0 and view["g_change"] == 0.0 and view["g_change_layer0"] == 0.0
-
-
-# --------------------------------------------------------------------------- length (H-LMINF)
-
-
-def test_old_length_components_twin():
-    from ropesplit.empirical.experiments.pairs import layer_pairs
-    from ropesplit.empirical.experiments_length import length_components
-
-    layer = _pattern_layer(1.0, n_tokens=9)
-    qc, kc = layer_pairs(layer)
-    q, k = layer.q.numpy(), layer.k.numpy()
-    kbar = k[0].mean(axis=0)
-    stride, cap = 5, 17
-    out = length_components(qc[0], kc[0], layer.theta, layer.scale, stride, cap)
-    i, j = np.tril_indices(9)
-    for setting, dist in (("original", i - j), ("spaced", stride * (i - j)),
-                          ("capped", np.minimum(stride * (i - j), cap))):  # fmt: skip
-        for m in range(0, len(i), 7):
-            f = _logit(q[0, i[m]], kbar, layer.theta, dist[m], layer.scale)
-            g = layer.scale * q[0, i[m]] @ (k[0, j[m]] - kbar)
-            w = _logit(q[0, i[m]], k[0, j[m]], layer.theta, dist[m], layer.scale)
-            assert out[setting]["f"][m] == pytest.approx(f, abs=1e-10)
-            assert out[setting]["g"][m] == pytest.approx(g, abs=1e-10)
-            assert out[setting]["E"][m] == pytest.approx(w - f - g, abs=1e-10)
 
 
 # --------------------------------------------------------------------------- the record

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from ropesplit.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
 from ropesplit.figures.decomposition import decomposition_figure
-from ropesplit.figures.experiments import distance_figure, length_figure
+from ropesplit.figures.experiments import distance_figure
 from ropesplit.figures.heads import r_split_figure
+from ropesplit.figures.length import length_figure
 from ropesplit.figures.pairs import bound_weight, pair_energy_figure
 from ropesplit.figures.perturbation import perturbation_figure
 from ropesplit.figures.style import DOUBLE, SINGLE, check_width, save_figure
@@ -97,14 +98,18 @@ def _distance_rows() -> list[dict]:
 
 
 def _length_rows() -> list[dict]:
+    """The length experiment's rows: four settings, two position buckets of L = 4."""
     rows = []
-    for setting, stride, spread in (("original", 1, 1.0), ("spaced", 8, 3.0), ("capped", 8, 1.1)):
-        row = {"setting": setting, "stride": stride, "cap": 64 if setting == "capped" else None,
-               "loss": 2.0 * spread, "ratio": spread, "f_outside": (spread - 1) / 2}  # fmt: skip
-        for x, width in (("f", spread), ("g", 1.0), ("E", 0.3 * spread)):
-            row |= {f"{x}_min": -2 * width, f"{x}_q01": -width, f"{x}_q99": width,
-                    f"{x}_max": 2 * width}  # fmt: skip
-        rows.append(row)
+    for k, setting in enumerate(("vanilla", "cap only", "mask only", "LM-Infinite")):
+        for bucket, start, stop in (("1x", 0, 4), ("2x", 4, 7)):
+            spread = 1.0 if start == 0 else 1.0 + 0.5 * (k == 0)
+            row = {"setting": setting, "bucket": bucket, "start": start, "stop": stop, "L": 4,
+                   "loss": 2.0 * spread, "ratio": spread,
+                   "curve_position": [start + 0.5, start + 2.5],
+                   "curve_loss": [2.0 * spread, 2.1 * spread], "curve_in_length": [2.0, 2.1]}
+            for x, width in (("f", spread), ("g", 0.9)):
+                row |= {f"{x}_lo": -width, f"{x}_hi": width, f"{x}_outside": (spread - 1) / 4}
+            rows.append(row)  # fmt: skip
     return rows
 
 
@@ -323,16 +328,14 @@ def test_distance_draws_head_means_and_ignores_summary_rows():
         distance_figure(heads[:-1])
 
 
-def test_length_bars_span_quantiles_and_extremes():
+def test_length_bars_span_the_measured_ranges():
     rows = _length_rows()
     fig = length_figure(rows)
-    f_ax = fig.axes[0]
-    spans = sorted(tuple(line.get_xdata()) for line in f_ax.get_lines())
-    expected = sorted((r[f"f_{lo}"], r[f"f_{hi}"]) for r in rows
-                      for lo, hi in (("min", "max"), ("q01", "q99")))  # fmt: skip
-    assert spans == expected
-    ticks = {round(t.get_position()[1]): t.get_text() for t in f_ax.get_yticklabels()}
-    assert ticks == {2: "original\n(loss x1.00)", 1: "spaced x8\n(loss x3.00)",
-                     0: "capped x8, cap 64\n(loss x1.10)"}  # first setting on top
-    with pytest.raises(RopesplitError, match="^length rows row 0 has no 'g_q99'"):
-        length_figure([{k: v for k, v in rows[0].items() if k != "g_q99"}])
+    f_ax = fig.axes[1]
+    spans = sorted(tuple(line.get_ydata()) for line in f_ax.get_lines())
+    assert spans == sorted((r["f_lo"], r["f_hi"]) for r in rows)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["vanilla", "cap only", "mask only", "LM-Infinite", "in-length (windows of L)"]
+    with pytest.raises(RopesplitError, match="^length rows row 0 has no 'g_hi'"):
+        length_figure([{k: v for k, v in rows[0].items() if k != "g_hi"}])
+

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -381,3 +382,14 @@ def test_a_model_whose_loss_rises_without_the_cap():
     assert far["vanilla"] > 1.3 * in_length  # unseen distances near 2L take the self-logit
     assert far["cap only"] <= 1.05 * in_length
     assert far["LM-Infinite"] <= 1.05 * in_length
+
+
+def test_install_restores_the_model_even_after_an_error():
+    loaded = tiny("float32", layers=1)
+    home = sys.modules[type(loaded.attn[0]).__module__]
+    original = home.apply_rotary_pos_emb
+    with pytest.raises(RuntimeError, match="boom"), install(loaded, lm_settings(8)["LM-Infinite"]):
+        raise RuntimeError("boom")
+    assert home.apply_rotary_pos_emb is original
+    assert loaded.model.config._attn_implementation == "eager"
+    assert not any(m._forward_pre_hooks for m in loaded.attn)

@@ -1,4 +1,4 @@
-r"""Figures 7 and 8: the controlled-distance and length-extrapolation experiments.
+r"""Figure 7: the controlled-distance experiment.
 
 Figure 7 (the paper's claim 3): the same query/key pairs re-evaluated at a
 dummy distance ``D``, ``W^D = f(q, D) + g + E^D``. Panel (a): per ``D``, the
@@ -9,12 +9,7 @@ the share of ``W^D - W^0`` that a query-only term explains (exactly 1 when
 are means over heads, bands the 10-90% range; the prediction is the
 caller's to state, the figure shows the measurement.
 
-Figure 8 (THEORY.md section 4, length extrapolation): with positions spaced
-so distances exceed the training length ``L``, ``g = s<q, delta>`` is the same
-array (position-free) while ``f = s<q, R(-Delta) kbar>`` meets unseen angles;
-capping ``Delta -> min(Delta, L)`` (LM-Infinite) keeps ``f`` in its trained
-range. Each component's range per setting: a thin line from min to max and a
-thick bar over the central 1-99% range.
+Figure 8 (length extrapolation) lives in :mod:`ropesplit.figures.length`.
 """
 
 from __future__ import annotations
@@ -29,63 +24,9 @@ from ropesplit.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
-__all__ = ["distance_figure", "length_figure"]
+__all__ = ["distance_figure"]
 
 Rows = Sequence[Mapping[str, Any]]
-_SETTING_COLOURS = {"original": "black", "spaced": "vermillion", "capped": "blue"}
-_COMPONENTS = (("f", "f: positional"), ("g", "g: semantic"), ("E", "E: remainder"))
-
-
-def _setting_label(row: Mapping[str, Any]) -> str:
-    """``spaced x8 (loss x1.31)``: the setting, its stride and its loss ratio."""
-    label = str(row["setting"])
-    if row.get("stride") not in (None, 1):
-        label += f" x{row['stride']}"
-    if row.get("cap") is not None:
-        label += f", cap {row['cap']}"
-    if row.get("ratio") is not None:
-        label += f"\n(loss x{float(row['ratio']):.2f})"
-    return label
-
-
-def length_figure(rows: Rows, *, width: float | str = "double") -> Figure:
-    r"""Ranges of ``f``, ``g``, ``E`` per setting (original, spaced, capped), one panel each.
-
-    ``rows`` are the ``length`` experiment's rows: ``setting`` and, for
-    ``X`` in ``f, g, E``, ``X_min, X_max, X_q01, X_q99`` (logit units);
-    optional ``stride``, ``cap``, ``ratio`` (continuation-loss ratio) and
-    ``f_outside`` (share of pairs whose ``f`` leaves its trained range) are
-    written beside the bars.
-    """
-    keys = [f"{x}_{k}" for x, _ in _COMPONENTS for k in ("min", "max", "q01", "q99")]
-    require_rows("length rows", rows, ("setting", *keys))
-    inches = check_width(width)
-    single = inches < 5.0
-    y = np.arange(len(rows))[::-1]  # first setting on top
-    with styled():
-        fig = new_figure(inches, 4.4 if single else 2.3)
-        axes = fig.subplots(3 if single else 1, 1 if single else 3, sharex=True, sharey=True,
-                            squeeze=False).ravel()  # fmt: skip
-        for ax, letter, (x, title) in zip(axes, "abc", _COMPONENTS, strict=True):
-            for yi, row in zip(y, rows, strict=True):
-                colour = OKABE_ITO[_SETTING_COLOURS.get(str(row["setting"]), "green")]
-                ax.plot([row[f"{x}_min"], row[f"{x}_max"]], [yi, yi], color=colour,
-                        linewidth=0.8)  # fmt: skip
-                ax.plot([row[f"{x}_q01"], row[f"{x}_q99"]], [yi, yi], color=colour,
-                        linewidth=5, solid_capstyle="butt")  # fmt: skip
-                if x == "f" and row.get("f_outside") is not None:
-                    ax.annotate(f"{float(row['f_outside']):.0%} outside trained range", (1.0, yi),
-                                xycoords=("axes fraction", "data"), ha="right", va="bottom",
-                                fontsize=6, xytext=(0, 4), textcoords="offset points")  # fmt: skip
-            ax.set_title(title)
-            ax.set_xlabel("value (logit units)")
-            ax.set_ylim(-0.6, len(rows) - 0.4)
-            panel_label(ax, letter)
-        axes[0].set_yticks(y, [_setting_label(r) for r in rows])  # shared by every panel
-        for ax in axes:
-            ax.set_ylabel("setting")
-            ax.label_outer()  # labels only where the ticks are shown
-    return fig
 
 
 def _band(ax: Any, x: np.ndarray, per_head: np.ndarray, colour: str, label: str) -> None:
