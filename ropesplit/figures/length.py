@@ -77,7 +77,7 @@ def _range_panel(ax: Any, rows: Rows, settings: list[str], x: str, title: str) -
                             textcoords="offset points")  # fmt: skip
     ax.set_xticks(range(len(buckets)), buckets)
     ax.set_xlabel("positions up to (x L)")
-    ax.set_ylabel("1-99% range; trained = [-1, 1]")
+    ax.set_ylabel("1-99% range (trained: [-1, 1])")
     ax.set_title(title)
 
 
@@ -108,7 +108,6 @@ def length_figure(rows: Rows, *, width: float | str = "double") -> Figure:
         _range_panel(axes[1], rows, settings, "f", "f: positional")
         _range_panel(axes[2], rows, settings, "g", "g: semantic")
         axes[2].sharey(axes[1])
-        axes[2].set_ylabel("")
         for ax, letter in zip(axes, "abc", strict=True):
             panel_label(ax, letter)
     return fig
