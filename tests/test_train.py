@@ -180,7 +180,7 @@ def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> 
     cfg = tiny(out)
     _, held = split_text(cfg)
     text = tmp_path / "held.txt"
-    text.write_bytes(held.encode("utf-8")[: 4 * cfg.seq_len])
+    text.write_text(held[: 4 * cfg.seq_len], encoding="utf-8")
     js = tmp_path / "a.json"
     code = main(["analyze", "--model", str(out / "step-000004"), "--text", str(text),
                  "--tokens", str(cfg.seq_len), "--json", str(js), "--no-control"])  # fmt: skip

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from ropesplit.errors import RopesplitError
 from ropesplit.figures._checks import as_array, panel_label
@@ -32,12 +33,12 @@ __all__ = ["FIGURE_11", "FIGURE_12", "PANELS", "emergence_data", "emergence_figu
            "emergence_pairs_figure"]  # fmt: skip
 
 PANELS = (
-    ("val_loss", "validation loss (nats/byte)"),
-    ("r_split", "r_split = corr(W, f+g)"),
-    ("remainder_share", "remainder share ||E||/||W||"),
-    ("tightness_max", "tightness max |E|/bound"),
-    ("lowfreq_share_k", "low-frequency share, keys"),
-    ("lowfreq_share_q", "low-frequency share, queries"),
+    ("val_loss", "val loss (nats/byte)"),
+    ("r_split", "r_split"),
+    ("remainder_share", "remainder share"),
+    ("tightness_max", "tightness max"),
+    ("lowfreq_share_k", "lowfreq share, keys"),
+    ("lowfreq_share_q", "lowfreq share, queries"),
 )
 _COLOURS = ("blue", "vermillion", "green", "orange", "purple", "sky")
 _INIT_X = 0.5  # where step 0 sits on the log axis
@@ -104,11 +105,16 @@ def emergence_figure(
             ax.set_xscale("log")
             ticks = [_INIT_X] + [t for t in (1, 10, 100, 1000, 10000) if t <= top]
             ax.set_xticks(ticks, ["init"] + [f"{t:g}" for t in ticks[1:]])
+            ax.xaxis.set_minor_locator(NullLocator())
             ax.axvline(0.75, color="#BBBBBB", linewidth=0.6, linestyle=":")
             ax.set_title(title)
             ax.set_xlabel("training step")
             panel_label(ax, letter)
-        axes[0].legend(loc="upper right")
+        if controls:
+            axes[0].plot([], [], linestyle="none", marker="D", markerfacecolor="none",
+                         color="black", label="random-init control")  # fmt: skip
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
     return fig
 
 
