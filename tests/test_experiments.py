@@ -190,7 +190,6 @@ P = 8  # pairs per synthetic head
 D_HEAD = 2 * P
 
 
-
 def fake_layer(q, k, theta, *, scale=0.25, layout="half", rotary_dim=None):
     """A LayerCapture from synthetic pre-RoPE q (H, N, d) and k (Hkv, N, d), float64 kept."""
     from ropesplit.empirical.capture import LayerCapture
@@ -233,7 +232,6 @@ def test_pairs_reproduce_the_models_rotation(tiny, distinct_ids):
         assert math.isclose(w, expected, rel_tol=1e-9, abs_tol=1e-12)
 
 
-
 # --------------------------------------------------------------------------- registry and verdicts
 
 
@@ -262,9 +260,12 @@ def _order_row(rate, low, high, scheme="subset"):
 @pytest.mark.parametrize(
     ("rate", "low", "high", "outcome"),
     [
-        (0.05, 0.99, 1.03, "agrees"), (0.05, 1.06, 1.2, "disagrees"),
-        (0.05, 1.01, 1.08, "inconclusive"), (0.10, 1.06, 1.1, "agrees"),
-        (0.10, 0.98, 1.02, "disagrees"), (0.10, 1.02, 1.09, "inconclusive"),
+        (0.05, 0.99, 1.03, "agrees"),
+        (0.05, 1.06, 1.2, "disagrees"),
+        (0.05, 1.01, 1.08, "inconclusive"),
+        (0.10, 1.06, 1.1, "agrees"),
+        (0.10, 0.98, 1.02, "disagrees"),
+        (0.10, 1.02, 1.09, "inconclusive"),
         (0.07, 1.2, 1.3, "inconclusive"),
     ],
 )
