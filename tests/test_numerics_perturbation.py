@@ -73,8 +73,9 @@ def controlled_twin(qc, kc, theta, s, distances):
             out["query_share"][h, index] = 1 - resid / np.sum(x[mask] ** 2)
             out["logit_change"][h, index] = np.sqrt(np.mean(x[mask] ** 2)) / np.std(w0[mask])
             e = wd - f[:, None] - g
-            out["remainder_share"][h, index] = (np.linalg.norm(e[mask])
-                                                / np.linalg.norm(wd[mask] - wd[mask].mean()))
+            out["remainder_share"][h, index] = np.linalg.norm(e[mask]) / np.linalg.norm(
+                wd[mask] - wd[mask].mean()
+            )
     return out
 
 
