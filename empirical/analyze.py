@@ -95,6 +95,12 @@ class Analysis:
             for layer in layers
         ]
 
+    def tidy(self, *, frame: bool | None = None) -> Any:
+        """One row per head, the run's metadata attached (:func:`ropesplit.empirical.tidy.tidy`)."""
+        from ropesplit.empirical.tidy import tidy
+
+        return tidy(self.to_dict(), frame=frame)
+
     def to_dict(self) -> dict[str, Any]:
         """The issue's JSON record (without the control)."""
         return {

@@ -47,6 +47,7 @@ def test_analysis_table_has_one_row_per_run_layer_head(records, tmp_path):
         assert math.isclose(means[name], record["summary"][name], rel_tol=1e-12)
     assert table.attrs["model"] == record["model"] and table.attrs["result"] == "analysis"
     assert table.attrs["control"]["seed"] == 1 and "heads" not in table.attrs["control"]
+    assert records["trained"].tidy().equals(tidy(records["trained"]))
     # an Analysis object and the --json file give the same table
     assert tidy(records["trained"]).equals(trained.drop(columns="run").assign(
         run="trained")[trained.columns].reset_index(drop=True))  # fmt: skip
