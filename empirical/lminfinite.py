@@ -22,9 +22,11 @@ The four settings of the experiment (:func:`settings`)::
 :func:`run_setting` runs the model once under a setting and returns the
 next-token loss at every position and, for the layers asked for, the
 pre-RoPE ``q (H, N, d)``, ``k (Hkv, N, d)``, ``theta``, scale and pair layout
-that setting's own forward pass produced. Each recorded layer is checked:
-the queries/keys rotated by the derived ``theta`` must reproduce the tensors
-the model's RoPE produced (``rope_max_rel_diff``).
+that setting's own forward pass produced. Each recorded layer is checked as
+the capture checks its own: the pre-RoPE queries/keys rotated by the applied
+``cos``/``sin`` must reproduce the tensors the model's RoPE produced
+(``rope_max_rel_diff`` <= ``ROPE_TOL``), and the table must fit one
+frequency per pair (``theta`` derived from it).
 
 Supported: models whose attention calls ``apply_rotary_pos_emb`` and then an
 attention function (every model ``analyze`` accepts), full attention without
@@ -41,11 +43,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import ROPE_TOL, _detect_layout, derive_theta
+from ropesplit.empirical.capture import ROPE_TOL, _detect_layout, _max_rel, _rotate, derive_theta
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
-from ropesplit.numerics.rope import rotate
 
 from ropesplit.errors import RopesplitError, ValidationError
 
@@ -115,9 +116,14 @@ def _table(state: _State, cos: torch.Tensor, sin: torch.Tensor, positions: np.nd
     if key not in state.tables:
         cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
         layout = _detect_layout(cos_np, sin_np)
-        theta, amplitude, _ = derive_theta(cos_np, sin_np, positions, layout=layout)
-        if abs(amplitude - 1.0) <= 4 * float(torch.finfo(cos.dtype).eps):
+        theta, amplitude, fit = derive_theta(cos_np, sin_np, positions, layout=layout)
+        # transformers computes the angles in float32 whatever the model's dtype
+        eps = max(float(torch.finfo(cos.dtype).eps), float(torch.finfo(torch.float32).eps))
+        if abs(amplitude - 1.0) <= 4 * eps:
             amplitude = 1.0
+        max_angle = float(np.abs(positions).max() * theta.max())
+        if fit > amplitude * eps * (8.0 + 2.0 * max_angle):  # the capture's own criterion
+            raise ValidationError(f"cos/sin table fits no single frequency per pair ({fit:.2e})")
         state.tables[key] = (layout, theta, amplitude)
     return state.tables[key]
 
@@ -226,7 +232,7 @@ class LayerQK:
     kv_map: np.ndarray  # (H,) KV head of each query head
     layout: str
     rotary_dim: int
-    rope_max_rel_diff: float  # rotated by theta vs the model's own R q, R k
+    rope_max_rel_diff: float  # rotated by the applied cos/sin vs the model's own R q, R k
 
 
 @dataclass(frozen=True)
@@ -247,17 +253,12 @@ def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> Laye
     (d,), (r,) = q.shape[-1:], raw["cos"].shape[-1:]
     theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
     q64, k64 = q.double().cpu().numpy(), k.double().cpu().numpy()
-    gain = np.ones(d)
-    gain[:r] = amplitude  # the table's attention factor on the rotating coordinates
-    diff = 0.0
-    for pre, model in ((q64, query), (k64, key)):
-        rebuilt = rotate(pre, positions, theta, layout=layout, rotary_dim=r) * gain  # (., N, d)
-        ref = model.double().cpu().numpy()
-        diff = max(diff, float(np.abs(rebuilt - ref).max() / max(np.abs(ref).max(), 1e-30)))
+    diff = max(_max_rel(_rotate(pre.float(), raw["cos"], raw["sin"], layout), model.float())
+               for pre, model in ((q, query), (k, key)))  # fmt: skip
     if not diff <= ROPE_TOL:
         raise ValidationError(
             f"rope_max_rel_diff {diff:.2e} exceeds {ROPE_TOL:g}: the pre-RoPE q/k rotated by the "
-            "derived theta do not reproduce the model's rotation"
+            "applied cos/sin do not reproduce the model's rotation"
         )
     (n_heads, n_kv) = q.shape[0], k.shape[0]
     return LayerQK(

@@ -62,6 +62,7 @@ __all__ = [
     "N_GLOBAL",
     "bucket_edges",
     "QUANTILES",
+    "RANGE_RTOL",
     "bucket_means",
     "capped_distances",
     "capped_split",
@@ -479,22 +480,23 @@ def bucket_means(values: Any, edges: list[tuple[int, int]]) -> list[float]:
     return [float(x[..., lo:hi].mean()) for lo, hi in edges]
 
 
-def outside_share(values: Any, low: float, high: float) -> float:
-    r"""Share of ``values`` outside ``[low, high]`` (a relative tolerance of ``1e-9``).
+def outside_share(values: Any, low: float, high: float, *, tol: float | None = None) -> float:
+    r"""Share of ``values`` outside ``[low, high]``, up to a tolerance ``tau``.
 
     .. math:: \frac{1}{M}\,\#\{m : x_m < lo - \tau \lor x_m > hi + \tau\},\quad
-              \tau = 10^{-9} \max(|lo|, |hi|, 1)
+              \tau = 10^{-9} \max(|lo|, |hi|, 1)\ \text{unless given}
 
     0 for no values.
     """
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return 0.0
-    tol = 1e-9 * max(abs(low), abs(high), 1.0)
-    return float(np.mean((x < low - tol) | (x > high + tol)))
+    tau = 1e-9 * max(abs(low), abs(high), 1.0) if tol is None else float(tol)
+    return float(np.mean((x < low - tau) | (x > high + tau)))
 
 
 QUANTILES = (0.01, 0.99)  # the central range reported in trained-range units
+RANGE_RTOL = 1e-5  # float32 rounding of the activations, relative to the trained range's width
 
 
 def component_range(values: Any, low: float, high: float) -> dict[str, float]:
@@ -503,8 +505,11 @@ def component_range(values: Any, low: float, high: float) -> dict[str, float]:
     .. math:: u(x) = \frac{x - (hi + lo)/2}{(hi - lo)/2}\quad(\text{the trained range is }
               [-1, 1]),\qquad \mathrm{lo}, \mathrm{hi} = u(q_{0.01}), u(q_{0.99})
 
-    Returns ``outside`` (:func:`outside_share`), ``lo`` and ``hi``. A
-    degenerate range (``hi == lo``) reads in units of ``max(|lo|, 1e-12)``.
+    Returns ``outside`` (:func:`outside_share` with ``tau`` =
+    :data:`RANGE_RTOL` ``(hi - lo)``: values from float32 activations that
+    differ from the range's ends by rounding are not outside), ``lo`` and
+    ``hi``. A degenerate range (``hi == lo``) reads in units of
+    ``max(|lo|, 1e-12)``.
     """
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
@@ -512,7 +517,8 @@ def component_range(values: Any, low: float, high: float) -> dict[str, float]:
     mid, half = (high + low) / 2, (high - low) / 2
     half = half if half > 0 else max(abs(low), 1e-12)
     q_lo, q_hi = np.quantile(x, QUANTILES)
-    return {"outside": outside_share(x, low, high), "lo": float((q_lo - mid) / half),
+    tau = RANGE_RTOL * (high - low) if high > low else None
+    return {"outside": outside_share(x, low, high, tol=tau), "lo": float((q_lo - mid) / half),
             "hi": float((q_hi - mid) / half)}  # fmt: skip
 
 

@@ -198,6 +198,9 @@ def test_range_measures_on_known_truth():
         and got["lo"] == pytest.approx(-0.98)
         and got["hi"] == pytest.approx(0.98)
     )
+    rounding = component_range(np.r_[inside, 1.0 + 1e-7], -1.0, 1.0)  # float32-level excursion
+    assert rounding["outside"] == 0.0
+    assert component_range(np.r_[inside, 1.001], -1.0, 1.0)["outside"] == pytest.approx(1 / 102)
     assert relative_change(inside, inside) == 0.0
     assert relative_change(1.1 * inside, inside) == pytest.approx(0.1)
     assert rank_correlation([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
