@@ -43,7 +43,7 @@ from ropesplit.errors import RopesplitError
 from ropesplit.paper import PAPER_R_SPLIT
 
 __all__ = ["CONTROL_SEEDS", "PAIR_SAMPLE", "TOKENS", "protocol", "protocol_cells",
-           "protocol_table"]
+           "protocol_table", "text_ids"]
 
 TOKENS = (512, 1024, 2048)
 PAIR_SAMPLE = 1024  # causal pairs per head for the (unused here) bound check
@@ -86,45 +86,54 @@ def protocol_cells(
 
 def protocol(
     loaded: LoadedModel,
-    text: str,
+    ids: Any,
     *,
     tokens: Sequence[int] = TOKENS,
     baseline: int = 1024,
+    code_ids: Any = None,
     seed: int = 0,
     control_seeds: Sequence[int] = CONTROL_SEEDS,
     on_step: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """The protocol record: ``settings``, ``rows`` (one per tokens x kbar x layers x reference),
     ``controls`` (per control: per reference mean CI and trained minus control CI) and verdicts.
+
+    ``ids`` are the text's first ``max(tokens)`` token ids (each count reads a
+    prefix: the first ``n`` tokens of the text); ``code_ids`` the second text's
+    first ``baseline`` ids (:func:`text_ids` makes both; None: no code-text control).
     """
+    import torch
+
+    ids = torch.as_tensor(ids)
+    if baseline not in tokens or max(tokens) > ids.numel():
+        raise RopesplitError(f"baseline {baseline} must be one of the tokens {list(tokens)}, "
+                             f"all at most the {ids.numel()} ids given")  # fmt: skip
     n_layers = loaded.n_layers
     note = on_step or (lambda _: None)
-    rows, trained_base = [], None
+    rows: list[dict[str, Any]] = []
     for n in tokens:
         note(f"capture {n} tokens")
-        cache = capture(loaded, tokenize(loaded, text, n), keep_probs=False)
+        cache = capture(loaded, ids[:n], keep_probs=False)
         for kbar in KBARS:
             heads = analyze_capture(cache, seed=seed, pair_budget=PAIR_SAMPLE, kbar=kbar)
             if n == baseline and kbar == "mean":
-                trained_base, base_cache = heads, cache
+                trained_base, base_cache = heads, cache  # the controls' partner
             for cell in protocol_cells(heads, n_layers, seed=seed):
                 rows.append({"tokens": n, "kbar": kbar, **cell})
-    if trained_base is None:
-        raise RopesplitError(f"baseline {baseline} must be one of the tokens {list(tokens)}")
     controls = {}
-    ids = tokenize(loaded, text, baseline)
+    base_ids = ids[:baseline]
     runs: dict[str, list[list[dict[str, Any]]]] = {"random-init": [], "shuffled-theta": []}
     for control_seed in control_seeds:
         note(f"random-init control, seed {control_seed}")
         twin = random_init_twin(loaded, control_seed)
-        runs["random-init"].append(analyze_capture(capture(twin, ids, keep_probs=False),
+        runs["random-init"].append(analyze_capture(capture(twin, base_ids, keep_probs=False),
                                                    seed=seed, pair_budget=PAIR_SAMPLE))  # fmt: skip
         runs["shuffled-theta"].append(analyze_capture(
             base_cache, seed=seed, pair_budget=PAIR_SAMPLE, shuffle_frequencies=control_seed))
-    note("second text (Python source)")
-    code_ids = tokenize(loaded, default_text("code"), baseline)
-    runs["code-text"] = [analyze_capture(capture(loaded, code_ids, keep_probs=False), seed=seed,
-                                         pair_budget=PAIR_SAMPLE)]  # fmt: skip
+    if code_ids is not None:
+        note("second text (Python source)")
+        runs["code-text"] = [analyze_capture(capture(loaded, code_ids, keep_probs=False),
+                                             seed=seed, pair_budget=PAIR_SAMPLE)]  # fmt: skip
     for name, control_runs in runs.items():
         controls[name] = {
             "runs": len(control_runs),
@@ -144,6 +153,13 @@ def protocol(
         "controls": controls,
         "verdicts": _verdicts(rows, controls, baseline),
     }  # fmt: skip
+
+
+def text_ids(loaded: LoadedModel, text: str, tokens: Sequence[int], baseline: int) -> tuple:
+    """``(ids, code_ids)`` for :func:`protocol`: the text's first ``max(tokens)`` ids and the
+    Python-source text's first ``baseline`` ids (refusing a short text or context now)."""
+    return (tokenize(loaded, text, max(tokens)),
+            tokenize(loaded, default_text("code"), baseline))  # fmt: skip
 
 
 def _value(run: list[dict[str, Any]], row: dict[str, Any], spec: str) -> float:

@@ -379,7 +379,11 @@ def _logit_sums(
     d_both_kv = [torch.cat([d_rot_kv, -_real(dc if m is None else dc * np.conj(m))], -1)
                  for m in refs]  # fmt: skip  # each (Hkv, N, 4P) [R d_j, -d_j conj(m)]
     k_rot = k_rot_kv[heads]  # (H, N, 2P)
-    d_both = [d[heads] for d in d_both_kv]  # each (H, N, 4P)
+    d_both = d_both_kv[0][heads]  # (H, N, 4P) the first reference's E, in one product
+    # every further reference r: E_r = E_0 + <q, delta conj(m_0 - m_r)>, a 2P product
+    q_plain = _real(qc)  # (H, N, 2P)
+    m_0 = np.ones(theta.size) if refs[0] is None else refs[0]
+    d_gap = [_real(dc * np.conj(m_0 - (1.0 if m is None else m)))[heads] for m in refs[1:]]
     count_a, count_b, count_c = (torch.from_numpy(v)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     row_w, col_w, diag_w = _band_sums(q_rot, k_rot_kv, window, heads)  # (H, N), (H, N), (H, n_a)
@@ -392,19 +396,24 @@ def _logit_sums(
     ww = torch.zeros(h, n, dtype=torch.float64)  # per-row centred products
     we, ee = torch.zeros(2, n_ref, h, n, dtype=torch.float64)
     # rows per block (all heads): a few blocks skip most of the acausal half, memory bounded
-    block = max(1, min(max(128, -(-n // 4)), _WORK_BYTES // (3 * 8 * n * h)))
+    block = max(1, min(max(128, -(-n // 4)), _WORK_BYTES // ((3 + (n_ref > 1)) * 8 * n * h)))
     for i0 in range(0, n, block):
         i1 = min(n, i0 + block)
         j0 = 0 if window is None else max(0, i0 - window + 1)
         w = _centred_block(q_rot, k_rot, mean_w, i0, i1, j0, window)
         ww[:, i0:i1] = torch.linalg.vector_norm(w, dim=-1) ** 2
+        e_0 = _centred_block(q_both, d_both, mean_e[0], i0, i1, j0, window)
         for r in range(n_ref):
-            e = _centred_block(q_both, d_both[r], mean_e[r], i0, i1, j0, window)
+            if r == 0:
+                e = e_0 if n_ref == 1 else e_0.clone()
+            else:  # centred E_r = centred E_0 + centred <q, delta conj(m_0 - m_r)>
+                e = _centred_block(q_plain, d_gap[r - 1], mean_e[r] - mean_e[0], i0, i1, j0,
+                                   window).add_(e_0)  # fmt: skip
             ee[r, :, i0:i1] = torch.linalg.vector_norm(e, dim=-1) ** 2
             both = torch.linalg.vector_norm(e.add_(w), dim=-1) ** 2
             we[r, :, i0:i1] = 0.5 * (both - ww[:, i0:i1] - ee[r, :, i0:i1])
             del e
-        del w
+        del w, e_0
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
     res: dict[str, Any] = {
         "tww": ww.sum(-1).numpy(),

@@ -246,3 +246,14 @@ def test_protocol_table_and_controls(folders, capsys, tmp_path):
     assert len(proto["verdicts"]) == 1 + 3 * 4
     assert all(v.split(":")[0] in ("agrees", "disagrees", "inconclusive") for v in proto["verdicts"])
     assert "protocol table" in out and "shuffled-theta" in out
+    # the report section reads every number from this record
+    from ropesplit.report.sections.base import ReportInputs
+    from ropesplit.report.sections.protocol import build
+
+    (section,) = build(ReportInputs({"protocol": proto}))
+    table, controls = section.tables
+    assert len(table.rows) == 3 * 2 * 2 * 2 and table.columns[4:] == proto["settings"]["references"]
+    first = proto["rows"][0]["per_head"]
+    assert table.rows[0][4].startswith(f"{first['mean']:.3f}"[:4])
+    assert [row[0] for row in controls.rows] == ["random-init", "shuffled-theta", "code-text"]
+    assert proto["verdicts"][0] in section.paragraphs[1]

@@ -105,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
     ids = tokenize(loaded, text, args.tokens)  # (N,); refuses more than the context
     check_memory(loaded, args.tokens * (2 if args.protocol else 1))
     if args.protocol:
-        tokenize(loaded, text, 2 * args.tokens)  # refuses a short text or context now
+        from ropesplit.empirical.protocol import text_ids
+
+        counts = (args.tokens // 2, args.tokens, 2 * args.tokens)
+        long_ids, code_ids = text_ids(loaded, text, counts, args.tokens)  # refuses short texts
     runs = [loaded] + ([random_init_twin(loaded, args.seed)] if args.control != "none" else [])
     analyses = []
     with tqdm(total=sum(m.n_layers for m in runs), desc="layers", unit="layer",
@@ -122,12 +125,11 @@ def run(args: argparse.Namespace) -> int:
     if args.protocol:
         from ropesplit.empirical.protocol import CONTROL_SEEDS, protocol, protocol_table
 
-        counts = (args.tokens // 2, args.tokens, 2 * args.tokens)
         steps = len(counts) + len(CONTROL_SEEDS) + 1  # captures: counts, random inits, code
         with tqdm(total=steps, desc="protocol", unit="capture", file=sys.stderr,
                   disable=None) as bar:  # fmt: skip
-            record["protocol"] = protocol(loaded, text, tokens=counts, baseline=args.tokens,
-                                          seed=args.seed,
+            record["protocol"] = protocol(loaded, long_ids, tokens=counts, baseline=args.tokens,
+                                          code_ids=code_ids, seed=args.seed,
                                           on_step=lambda _: bar.update())  # fmt: skip
         print(protocol_table(record["protocol"]))
     if args.json:

@@ -38,6 +38,8 @@ __all__ = [
     "parse_head",
     "perturbation_data",
     "r_split_data",
+    "reference_data",
+    "reference_pairs_data",
     "sweep_data",
 ]
 
@@ -130,6 +132,28 @@ def pair_energy(cache: Any, which: str = "k") -> np.ndarray:
         dev = z - z.mean(axis=1, keepdims=True)  # (heads, N, P)
         rows.append((np.abs(dev) ** 2).sum(axis=(0, 1)))  # (P,)
     return np.stack(rows)  # (L, P)
+
+
+def reference_data(analysis: Mapping[str, Any]) -> dict[str, Any]:
+    """Figure 9: mean ``r_split`` with its CI per reference: trained, control, protocol controls."""
+    series = {"trained": {s: v["r_split"] for s, v in analysis["by_reference"].items()}}
+    control = analysis.get("control")
+    if control is not None:
+        series["random init"] = {s: v["r_split"] for s, v in control["by_reference"].items()}
+    for name, entry in (analysis.get("protocol") or {}).get("controls", {}).items():
+        series[f"{name} ({entry['runs']} run(s))"] = {
+            s: v["control"] for s, v in entry["by_reference"].items()}  # fmt: skip
+    return {"series": series, "paper": PAPER_R_SPLIT}
+
+
+def reference_pairs_data(cache: Any, control_cache: Any | None = None) -> dict[str, Any]:
+    """Figure 10: layer 0's ``theta``, ``|m_l|`` over its causal pairs, key deviation energies."""
+    from ropesplit.numerics.reference import mean_rotation
+
+    first = cache.layers[0]
+    m = mean_rotation(first.theta, cache.n_tokens, first.window).m  # (P,)
+    return {"theta": first.theta, "m_abs": np.abs(m), "energy_k": pair_energy(cache, "k"),
+            "energy_k_control": pair_energy(control_cache, "k") if control_cache else None}
 
 
 def pair_energy_data(cache: Any, control_cache: Any | None = None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ropesplit.figures.heads import r_split_figure
 from ropesplit.figures.length import length_figure
 from ropesplit.figures.pairs import pair_energy_figure
 from ropesplit.figures.perturbation import perturbation_figure
+from ropesplit.figures.reference import reference_figure, reference_pairs_figure
 from ropesplit.figures.style import FORMATS, WIDTHS, save_figure
 
 __all__ = ["FIGURES", "FigureSpec", "draw", "figure_files", "write_figures"]
@@ -82,6 +83,10 @@ FIGURES = (
                "beside the in-length loss of the same tokens (a), and the 1-99% range of f (b) "
                "and g (c) per length in units of the range seen at distances <= L, with the "
                "share of pairs outside it.", length_figure),
+    FigureSpec(9, "reference", "r_split under each reference rotation",
+               "Prediction (THEORY.md 6): the mean rotation m_l is the best Delta-free value for each query and key deviation, so it should raise r_split over m_l = 1 (zero) and fixed C. Measured: mean r_split over heads with its bootstrap 95% interval per reference, trained model and controls.", reference_figure),  # noqa: E501
+    FigureSpec(10, "reference_pairs", "Mean rotation and key deviation per pair",
+               "Per RoPE pair: the mean rotation's modulus |m_l| over the analysed causal pairs beside the share of key deviation energy (a; mean over layers), and the share the mean reference leaves in the remainder, energy x (1 - |m_l|^2) (b), trained against random init.", reference_pairs_figure),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

@@ -161,6 +161,20 @@ def _analyze_stage(ctx: RunContext) -> dict[str, Any]:
     return _analyze(ctx.loaded, ctx.control, ctx.ids, ctx.settings.seed)
 
 
+def _protocol_stage(ctx: RunContext) -> dict[str, Any]:
+    """The protocol table at N/2, N, 2N tokens and its controls at N (``analyze --protocol``)."""
+    from ropesplit.empirical.protocol import protocol, text_ids
+
+    n, limit = ctx.settings.tokens, ctx.loaded.max_positions
+    counts = [c for c in (n // 2, n, 2 * n) if limit is None or c <= limit]  # within the context
+    if ctx.loaded.tokenizer is None:  # token ids given, no text: the prefixes of those ids
+        counts, ids, code_ids = [c for c in counts if c <= len(ctx.ids)], ctx.ids, None
+    else:
+        ids, code_ids = text_ids(ctx.loaded, ctx.text, counts, n)
+    return protocol(ctx.loaded, ids, tokens=counts, baseline=n, code_ids=code_ids,
+                    seed=ctx.settings.seed)  # fmt: skip
+
+
 def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
     return _perturb(ctx.loaded, ctx.ids, ctx.settings)
 
@@ -182,13 +196,15 @@ DERIVE = Stage("derive", "sympy checks of every step", _derive)
 BOUND = Stage("bound", "numerics on synthetic queries and keys", _bound)
 LOAD = Stage("load", "model and random-init control", _load_stage)
 ANALYZE = Stage("analyze", "every head, trained and control", _analyze_stage)
+PROTOCOL = Stage("protocol", "r_split per reference, kbar, tokens, layers; controls",
+                 _protocol_stage)  # fmt: skip
 PERTURB = Stage("perturb", "every experiment of the registry", _perturb_stage)
 GATHER = Stage("gather", "figure data from captures and synthetic heads", _gather_stage)
 FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figures_stage)
 
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
-STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PROTOCOL, PERTURB, GATHER, FIGURES]
 
 
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
@@ -276,6 +292,8 @@ def collect_figure_data(
         "pair_energy": gather.pair_energy_data(cache, control_cache),
         "bound": gather.bound_data(short, list(dict.fromkeys(real)), seed=settings.seed),
         "sweep": gather.sweep_data(seed=settings.seed),
+        "reference": gather.reference_data(analysis),
+        "reference_pairs": gather.reference_pairs_data(cache, control_cache),
     }
     if perturb is not None:
         data["perturbation"] = gather.perturbation_data(perturb)

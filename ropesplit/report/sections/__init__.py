@@ -17,6 +17,7 @@ from ropesplit.report.sections import (
     experiments,
     figures,
     numerics,
+    protocol,
     run,
     summary,
     theory,
@@ -30,6 +31,7 @@ SECTIONS: list[SectionSpec] = [
     theory.SECTION,
     numerics.SECTION,
     empirical.SECTION,
+    protocol.SECTION,  # what moves r_split: reference, kbar, tokens, layers; controls
     experiments.SECTION,  # one section per experiment of the registry's record
     figures.SECTION,
     run.SECTION,  # run metadata, last

@@ -1,0 +1,72 @@
+"""The extra references and exact tightness: their cost in one layer's statistics (issues 9, 10).
+
+One layer shaped like SmolLM2-135M (9 query heads on 3 KV heads, d = 64, base
+1e5, random queries and keys), ``numerics.stats.layer_statistics`` three ways:
+
+- ``sampled``: no extra reference, the bound checked on a seeded sample of
+  8192 causal pairs per head (what ``analyze`` did before issue 9);
+- ``exact``: no extra reference, the bound checked on every causal pair (the
+  default now);
+- ``exact+refs``: the default analysis: exact, and ``r_split`` under every
+  reference of ``reference.COMPARED`` (distance:256, distance:1000, mean).
+
+Repeats are interleaved and the medians compared within this one run.
+Target (issue 10): ``exact+refs / exact`` below 1.30.
+
+    .venv/bin/python benchmarks/bench_reference.py [--tokens 1024] [--repeats 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ropesplit.numerics.reference import COMPARED
+    from ropesplit.numerics.rope import frequencies
+    from ropesplit.numerics.stats import layer_statistics
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1024])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    kv_map, theta = [0, 0, 0, 1, 1, 1, 2, 2, 2], frequencies(64, 1e5)
+    others = tuple(spec for spec in COMPARED if spec != "zero")
+    ways = {"sampled": {"pair_budget": 8192, "references": ()},
+            "exact": {"references": ()},
+            "exact+refs": {"references": others}}  # fmt: skip
+    rows = []
+    print(f"{'N':>5} " + " ".join(f"{w + ' s':>13}" for w in ways)
+          + f" {'refs/exact':>11} {'exact/sampled':>14} {'all/sampled':>12}")  # fmt: skip
+    for n in args.tokens:
+        rng = np.random.default_rng(0)
+        q, k = rng.normal(size=(9, n, 64)), rng.normal(size=(3, n, 64)) + rng.normal(size=64)
+        layer_statistics(q[:, :32], k[:, :32], kv_map, theta, 0.125, references=others)  # warm
+        times: dict[str, list[float]] = {w: [] for w in ways}
+        for _ in range(args.repeats):  # interleaved: drifting load hits every way alike
+            for way, kwargs in ways.items():
+                start = time.perf_counter()
+                layer_statistics(q, k, kv_map, theta, 0.125, **kwargs)
+                times[way].append(time.perf_counter() - start)
+        med = {w: float(np.median(t)) for w, t in times.items()}
+        row = {"tokens": n, "seconds": med, "refs_over_exact": med["exact+refs"] / med["exact"],
+               "exact_over_sampled": med["exact"] / med["sampled"],
+               "all_over_sampled": med["exact+refs"] / med["sampled"]}  # fmt: skip
+        rows.append(row)
+        print(f"{n:>5} " + " ".join(f"{med[w]:>13.3f}" for w in ways)
+              + f" {row['refs_over_exact']:>11.2f} {row['exact_over_sampled']:>14.2f}"
+              f" {row['all_over_sampled']:>12.2f}")  # fmt: skip
+    if args.json:
+        from ropesplit.io import write_json
+
+        write_json(args.json, {"rows": rows, "repeats": args.repeats})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
