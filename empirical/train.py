@@ -57,6 +57,7 @@ __all__ = [
     "checkpoints",
     "model_config",
     "split_text",
+    "torch_threads",
     "train",
 ]
 
@@ -195,7 +196,7 @@ def checkpoints(out: str | Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> Iterator[None]:
     """torch intra-op threads set to ``n`` inside the block (restored after)."""
     import torch
 
@@ -323,7 +324,7 @@ def train(
     done = checkpoints(out)
     records = [json.loads((p / _METRICS).read_text()) for p in done]
     tokenizer = byte_tokenizer()
-    with _threads(cfg.threads), quiet_loading():
+    with torch_threads(cfg.threads), quiet_loading():
         if done:
             from transformers import AutoModelForCausalLM
 
@@ -355,7 +356,8 @@ def train(
                 seconds = time.perf_counter() - clock  # training since the last checkpoint
 
                 def measured(folder: Path, s: int = step, t: float = seconds) -> dict[str, Any]:
-                    return {**measure_step(folder, s), "seconds_train": t}
+                    with torch_threads(1):  # statistics bit-identical whatever the machine's load
+                        return {**measure_step(folder, s), "seconds_train": t}
 
                 records.append(_write_checkpoint(out, step, model, tokenizer, saved, measured))
                 model.train()

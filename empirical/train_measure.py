@@ -27,7 +27,7 @@ import numpy as np
 from ropesplit.empirical.analyze import STATISTICS, analyze
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model
-from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text
+from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text, torch_threads
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import pair_energy, unigram_entropy
 
@@ -105,7 +105,8 @@ class Measurer:
 def control_record(cfg: TrainConfig, control_seed: int) -> dict[str, Any]:
     """The same config at random initialisation under another seed: step 0's control."""
     loaded = load_model(model_config(cfg), seed=control_seed)
-    record = measure_loaded(loaded, held_out_ids(cfg), n_boot=cfg.n_boot, seed=cfg.seed)
+    with torch_threads(1):  # as train measures its checkpoints
+        record = measure_loaded(loaded, held_out_ids(cfg), n_boot=cfg.n_boot, seed=cfg.seed)
     return {"kind": "random-init", "seed": control_seed, **record}
 
 

@@ -28,6 +28,7 @@ from ropesplit.empirical.train import (
     checkpoints,
     model_config,
     split_text,
+    torch_threads,
     train,
 )
 from ropesplit.empirical.train_measure import Measurer, held_out_ids, measure_loaded
@@ -167,8 +168,9 @@ def test_changed_config_refuses_to_resume(reference, tmp_path) -> None:
 def test_step_zero_is_the_random_init_of_the_config(reference) -> None:
     """Known truth: step 0 measures exactly what load_model(config, seed) builds."""
     cfg = tiny(reference[0])
-    direct = measure_loaded(load_model(model_config(cfg), seed=cfg.seed), held_out_ids(cfg),
-                            n_boot=cfg.n_boot, seed=cfg.seed)  # fmt: skip
+    with torch_threads(1):  # as train measures
+        direct = measure_loaded(load_model(model_config(cfg), seed=cfg.seed), held_out_ids(cfg),
+                                n_boot=cfg.n_boot, seed=cfg.seed)  # fmt: skip
     step0 = reference[1][0]
     assert direct["val_loss"] == step0["val_loss"]
     assert [h["r_split"] for h in direct["heads"]] == [h["r_split"] for h in step0["heads"]]
