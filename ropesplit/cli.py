@@ -151,7 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad flag (one line already printed), --help or --version
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args._run(args))
     except RopesplitError as exc:
