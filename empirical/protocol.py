@@ -138,7 +138,7 @@ def protocol(
         controls[name] = {
             "runs": len(control_runs),
             "by_reference": {spec: {
-                "control": _mean_ci([np.mean([_value(run, r, spec) for run in control_runs])
+                "control": _mean_ci([float(np.mean([_value(run, r, spec) for run in control_runs]))
                                      for r in trained_base], seed),
                 "trained_minus_control": paired_difference(trained_base, control_runs, spec,
                                                            seed=seed),

@@ -56,9 +56,8 @@ def reference_figure(
         for (label, cis), colour, dx in zip(series.items(), _COLOURS, offsets, strict=False):
             if list(cis) != specs:
                 raise RopesplitError(f"series {label!r} must have the references {specs}")
-            mean = np.array([np.nan if cis[s] is None else cis[s]["mean"] for s in specs])
-            low = np.array([np.nan if cis[s] is None else cis[s]["low"] for s in specs])
-            high = np.array([np.nan if cis[s] is None else cis[s]["high"] for s in specs])
+            mean, low, high = (np.array([_get(cis[s], key) for s in specs])
+                               for key in ("mean", "low", "high"))  # fmt: skip
             ax.errorbar(x + dx, mean, yerr=[mean - low, high - mean], marker="o", capsize=2,
                         color=colour, label=label)  # fmt: skip
         if paper is not None:
@@ -69,6 +68,11 @@ def reference_figure(
         ax.set_ylabel("mean $r_{split}$ over heads (95% CI)")
         ax.legend(loc="best")
     return fig
+
+
+def _get(ci: Mapping[str, float] | None, key: str) -> float:
+    """``ci[key]``, NaN for a reference without an interval."""
+    return np.nan if ci is None else float(ci[key])
 
 
 def reference_pairs_figure(
