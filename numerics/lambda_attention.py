@@ -431,16 +431,23 @@ def capped_split(
     kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
     delta = p[:, None] - p[None, :]  # (N, N) true distances
     dist = delta if cap is None else np.minimum(delta, cap)  # (N, N) the cap's
-    turn_q, turn_k = np.exp(1j * np.outer(p, th)), np.exp(1j * np.outer(p, th))  # (N, P) R(p)
-    w = scale * ((qc * turn_q) @ np.conj(kc * turn_k).T).real  # (N, N) true distances
+    turn = np.exp(1j * np.outer(p, th))  # (N, P) R(p)
+    w = scale * _re_dot(qc * turn, kc * turn)  # (N, N) true distances
     if cap is not None and bool((delta > cap).any()):
-        far = scale * ((qc * np.exp(1j * cap * th)) @ np.conj(kc).T).real  # (N, N) at L
+        far = scale * _re_dot(qc * np.exp(1j * cap * th), kc)  # (N, N) at L
         w = np.where(delta > cap, far, w)
     span = np.arange(int(max(dist.max(), 0)) + 1)  # distances that occur, 0..max
-    table = scale * ((qc * np.conj(kbc)) @ np.exp(1j * np.outer(th, span))).real  # (N, D)
+    h = qc * np.conj(kbc)  # (N, P) f's coefficients per query
+    angle = np.outer(th, span)  # (P, D)
+    table = scale * (h.real @ np.cos(angle) - h.imag @ np.sin(angle))  # (N, D)
     f = np.take_along_axis(table, np.clip(dist, 0, None), axis=1)  # (N, N)
-    g = scale * (qc @ np.conj(kc - kbc).T).real  # (N, N)
+    g = scale * _re_dot(qc, kc - kbc)  # (N, N)
     return {"W": w, "f": f, "g": g, "E": w - f - g}
+
+
+def _re_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    r"""``Re(a conj(b)^T)`` of complex ``(N, P)`` and ``(M, P)``: ``(N, M)``."""
+    return (a @ np.conj(b).T).real
 
 
 # --------------------------------------------------------------------------- length statistics

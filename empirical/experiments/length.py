@@ -125,17 +125,23 @@ def _split(qk: LayerQK, head: int, kbar: np.ndarray, cap: int | None, rows: slic
 
 
 def _head_stats(
-    runs: dict[str, SettingRun], layer: int, head: int, length: int, edges: list[tuple[int, int]]
+    runs: dict[str, SettingRun],
+    masks: dict[str, np.ndarray],
+    layer: int,
+    head: int,
+    length: int,
+    edges: list[tuple[int, int]],
 ) -> dict[str, list[dict[str, float]]]:
     """Per setting, per bucket: the component ranges and g's shift for one head."""
     ref = _reference(runs["vanilla"], layer, head, length)
     n_tokens = len(runs["vanilla"].positions)
     every = slice(0, n_tokens)
-    vanilla_g = _split(runs["vanilla"].layers[layer], head, ref["kbar"], None, every)["g"]
     out: dict[str, list[dict[str, float]]] = {}
-    for name, run in runs.items():
+    vanilla_g = None
+    for name, run in runs.items():  # vanilla first (SETTINGS order)
         parts = _split(run.layers[layer], head, ref["kbar"], run.spec.cap, every)
-        attended = lambda_mask(n_tokens, run.spec.n_local, run.spec.n_global)  # (N, N)
+        vanilla_g = parts["g"] if vanilla_g is None else vanilla_g
+        attended = masks[name]  # (N, N) the pairs this setting attends
         rows = []
         for lo, hi in edges:
             pairs = attended[lo:hi]  # (hi - lo, N)
@@ -182,8 +188,10 @@ def length_rows(
         runs[name] = run_setting(loaded, ids, spec, name=name, layers=layers)
         if on_run is not None:
             on_run(name)
+    masks = {name: lambda_mask(n_tokens, run.spec.n_local, run.spec.n_global)
+             for name, run in runs.items()}  # fmt: skip
     per_head = [
-        _head_stats(runs, layer, head, length, edges)
+        _head_stats(runs, masks, layer, head, length, edges)
         for layer in layers
         for head in range(runs["vanilla"].layers[layer].q.shape[0])
     ]
