@@ -55,7 +55,11 @@ __all__ = [
     "memory_estimate",
 ]
 
-DEFAULT_REFERENCE = "zero"  # the split of the columns; every reference is in by_reference
+# the split of the columns (every reference is in by_reference anyway): the mean rotation, the
+# best Delta-free term for each query and key deviation (THEORY.md 6); on SmolLM2-135M at 1024
+# tokens it gave the highest r_split and the smallest remainder on all 270 heads
+# (docs/analyse-your-model.md, "Which reference")
+DEFAULT_REFERENCE = "mean"
 KBARS = ("mean", "mean-skip-first")  # the reference key: mean key, or without the first token
 
 STATISTICS = (

@@ -101,8 +101,8 @@ def test_analyze_gives_finite_statistics_per_head(arch):
 
 def test_every_head_under_every_reference():
     loaded = load_model(CONFIGS["llama"], seed=1)
-    zero = analyze(loaded, IDS, seed=0)
-    mean = analyze(loaded, IDS, seed=0, reference="mean")
+    zero = analyze(loaded, IDS, seed=0, reference="zero")
+    mean = analyze(loaded, IDS, seed=0)  # the default: the mean rotation
     for a, b in zip(zero.heads, mean.heads, strict=True):
         assert list(a["by_reference"]) == list(COMPARED) and a["reference"] == "zero"
         assert list(b["by_reference"]) == ["mean", *[c for c in COMPARED if c != "mean"]]
@@ -135,7 +135,7 @@ def test_controls_are_the_numerics_with_permuted_frequencies_and_other_kbar():
     layer = cache.layers[1]
     q, k = layer.q.double().numpy(), layer.k.double().numpy()
     order = np.random.default_rng([7, 1]).permutation(len(layer.theta))
-    common = dict(positions=cache.positions.numpy(), layout=layer.layout)
+    common = dict(positions=cache.positions.numpy(), layout=layer.layout, reference="mean")
     want = layer_statistics(q, k, layer.kv_map, np.asarray(layer.theta)[order], layer.scale,
                             references=("mean",), **common)  # fmt: skip
     want_skip = layer_statistics(q, k, layer.kv_map, layer.theta, layer.scale,

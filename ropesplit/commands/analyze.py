@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference",
         default=None,
         metavar="SPEC",
-        help="the split of the columns: zero, distance:C or mean (default: "
-        "the analysis default); every head is recorded under every reference anyway",
+        help="the split of the columns: zero, distance:C or mean (default: mean, the "
+        "best Delta-free term); every head is recorded under every reference anyway",
     )
     parser.add_argument(
         "--protocol",
