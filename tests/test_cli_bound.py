@@ -28,7 +28,8 @@ def test_all_patterns_pass_and_order(tmp_path, capsys):
     assert r[0] > r[1] > r[2]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[0] == "pattern" and len(lines) == 10
-    assert lines[4] == "0 bound violations" and lines[6].split()[1:] == list(REFERENCES)
+    assert lines[4] == "0 bound violations on every causal pair"
+    assert lines[6].split()[1:] == list(REFERENCES)
     # THEORY.md section 6 on synthetic heads: one row per (pattern, reference)
     rows = {(row["pattern"], row["reference"]): row for row in data["references"]}
     assert set(rows) == {(p, r) for p in cases for r in REFERENCES}
@@ -38,11 +39,12 @@ def test_all_patterns_pass_and_order(tmp_path, capsys):
         assert rows[pattern, "mean"]["mean_square_remainder"] == least
 
 
-def test_one_pattern_and_sampling(tmp_path):
+def test_one_pattern_and_sampling(tmp_path, capsys):
     out = tmp_path / "x.json"
     args = ["bound", "--pattern", "random", "--tokens", "100", "--d", "8", "--seed", "3",
             "--pair-budget", "400", "--json", str(out)]  # fmt: skip
     assert main(args) == 0
+    assert "0 bound violations on 400 sampled causal pairs of 5050" in capsys.readouterr().out
     (case,) = json.loads(out.read_text())["cases"]
     assert case["pattern"] == "random" and case["seed"] == 3 and case["sampled_pairs"] == 400
     assert case["n_pairs"] == 5050  # --pair-budget counts causal pairs (of 100 * 101 / 2)

@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
                       "seed": args.seed, **{c: values[c] for c in _COLUMNS},
                       "n_pairs": stats.n_pairs, "sampled_pairs": stats.sampled_pairs,
                       "violations": stats.violations})  # fmt: skip
-    print(f"{total} bound violations" + ("" if total == 0 else ": the bound FAILED"))
+    sampled = cases[0]["sampled_pairs"]
+    checked = (f"on {sampled} sampled causal pairs of {cases[0]['n_pairs']} (--pair-budget)"
+               if sampled is not None else "on every causal pair")  # fmt: skip
+    print(f"{total} bound violations {checked}" + ("" if total == 0 else ": the bound FAILED"))
     references = reference_sweep(patterns=patterns, d=args.d, base=args.base,
                                  tokens=args.tokens, seed=args.seed)  # fmt: skip
     print(_reference_table(references))
