@@ -96,7 +96,7 @@ def perturbation_figure(
                             linewidth=0.9, label=f"paper: >{harmful:.0%} hurts")  # fmt: skip
         axes[0].set_xlabel("context tokens moved, measured (% of context)")
         axes[0].set_ylabel("loss ratio (perturbed / original)")
-        axes[0].set_title("word order (95% bootstrap intervals)")
+        axes[0].set_title("word order")
         axes[0].legend(loc="upper left", fontsize=6)
         panel_label(axes[0], "a")
         if position is not None:
@@ -129,6 +129,6 @@ def _changes(ax: Any, position: Rows) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("position-id shift t (tokens)")
     ax.set_ylabel("mean |logit change| (logit units)")
-    ax.set_title("logit change: bound vs measured")
+    ax.set_title("logit change")
     ax.legend(loc="upper left", fontsize=5)
     panel_label(ax, "c")
