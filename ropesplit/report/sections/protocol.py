@@ -22,6 +22,10 @@ def _ci(ci: Mapping[str, Any] | None) -> str:
     return f"{fmt(ci['mean'])} [{fmt(ci['low'])}, {fmt(ci['high'])}]"
 
 
+def _span(layers: list[int]) -> str:
+    return f"{layers[0]} to {layers[-1]}" if layers else "none"
+
+
 def build(inputs: ReportInputs) -> list[Section]:
     record = inputs.records["protocol"]
     settings = need(record, "settings", "protocol")
@@ -48,7 +52,7 @@ def build(inputs: ReportInputs) -> list[Section]:
         "reference distance; mean: the mean rotation over the causal pairs, the best "
         "Delta-free value for each query and key deviation); each row one choice of token "
         f"count, reference key (mean, or mean without the first token), layers (all, or the "
-        f"middle layers {settings['middle_layers'][:1]}..{settings['middle_layers'][-1:]}) and "
+        f"middle layers {_span(settings['middle_layers'])}) and "
         "statistic. The paper's value is compared once, in the claims table at the top.",
         "Prediction: the mean reference raises r_split over zero on the trained model, and "
         "the trained model beats every control under every reference. Verdicts: "
