@@ -244,7 +244,8 @@ def test_protocol_table_and_controls(folders, capsys, tmp_path):
     assert set(proto["controls"]) == {"random-init", "shuffled-theta", "code-text"}
     assert proto["controls"]["random-init"]["runs"] == 3
     assert len(proto["verdicts"]) == 1 + 3 * 4
-    assert all(v.split(":")[0] in ("agrees", "disagrees", "inconclusive") for v in proto["verdicts"])
+    words = {v.split(":")[0] for v in proto["verdicts"]}
+    assert words <= {"agrees", "disagrees", "inconclusive"}
     assert "protocol table" in out and "shuffled-theta" in out
     # the report section reads every number from this record
     from ropesplit.report.sections.base import ReportInputs
