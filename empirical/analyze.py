@@ -206,6 +206,7 @@ def analyze(
         reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
         heads=rows,
         seconds={"capture": captured - start, "analysis": done - captured},
+        validation=cache.validation(),  # logit-level numbers for the JSON record
     )
 
 
