@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from ropesplit.empirical.train import TrainConfig, train
+from ropesplit.empirical.train import remeasure as remeasure_run
 from ropesplit.empirical.train_measure import FIGURE_STATS, control_record, corpus_entropy
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import causal_bound_weight, slow_pairs
@@ -140,10 +141,13 @@ def run_emergence(
     *,
     progress: bool = True,
     say: Any = print,
+    remeasure: bool = False,
 ) -> dict[str, Any]:
     """Train every (base, seed) under ``cfg.out`` and measure it; the ``--json`` record.
 
     ``say`` receives the lines meant for the terminal (prediction first).
+    ``remeasure`` measures every finished checkpoint again with the current
+    code (:func:`ropesplit.empirical.train.remeasure`) before reporting.
     One run folder per run: ``OUT/base-B-seed-S`` (the run itself when one
     base and one seed: ``OUT``).
     """
@@ -167,6 +171,8 @@ def run_emergence(
             run_cfg = dataclasses.replace(cfg, rope_base=float(base), seed=seed, out=folder)
             start = time.perf_counter()
             records = train(run_cfg, progress=progress)
+            if remeasure:
+                records = remeasure_run(run_cfg)
             control = control_record(run_cfg, seed + CONTROL_SEED_OFFSET)
             runs.append({
                 "rope_base": float(base), "seed": seed, "out": folder,

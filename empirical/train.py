@@ -56,6 +56,7 @@ __all__ = [
     "checkpoint_steps",
     "checkpoints",
     "model_config",
+    "remeasure",
     "split_text",
     "torch_threads",
     "train",
@@ -290,6 +291,35 @@ def _write_checkpoint(
     os.replace(tmp, final)
     _fsync_dir(out)
     return record
+
+
+def remeasure(
+    cfg: TrainConfig, measure: Callable[[Path, int], dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Measure every complete checkpoint of ``cfg.out`` again with the current code.
+
+    For when the statistics changed after the weights were written (the
+    weights are never touched); each ``metrics.json`` is replaced atomically
+    and keeps its ``seconds_train``. Returns the new records in step order.
+    """
+    cfg.check()
+    out = _prepare(cfg)
+    if measure is None:
+        from ropesplit.empirical.train_measure import Measurer
+
+        measure = Measurer(cfg)
+    records = []
+    for folder in checkpoints(out):
+        old = json.loads((folder / _METRICS).read_text())
+        with torch_threads(1):
+            record = {**measure(folder, int(old["step"])), "seconds_train": old["seconds_train"]}
+        tmp = folder / f".{_METRICS}.tmp"
+        tmp.write_text(json.dumps(record, indent=1, allow_nan=True))
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, folder / _METRICS)
+        records.append(record)
+    return records
 
 
 def train(

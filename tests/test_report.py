@@ -17,6 +17,7 @@ import torch
 import transformers as T
 from ropesplit.empirical import load_model
 from ropesplit.empirical.models import random_init_twin
+from ropesplit.empirical.train import TrainConfig
 from ropesplit.theory import STEPS
 
 from ropesplit.cli import main
@@ -24,9 +25,12 @@ from ropesplit.figures import FIGURES, figure_files
 from ropesplit.report import pipeline, sections
 from ropesplit.report.document import Section, Table, build_document, fmt
 from ropesplit.report.render import render_html, render_markdown
+from ropesplit.report.sections import emergence as emergence_section
 from ropesplit.report.sections.summary import CLAIMS
 
 N_TOKENS = 48
+TINY_TRAIN = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
+                         warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
 SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64)
 
 
@@ -56,6 +60,7 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "_load", _tiny_load)
+        patch.setattr(emergence_section, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
         # the extension points: one Stage line, one SectionSpec line
         patch.setattr(pipeline, "STAGES", [*pipeline.STAGES,
                                            pipeline.Stage("extra", "a test stage", _extra_stage)])
@@ -78,13 +83,13 @@ def test_every_step_writes_its_json_and_every_figure_both_widths_and_formats(rep
     written = sorted(p.name for p in (out / "figures").iterdir())
     expected = sorted(figure_files(spec, w, f) for spec in FIGURES
                       for w in ("single", "double") for f in ("pdf", "png"))  # fmt: skip
-    assert written == expected and len(written) == 8 * 4
+    assert written == expected and len(written) == len(FIGURES) * 4
 
 
 def test_html_embeds_all_eight_figures_and_references_nothing_outside(report):
     html = report["html"]
     sources = re.findall(r'src="([^"]*)"', html)
-    assert len(sources) == 8
+    assert len(sources) == len(FIGURES)
     for spec, src in zip(FIGURES, sources, strict=True):
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.removeprefix("data:image/png;base64,"))
@@ -165,8 +170,8 @@ def test_header_records_versions_model_hashes_tokens_seed_and_time(report):
 
 
 def test_markdown_links_the_written_pngs(report):
-    links = re.findall(r"!\[Figure \d: [^\]]*\]\(([^)]*)\)", report["md"])
-    assert len(links) == 8
+    links = re.findall(r"!\[Figure \d+: [^\]]*\]\(([^)]*)\)", report["md"])
+    assert len(links) == len(FIGURES)
     assert all((report["out"] / link).is_file() for link in links)
     assert "| layer | r_split | r_split (control) | r_split_rowcentred |" in report["md"]
     assert "[1. Position generalization" in report["md"]  # claims link to their sections
@@ -175,7 +180,7 @@ def test_markdown_links_the_written_pngs(report):
 def test_figures_rerun_gives_byte_identical_files(report):
     """A second run from scratch (analysis, experiments, captures) draws the same bytes."""
     again = sorted(report["again"].iterdir())
-    assert len(again) == 8
+    assert len(again) == len([s for s in FIGURES if s.name not in ("emergence", "emergence_pairs")])
     for path in again:
         assert path.read_bytes() == (report["out"] / "figures" / path.name).read_bytes(), path.name
 
@@ -188,8 +193,9 @@ def test_renderer_shows_failed_steps_and_steps_not_run(report):
     doc = build_document({"derive": derive, "analyze": records["analyze"]})
     html, md = render_html(doc), render_markdown(doc)
     assert "<td>FAILED</td>" in html and "NOT all checked" in html
-    assert '<h2 id="not-run">Steps not run</h2>\n<p>bound, perturb, run</p>' in html
-    assert "## Steps not run\n\nbound, perturb, run" in md
+    not_run = "bound, protocol, perturb, train, run"
+    assert f'<h2 id="not-run">Steps not run</h2>\n<p>{not_run}</p>' in html
+    assert f"## Steps not run\n\n{not_run}" in md
     assert '<td class="disagrees">disagrees</td>' in html  # claim 4: a step failed
 
 

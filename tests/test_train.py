@@ -249,7 +249,7 @@ def test_two_bases_end_to_end(tmp_path, capsys) -> None:
     argv = ["train", "--out", str(tmp_path / "runs"), "--bases", "10000,100", "--steps", "2",
             "--seq-len", "16", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "16",
             "--batch", "2", "--checkpoints", "2", "--n-boot", "50", "--threads", "1",
-            "--json", str(js)]  # fmt: skip
+            "--json", str(js), "--figures", str(tmp_path / "figs")]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.index("PREDICTION") < out.index("base 10000, seed 0")
@@ -259,6 +259,8 @@ def test_two_bases_end_to_end(tmp_path, capsys) -> None:
     assert [c["step"] for c in record["runs"][0]["checkpoints"]] == [0, 1, 2]
     assert set(record["verdict"]) == {"r_split_change", "remainder_share_change",
                                       "lowfreq_share_k_change"}  # fmt: skip
+    names = {p.name for p in (tmp_path / "figs").iterdir()}
+    assert "fig11-emergence-double.png" in names and "fig12-emergence_pairs-single.pdf" in names
 
 
 @pytest.mark.parametrize(
@@ -287,3 +289,20 @@ def test_run_emergence_single_run_uses_out_itself(tmp_path) -> None:
     assert record["runs"][0]["out"] == cfg.out and "verdict" not in record
     assert (Path(cfg.out) / "step-000001").is_dir()
     assert dataclasses.asdict(cfg) == record["config"]
+
+
+def test_remeasure_rewrites_only_the_metrics(reference, tmp_path) -> None:
+    """A changed measure replaces metrics.json (seconds_train kept); the real one restores it."""
+    import shutil
+
+    from ropesplit.empirical.train import remeasure
+
+    out = tmp_path / "copy"
+    shutil.copytree(reference[0], out)
+    weights = (out / "step-000004" / "model.safetensors").read_bytes()
+    fake = remeasure(tiny(out), measure=lambda folder, step: {"step": step, "val_loss": -1.0})
+    assert [r["val_loss"] for r in fake] == [-1.0] * 4
+    assert [r["seconds_train"] for r in fake] == [r["seconds_train"] for r in reference[1]]
+    assert json.loads((out / "step-000002" / "metrics.json").read_text())["val_loss"] == -1.0
+    assert strip(remeasure(tiny(out))) == strip(reference[1])
+    assert (out / "step-000004" / "model.safetensors").read_bytes() == weights

@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-boot", type=int, default=d.n_boot,
                         help=f"bootstrap resamples over heads (default {d.n_boot})")
     parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="measure finished checkpoints again with this code")  # fmt: skip
+    parser.add_argument("--figures", metavar="DIR",
+                        help="also draw the emergence figures (11, 12) into DIR")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,10 +85,16 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup, threads=args.threads, checkpoints=args.checkpoints,
         n_boot=args.n_boot, text=args.text,
     )  # fmt: skip
-    record = run_emergence(cfg, _floats(args.bases), _ints(args.seeds))
+    record = run_emergence(cfg, _floats(args.bases), _ints(args.seeds), remeasure=args.remeasure)
     print(report_text(record))
     if args.json:
         write_json(args.json, record)
+    if args.figures:
+        from ropesplit.commands.figures import prepare_out
+        from ropesplit.figures.emergence import emergence_data
+        from ropesplit.figures.registry import write_figures
+
+        write_figures(emergence_data(record), prepare_out(args.figures, "figures"))
     return 0
 
 

@@ -215,7 +215,7 @@ def _value(checkpoint: Mapping[str, Any], name: str, field: str = "mean") -> flo
 
 
 # (name, title, caption, function) of each figure: the registry's line is FigureSpec(n, *...)
-FIGURE_11 = ("emergence", "The split's pattern during training",
+FIGURE_11 = ("emergence", "The split pattern during training",
              "A small Llama trained here (ropesplit train): validation loss and the model means "
              "over heads of r_split, remainder share, tightness and the low-frequency shares of "
              "key and query deviation energy against the training step (log axis; init = step 0, "

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from ropesplit.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
 from ropesplit.figures.decomposition import decomposition_figure
+from ropesplit.figures.emergence import FIGURE_11, FIGURE_12
 from ropesplit.figures.experiments import distance_figure
 from ropesplit.figures.heads import r_split_figure
 from ropesplit.figures.length import length_figure
@@ -87,6 +88,8 @@ FIGURES = (
                "Prediction (THEORY.md 6): the mean rotation m_l is the best Delta-free value for each query and key deviation, so it should raise r_split over m_l = 1 (zero) and fixed C. Measured: mean r_split over heads with its bootstrap 95% interval per reference, trained model and controls.", reference_figure),  # noqa: E501
     FigureSpec(10, "reference_pairs", "Mean rotation and key deviation per pair",
                "Per RoPE pair: the mean rotation's modulus |m_l| over the analysed causal pairs beside the share of key deviation energy (a; mean over layers), and the share the mean reference leaves in the remainder, energy x (1 - |m_l|^2) (b), trained against random init.", reference_pairs_figure),  # noqa: E501
+    FigureSpec(11, *FIGURE_11),
+    FigureSpec(12, *FIGURE_12),
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

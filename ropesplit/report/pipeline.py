@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ropesplit.errors import RopesplitError
+from ropesplit.report.sections.emergence import train_stage
 
 __all__ = [
     "FIGURE_STAGES",
@@ -204,7 +205,8 @@ FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figu
 
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
-STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PROTOCOL, PERTURB, GATHER, FIGURES]
+TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", train_stage)
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PROTOCOL, PERTURB, GATHER, TRAIN, FIGURES]
 
 
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:

@@ -13,6 +13,7 @@ JSON record, one :class:`~ropesplit.report.pipeline.Stage` line in
 """
 
 from ropesplit.report.sections import (
+    emergence,
     empirical,
     experiments,
     figures,
@@ -33,6 +34,7 @@ SECTIONS: list[SectionSpec] = [
     empirical.SECTION,
     protocol.SECTION,  # what moves r_split: reference, kbar, tokens, layers; controls
     experiments.SECTION,  # one section per experiment of the registry's record
+    emergence.SECTION,  # training: the pattern as it forms
     figures.SECTION,
     run.SECTION,  # run metadata, last
 ]
