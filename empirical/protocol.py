@@ -21,8 +21,10 @@ as trained minus control per head (paired by layer and head) with its interval:
     code-text       the trained model on a second domain (Python source)
 
 Prediction, stated before the run: the mean reference raises ``r_split``
-above zero on the trained model; training beats every control under every
-reference.  Verdicts are computed from the intervals.  Tightness is not
+above zero on the trained model; the trained model beats the random-init
+and shuffled-frequency controls under every reference; on the second text
+its ``r_split`` stays within :data:`TEXT_TOLERANCE` (the split is a property
+of the model, not of the text).  Verdicts are computed from the intervals.  Tightness is not
 needed here, so the bound is checked on a sample of :data:`PAIR_SAMPLE`
 pairs per head (reported).
 """
@@ -48,6 +50,7 @@ __all__ = ["CONTROL_SEEDS", "PAIR_SAMPLE", "TOKENS", "protocol", "protocol_cells
 TOKENS = (512, 1024, 2048)
 PAIR_SAMPLE = 1024  # causal pairs per head for the (unused here) bound check
 CONTROL_SEEDS = (0, 1, 2)
+TEXT_TOLERANCE = 0.01  # the second text: |trained - code-text| below this counts as the same
 
 
 def _middle(n_layers: int) -> list[int]:
@@ -148,6 +151,7 @@ def protocol(
         "settings": {"tokens": list(tokens), "baseline": baseline, "kbars": list(KBARS),
                      "references": list(COMPARED), "middle_layers": _middle(n_layers),
                      "control_seeds": list(control_seeds), "pair_sample": PAIR_SAMPLE,
+                     "text_tolerance": TEXT_TOLERANCE,
                      "paper_r_split": PAPER_R_SPLIT},
         "rows": rows,
         "controls": controls,
@@ -194,10 +198,17 @@ def _verdicts(rows: list[dict[str, Any]], controls: dict[str, Any], baseline: in
             diff = entry["trained_minus_control"]
             if diff is None:
                 continue
-            word = ("agrees" if diff["low"] > 0 else
-                    "disagrees" if diff["high"] < 0 else "inconclusive")  # fmt: skip
+            if name == "code-text":  # the same model on another domain: no difference expected
+                word = ("agrees" if -TEXT_TOLERANCE < diff["low"] <= diff["high"] < TEXT_TOLERANCE
+                        else "disagrees" if diff["low"] > TEXT_TOLERANCE
+                        or diff["high"] < -TEXT_TOLERANCE else "inconclusive")  # fmt: skip
+                claim = f"(prediction: within +-{TEXT_TOLERANCE})"
+            else:  # a control that lacks what training gave: the trained model should win
+                word = ("agrees" if diff["low"] > 0 else
+                        "disagrees" if diff["high"] < 0 else "inconclusive")  # fmt: skip
+                claim = "(prediction: above 0)"
             out.append(f"{word}: trained minus {name} under {spec} {diff['mean']:+.3f} "
-                       f"[{diff['low']:+.3f}, {diff['high']:+.3f}]")  # fmt: skip
+                       f"[{diff['low']:+.3f}, {diff['high']:+.3f}] {claim}")  # fmt: skip
     return out
 
 
