@@ -312,12 +312,14 @@ def _band_sums(
     heads: torch.Tensor,
     *,
     diagonals: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    columns: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     r"""Row, column and diagonal sums of :math:`M = x y^\top` over the band, without ``M``.
 
     ``x (H, N, c)``, ``y (Hkv, N, c)`` with query head ``h`` reading
     ``y[heads[h]]`` (prefix sums and transforms of ``y`` are taken once per KV
-    head); returns ``(rows (H, N), cols (H, N), diags (H, n_a) or None)``:
+    head); returns ``(rows (H, N), cols (H, N) or None, diags (H, n_a) or None)``
+    (``columns`` / ``diagonals`` False skip them):
 
     .. math:: \sum_{j \in \mathcal M_i} x_i\cdot y_j,\quad
               \sum_{i \in \mathcal M^j} x_i\cdot y_j,\quad \sum_i x_i\cdot y_{i-D}
@@ -330,10 +332,10 @@ def _band_sums(
     i = torch.arange(n)
     lo = torch.from_numpy(gram.first_col)  # row i: columns lo_i .. i
     hi = torch.from_numpy(gram.last_row + 1)  # column j: rows j .. hi_j - 1
-    cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1)  # (H, N + 1, c) prefix sums
+    cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1) if columns else None  # (H, N+1, c)
     cy = torch.cat([y.new_zeros(y.shape[0], 1, c), y.cumsum(1)], 1)  # (Hkv, N + 1, c)
     rows = (x * (cy[:, i + 1] - cy[:, lo])[heads]).sum(-1)  # (H, N)
-    cols = (y[heads] * (cx[:, hi] - cx[:, i])).sum(-1)  # (H, N)
+    cols = None if cx is None else (y[heads] * (cx[:, hi] - cx[:, i])).sum(-1)  # (H, N)
     if not diagonals:
         return rows, cols, None
     length = 2 * n  # zero padding: no circular wrap for lags 0 .. N-1
@@ -376,18 +378,23 @@ def _logit_sums(
     q_both = torch.cat([q_rot, _real(qc)], -1)  # (H, N, 4P)  [R(p_i) q_i, q_i]
     k_rot_kv = _real(kc * rot_k)  # (Hkv, N, 2P)  R(p'_j) k_j
     d_rot_kv = _real(dc * rot_k)  # (Hkv, N, 2P)  R(p'_j) delta_j
-    d_both_kv = [torch.cat([d_rot_kv, -_real(dc if m is None else dc * np.conj(m))], -1)
-                 for m in refs]  # fmt: skip  # each (Hkv, N, 4P) [R d_j, -d_j conj(m)]
+    m_first = refs[0]
+    d_both_kv = torch.cat([d_rot_kv, -_real(dc if m_first is None else dc * np.conj(m_first))],
+                          -1)  # fmt: skip  # (Hkv, N, 4P) [R d_j, -d_j conj(m)]
     k_rot = k_rot_kv[heads]  # (H, N, 2P)
-    d_both = d_both_kv[0][heads]  # (H, N, 4P) the first reference's E, in one product
+    d_both = d_both_kv[heads]  # (H, N, 4P) the first reference's E, in one product
     # every further reference r: E_r = E_0 + <q, delta conj(m_0 - m_r)>, a 2P product
     q_plain = _real(qc)  # (H, N, 2P)
-    m_0 = np.ones(theta.size) if refs[0] is None else refs[0]
-    d_gap = [_real(dc * np.conj(m_0 - (1.0 if m is None else m)))[heads] for m in refs[1:]]
+    m_0 = np.ones(theta.size) if m_first is None else m_first
+    d_gap_kv = [_real(dc * np.conj(m_0 - (1.0 if m is None else m))) for m in refs[1:]]
+    d_gap = [g[heads] for g in d_gap_kv]  # each (H, N, 2P)
     count_a, count_b, count_c = (torch.from_numpy(v)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     row_w, col_w, diag_w = _band_sums(q_rot, k_rot_kv, window, heads)  # (H, N), (H, N), (H, n_a)
-    row_e = [_band_sums(q_both, d, window, heads, diagonals=False)[0] for d in d_both_kv]
+    assert col_w is not None and diag_w is not None
+    row_e = [_band_sums(q_both, d_both_kv, window, heads, diagonals=False)[0]]  # E_0's rows
+    row_e += [row_e[0] + _band_sums(q_plain, g, window, heads, diagonals=False, columns=False)[0]
+              for g in d_gap_kv]  # fmt: skip  # E_r = E_0 + x_r, row by row
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
     mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
     row_w = row_w - mean_w[:, None] * count_b  # centred row sums
