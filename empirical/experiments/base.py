@@ -98,7 +98,7 @@ class Settings:
     spaced) are the layers the per-head fits of the distance experiment use.
     """
 
-    seeds: int = 8
+    seeds: int = 5
     seed: int = 0
     layers: tuple[int, ...] | None = None
     batch_size: int = 8
