@@ -291,6 +291,8 @@ def test_position_judge_and_verdict():
     rows = [_position_row(1, 1.0, 1.01), _position_row(16, 1.05, 1.1)]
     assert position.verdict(rows).outcome == "agrees"
     assert position.judge(_position_row(1, 1, 1, tightness=1.2)).outcome == "disagrees"
+    leak = _position_row(1, 1, 1) | {"g_change_layer0": 0.01}
+    assert "layer 0" in position.judge(leak).reason and position.judge(leak).outcome == "disagrees"
     flat = [_position_row(1, 1.0, 1.05), _position_row(16, 1.01, 1.06)]
     assert position.verdict(flat).outcome == "inconclusive"
     falls = [_position_row(1, 1.2, 1.3), _position_row(16, 1.0, 1.1)]

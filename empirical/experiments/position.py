@@ -65,6 +65,7 @@ __all__ = ["EXPERIMENT", "PAIR_BUDGET", "SHIFTS", "judge", "position_inputs", "v
 SHIFTS = (1, 4, 16)  # t: how far a position id may move
 PAIR_BUDGET = 4096  # causal pairs per layer for the bound and the measured changes
 SLACK = 1e-9  # rounding allowed on tightness <= 1
+LAYER0_TOL = 1e-4  # largest |g' - g| in layer 0 (logit units) still read as float32 rounding
 
 PREDICTION = (
     "With the text's own q and k, every logit moves by at most its bound for the pair's actual "
@@ -220,10 +221,14 @@ def _run(context: Context) -> list[Row]:
 
 
 def judge(row: Row) -> Verdict:
-    """The bound per pair for its actual distance change holds (tightness <= 1)."""
+    """The bound per pair for its actual distance change holds (tightness <= 1), and g stays put
+    in layer 0 of the perturbed run (its pre-RoPE q, k see no position)."""
     numbers = (f"{row['scheme']} t={row['t']}: tightness {row['tightness']:.3f} "
                f"(|tau| up to {row['tau_max']:.0f}), ratio {row['ratio']:.3f} "
                f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")  # fmt: skip
+    if row.get("g_change_layer0", 0.0) > LAYER0_TOL:
+        return Verdict("disagrees", f"{numbers}: g moved by {row['g_change_layer0']:.2e} in "
+                       "layer 0, whose q and k cannot see positions")  # fmt: skip
     if row["tightness"] <= 1 + SLACK:
         return Verdict("agrees", f"{numbers}: every sampled logit within its bound")
     return Verdict("disagrees", f"{numbers}: a logit moved beyond its bound")
