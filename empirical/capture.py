@@ -67,7 +67,7 @@ __all__ = [
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
 LOGIT_TOL = 1e-5  # max |W - W_model| / max |W_model| over attended pairs (float32: ~1e-7)
 ROPE_TOL = 1e-5  # max |R q - (R q)_model| / max |(R q)_model|, queries and keys
-BLOCK_ELEMENTS = 2**19  # logits rebuilt at once during validation (2 MiB float32: cache-sized)
+BLOCK_ELEMENTS = 2**17  # logits rebuilt at once during validation (512 KiB float32: cache-sized)
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
 
@@ -356,6 +356,11 @@ class Reconstruction:
 _TINY = 1e-30
 
 
+def _max_abs(x: torch.Tensor) -> float:
+    """``max |x|`` without a temporary (``max(amax, -amin)``; 0 for an empty tensor)."""
+    return max(float(x.amax()), -float(x.amin())) if x.numel() else 0.0
+
+
 def _max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
     """``max |rebuilt - model| / max |model|`` (0 when both vanish)."""
     scale = float(model.abs().max()) if model.numel() else 0.0
@@ -400,18 +405,19 @@ def _reconstruct(
         logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
                                 layout=layout, rows=rows, cols=cols, dtype=torch.float32,
                                 rotated=(qr, kr))  # fmt: skip  # (H, n, c)
-        blocked = ~allowed[rows, cols]  # (n, c)
-        if model_logits is not None:
-            model = model_logits[:, rows, cols].masked_fill(blocked, 0.0)  # (H, n, c)
-            low, high = torch.aminmax(model)
-            logit_scale = max(logit_scale, -float(low), float(high))
-            diff = model.sub_(logits).abs_().masked_fill_(blocked, 0.0)  # attended pairs only
-            logit_diff = max(logit_diff, float(diff.amax()))
-            del model, diff
+        attended = allowed[rows, cols]  # (n, c)
+        keep = attended.to(logits.dtype)  # (n, c): 1 attended, 0 masked
+        if model_logits is not None:  # its masked entries may be -inf: where, not a product
+            model = torch.where(attended, model_logits[:, rows, cols], 0.0)  # (H, n, c)
+            logit_scale = max(logit_scale, _max_abs(model))
+            logits.mul_(keep)  # the attended pairs only (rebuilt logits are finite)
+            logit_diff = max(logit_diff, _max_abs(model.sub_(logits)))
+            del model
         model_probs = probs[:, rows, cols].float()  # (H, n, c)
-        outside = float((1.0 - model_probs.sum(-1)).abs_().amax())  # mass beyond the block
-        rebuilt = torch.softmax(logits.masked_fill_(blocked, -math.inf), dim=-1)  # (H, n, c)
-        prob_diff = max(prob_diff, outside, float(rebuilt.sub_(model_probs).abs_().amax()))
+        outside = _max_abs(1.0 - model_probs.sum(-1))  # mass beyond the block
+        masked = torch.zeros_like(keep).masked_fill_(~attended, -math.inf)  # (n, c)
+        rebuilt = torch.softmax(logits.add_(masked), dim=-1)  # (H, n, c)
+        prob_diff = max(prob_diff, outside, _max_abs(rebuilt.sub_(model_probs)))
     return logit_diff, logit_scale, prob_diff
 
 
