@@ -40,10 +40,15 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the paper (PAPER.md) and the evidence functions that judge it."""
+    """A claim of the paper (PAPER.md), its prediction in a line, and the evidence that judges it.
+
+    The table shows ``prediction`` (short, the paper's); each piece of
+    evidence's full prediction, with its thresholds, is in its section.
+    """
 
     number: int
     statement: str
+    prediction: str
     evidence: Sequence[Callable[[Records], Evidence | None]]
 
 
@@ -78,7 +83,7 @@ def split_correlation(records: Records) -> Evidence | None:
         verdict = Verdict("agrees", measured)
     else:
         verdict = Verdict("inconclusive", measured)
-    prediction = (f"W ~ f(q, i-j) + g(q, k): {PAPER_CITATION} report mean r_split {PAPER_R_SPLIT} "
+    prediction = (f"W ~ f(q, i-j) + g(q, k): the mean r_split near {PAPER_CITATION}'s value "
                   f"(a Llama-family model); agrees at >= {R_SPLIT_AGREES} and above the control, "
                   f"disagrees below {R_SPLIT_DISAGREES} or at or below the control")  # fmt: skip
     return Evidence(prediction, measured, verdict, "empirical")
@@ -119,13 +124,22 @@ def learned_pattern(records: Records) -> Evidence | None:
 
 CLAIMS: list[Claim] = [
     Claim(1, "Position generalization: small word-order changes barely matter; length "
-          "extrapolation works with the right tricks", [experiment("order"), experiment("length")]),
-    Claim(2, "Attention logits split: W ~ f(q, i-j) + g(q, k)", [split_correlation]),
+          "extrapolation works with the right tricks",
+          "shuffling up to ~5% of tokens barely moves the loss, 10% or more hurts; with "
+          "LM-Infinite the loss stays near beyond the training length",
+          [experiment("order"), experiment("length")]),
+    Claim(2, "Attention logits split: W ~ f(q, i-j) + g(q, k)",
+          f"mean r_split near the paper's {PAPER_R_SPLIT} and above the random-init control "
+          f"(agrees at >= {R_SPLIT_AGREES}, disagrees below {R_SPLIT_DISAGREES})",
+          [split_correlation]),
     Claim(3, "Controlled distance: a dummy distance moves the distance component only",
+          "the key component correlates across dummy distances; the change is query-only",
           [experiment("distance")]),
     Claim(4, "A learned pattern in q/k makes the split hold; a theorem proves it",
+          "every step checks and the bound holds; the pattern is stronger than at random init",
           [theorem_checks, learned_pattern]),
     Claim(5, "Perturbed positions and longer texts move only the positional term",
+          "logits move within the bound for the distance change; g stays in its trained range",
           [experiment("position"), experiment("length")]),
 ]  # fmt: skip
 
@@ -136,14 +150,15 @@ def claim_row(claim: Claim, records: Records) -> tuple[list[str], str]:
     if not found:
         return [f"{claim.number}. {claim.statement}", "-", "not run", "not run"], ""
     verdict = combine([e.verdict for e in found], "pieces of evidence")
-    return [f"{claim.number}. {claim.statement}", "; ".join(e.prediction for e in found),
+    return [f"{claim.number}. {claim.statement}", claim.prediction,
             "; ".join(e.measurement for e in found), verdict.outcome], found[0].anchor
 
 
 def build(inputs: ReportInputs) -> list[Section]:
     cells, anchors = zip(*(claim_row(c, inputs.records) for c in CLAIMS), strict=True)
     table = Table(["claim (PAPER.md)", "prediction", "this run", "verdict"], list(cells),
-                  "each claim links to its section; verdicts computed from this run's JSON",
+                  "each claim links to its section (full predictions and thresholds there); "
+                  "verdicts computed from this run's JSON",
                   links=list(anchors))  # fmt: skip
     return [Section("The paper's claims at a glance",
                     [f"{PAPER_CITATION}: each claim, what it predicts, what this run measured, "
