@@ -280,7 +280,8 @@ def from_model(
     config = getattr(model, "config", None)
     if not isinstance(model, torch.nn.Module) or not isinstance(config, PretrainedConfig):
         raise RopesplitError(f"model must be a transformers PreTrainedModel, got {kind}")
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     if head is None:
         raise RopesplitError(
             f"model {kind} has no language-model head; pass the ...ForCausalLM model"
@@ -298,7 +299,7 @@ def from_model(
         model.to(device=device, dtype=_torch_dtype(dtype) if dtype else None)
     try:
         if hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("eager")
+            getattr(model, "set_attn_implementation")("eager")  # noqa: B009
         else:  # pragma: no cover - older transformers
             config._attn_implementation = "eager"
     except Exception as exc:  # transformers raises ValueError/ImportError/...

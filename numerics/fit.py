@@ -283,7 +283,7 @@ def additive_fits(w: Any, *, axes: int, window: int | None = None) -> AdditiveFi
     >>> import numpy as np
     >>> i, j = np.indices((5, 5))
     >>> fits = additive_fits((i**2 + np.sqrt(j))[None], axes=2)
-    >>> bool(np.allclose(fits.fitted()[0][i >= j], (i**2 + np.sqrt(j))[i >= j]))
+    >>> bool(np.allclose(fits.fitted()[0, i >= j], (i**2 + np.sqrt(j))[i >= j]))
     True
     """
     x = _inputs.as_float64("w", w, 3)

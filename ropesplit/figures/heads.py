@@ -78,7 +78,7 @@ def r_split_figure(
         fig.colorbar(image, ax=ax_map, label=f"{stat} (correlation)")
         panel_label(ax_map, "a")
 
-        bins = np.linspace(low, 1.0, 31)
+        bins = np.linspace(low, 1.0, 31).tolist()
         ax_hist.hist(trained, bins=bins, color=OKABE_ITO["blue"], alpha=0.75,
                      label=f"trained (mean {trained.mean():.3f})")  # fmt: skip
         if control is not None and control.size:

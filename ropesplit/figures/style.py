@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display; the same rasteriser everywhere
 
+from cycler import cycler  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from ropesplit.errors import RopesplitError  # noqa: E402
@@ -80,7 +81,7 @@ _RC: dict[str, Any] = {
     "lines.markersize": 3.5,
     "xtick.major.width": 0.6,
     "ytick.major.width": 0.6,
-    "axes.prop_cycle": matplotlib.cycler(
+    "axes.prop_cycle": cycler(
         color=[OKABE_ITO[c] for c in ("blue", "vermillion", "green", "orange", "purple", "sky")]
     ),
     "image.cmap": SEQUENTIAL,
@@ -104,7 +105,7 @@ _METADATA = {
 @contextlib.contextmanager
 def styled() -> Iterator[None]:
     """Draw or save inside the toolkit's style (rcParams restored on exit)."""
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(cast(Any, _RC)):
         yield
 
 
