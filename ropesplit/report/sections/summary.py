@@ -73,8 +73,11 @@ def split_correlation(records: Records) -> Evidence | None:
         return None
     mean = float(analyze["summary"]["r_split"])
     control = (analyze.get("control") or {}).get("summary", {}).get("r_split")
-    measured = (f"mean r_split {fmt(mean)} over {len(analyze['heads'])} heads"
+    heads = analyze["heads"]
+    reference = heads[0].get("reference", "zero") if heads else "zero"
+    measured = (f"mean r_split {fmt(mean)} over {len(heads)} heads (reference {reference})"
                 + (f", random-init control {fmt(control)}" if control is not None else "")
+                + _zero_reference(analyze, reference, records.get("protocol"))
                 + f"; r_3axis {fmt(analyze['summary'].get('r_3axis'))}")  # fmt: skip
     above_control = control is None or mean > float(control)
     if mean < R_SPLIT_DISAGREES or not above_control:
@@ -87,6 +90,20 @@ def split_correlation(records: Records) -> Evidence | None:
                   f"(a Llama-family model); agrees at >= {R_SPLIT_AGREES} and above the control, "
                   f"disagrees below {R_SPLIT_DISAGREES} or at or below the control")  # fmt: skip
     return Evidence(prediction, measured, verdict, "empirical")
+
+
+def _zero_reference(analyze: Mapping[str, Any], reference: str, protocol: Any) -> str:
+    """The paper's own split (reference distance 0) beside the default one: per head and pooled."""
+    zero = (analyze.get("by_reference") or {}).get("zero", {}).get("r_split")
+    if reference == "zero" or zero is None:
+        return ""
+    text = f"; with the paper's split (reference distance 0) {fmt(zero['mean'])} per head"
+    for row in (protocol or {}).get("rows", []):
+        key = (row["reference"], row["kbar"], row["layers"], row["tokens"])
+        if key == ("zero", "mean", "all", analyze.get("tokens")):
+            text += f", {fmt(row['pooled']['mean'])} pooled over heads"
+            break
+    return text
 
 
 def theorem_checks(records: Records) -> Evidence | None:
