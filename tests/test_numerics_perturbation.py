@@ -70,7 +70,8 @@ def controlled_twin(qc, kc, theta, s, distances):
             x = wd - w0
             resid = sum((x[i, j] - np.mean(x[i, : i + 1])) ** 2 for i in range(n)
                         for j in range(i + 1))  # fmt: skip
-            out["query_share"][h, index] = 1 - resid / np.sum(x[mask] ** 2)
+            with np.errstate(invalid="ignore"):  # D = 0: no change at all, the share is NaN
+                out["query_share"][h, index] = 1 - resid / np.sum(x[mask] ** 2)
             out["logit_change"][h, index] = np.sqrt(np.mean(x[mask] ** 2)) / np.std(w0[mask])
             e = wd - f[:, None] - g
             out["remainder_share"][h, index] = np.linalg.norm(e[mask]) / np.linalg.norm(
