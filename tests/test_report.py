@@ -69,8 +69,8 @@ def report(tmp_path_factory):
         index = pipeline.run_report(SETTINGS, out)
         again = tmp_path_factory.mktemp("figures")
         pipeline.run_figures(SETTINGS, again, widths=("single",), formats=("png",))  # quick rerun
-    records = {name: json.loads((out / f"{name}.json").read_text())
-               for name in ("derive", "bound", "analyze", "perturb", "run", "extra")}  # fmt: skip
+    names = ("derive", "bound", "analyze", "perturb", "length", "run", "extra")
+    records = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
     return {"out": out, "html": index.read_text(), "records": records, "again": again,
             "md": (out / "report.md").read_text()}  # fmt: skip
 
@@ -177,12 +177,29 @@ def test_markdown_links_the_written_pngs(report):
     assert "[1. Position generalization" in report["md"]  # claims link to their sections
 
 
+# drawn by the report from the model it trains (train and length stages), not by `figures`
+REPORT_ONLY = ("emergence", "emergence_pairs", "length")
+
+
 def test_figures_rerun_gives_byte_identical_files(report):
     """A second run from scratch (analysis, experiments, captures) draws the same bytes."""
     again = sorted(report["again"].iterdir())
     assert len(again) == len([s for s in FIGURES if s.name not in ("emergence", "emergence_pairs")])
+    again = [p for p in again if not any(f"-{name}-" in p.name for name in REPORT_ONLY)]
+    assert len(again) == len([s for s in FIGURES if s.name not in REPORT_ONLY])
     for path in again:
         assert path.read_bytes() == (report["out"] / "figures" / path.name).read_bytes(), path.name
+
+
+def test_length_runs_on_the_model_the_report_trains(report):
+    """Issue 12: the report's length experiment reaches 8 L_train on the model it trained."""
+    perturb, length = report["records"]["perturb"], report["records"]["length"]
+    assert "length" not in perturb["experiments"]  # not on the analysed model's short text
+    assert "trained here" in length["header"]["subject"]
+    seq_len = TINY_TRAIN.seq_len
+    assert length["header"]["tokens"] == 8 * seq_len
+    assert {r["bucket"] for r in length["length"]} == {"1x", "2x", "4x", "8x"}
+    assert "Subject: " in report["html"] and 'id="experiment-length"' in report["html"]
 
 
 def test_renderer_shows_failed_steps_and_steps_not_run(report):

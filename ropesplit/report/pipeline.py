@@ -9,9 +9,13 @@ and hands to the report's sections (:mod:`ropesplit.report.sections`):
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
 4. ``analyze``  THEORY.md section 5 statistics on every head, trained and control;
-5. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS``;
-6. ``gather``   the figures' data (captures, synthetic heads);
-7. ``figures``  every figure, PDF and PNG, one and two columns;
+5. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
+6. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length``;
+7. ``gather``   the figures' data (captures, synthetic heads);
+8. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint;
+9. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
+   (SmolLM2's training length is beyond what 2 CPU cores can run);
+10. ``figures`` every figure, PDF and PNG, one and two columns;
 
 then ``run.json`` (model, text and token hashes, token count, seeds, stage
 times, package versions) and the rendering, ``index.html`` (self-contained)
@@ -180,6 +184,43 @@ def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
     return _perturb(ctx.loaded, ctx.ids, ctx.settings)
 
 
+def _report_perturb_stage(ctx: RunContext) -> dict[str, Any]:
+    """Every experiment but ``length``, which the ``length`` stage runs on the model trained here."""
+    from ropesplit.empirical.experiments import EXPERIMENTS
+
+    names = [name for name in EXPERIMENTS if name != "length"]
+    return _perturb(ctx.loaded, ctx.ids, ctx.settings, names)
+
+
+def _length_stage(ctx: RunContext) -> dict[str, Any]:
+    """LM-Infinite's length experiment on the model the ``train`` stage trained (issue 12).
+
+    Its subject is the last checkpoint of the first base's run (trained at ``L_train``
+    tokens), its text the first ``8 L_train`` tokens of the held-out part of its corpus,
+    so the farthest bucket lies at 4-8x the training length. The record has
+    ``ropesplit perturb --experiment length --json``'s schema.
+    """
+    from ropesplit.empirical import load_model, tokenize
+    from ropesplit.empirical.experiments import run_experiments
+    from ropesplit.empirical.train import TrainConfig, checkpoints, split_text
+    from ropesplit.figures import gather
+
+    train = ctx.records["train"]
+    cfg = TrainConfig(**{k: v for k, v in train["config"].items()
+                         if k in TrainConfig.__dataclass_fields__})  # fmt: skip
+    found = checkpoints(train["runs"][0]["out"])
+    if not found:
+        raise RopesplitError(f"no complete checkpoint under {train['runs'][0]['out']}")
+    loaded = load_model(str(found[-1]))
+    held = split_text(cfg)[1]
+    record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len),
+                             experiments=["length"], seed=ctx.settings.seed)  # fmt: skip
+    record["header"]["subject"] = (f"{found[-1]} (trained here: L_train {cfg.seq_len}, "
+                                   f"RoPE base {cfg.rope_base:g}; held-out text)")  # fmt: skip
+    ctx.figure_data["length"] = gather.length_data(record)
+    return record
+
+
 def _gather_stage(ctx: RunContext) -> None:
     ctx.figure_data = collect_figure_data(ctx.loaded, ctx.control, ctx.ids, ctx.records["analyze"],
                                           ctx.records.get("perturb"), ctx.settings)  # fmt: skip
@@ -206,7 +247,12 @@ FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figu
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
 TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", train_stage)
-STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PROTOCOL, PERTURB, GATHER, TRAIN, FIGURES]
+REPORT_PERTURB = Stage("perturb", "every experiment of the registry but length",
+                       _report_perturb_stage)  # fmt: skip
+LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
+               _length_stage)  # fmt: skip
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PROTOCOL, REPORT_PERTURB, GATHER, TRAIN,
+                       LENGTH, FIGURES]  # fmt: skip
 
 
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
@@ -252,16 +298,19 @@ def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str,
     return analysis_record(runs[0], runs[1] if control is not None else None, seed)
 
 
-def _perturb(loaded: Any, ids: Any, settings: RunSettings) -> dict[str, Any]:
-    """The ``ropesplit perturb --experiment all --json`` record."""
+def _perturb(
+    loaded: Any, ids: Any, settings: RunSettings, names: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The ``ropesplit perturb --experiment all --json`` record (or of the experiments ``names``)."""
     from tqdm import tqdm
 
     from ropesplit.empirical.experiments import EXPERIMENTS, forward_count, run_experiments
 
-    with tqdm(total=forward_count(EXPERIMENTS, settings.seeds), desc="forward passes",
+    names = list(EXPERIMENTS if names is None else names)
+    with tqdm(total=forward_count(names, settings.seeds), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return run_experiments(loaded, ids, seeds=settings.seeds, seed=settings.seed,
-                               on_forward=bar.update)  # fmt: skip
+        return run_experiments(loaded, ids, experiments=names, seeds=settings.seeds,
+                               seed=settings.seed, on_forward=bar.update)  # fmt: skip
 
 
 def collect_figure_data(
@@ -300,7 +349,8 @@ def collect_figure_data(
     if perturb is not None:
         data["perturbation"] = gather.perturbation_data(perturb)
         data["distance"] = gather.distance_data(perturb)
-        data["length"] = gather.length_data(perturb)
+        if "length" in perturb:  # the report runs it on the model it trains (length stage)
+            data["length"] = gather.length_data(perturb)
     return data
 
 

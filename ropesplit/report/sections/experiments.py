@@ -1,4 +1,4 @@
-r"""One section per experiment of the ``perturb`` record, in the registry's order.
+r"""One section per experiment of the ``perturb`` record (then the ``length`` record), in order.
 
 Each shows the experiment's prediction (stated before it ran), its verdict
 and reason (computed from its numbers), and its rows (per-layer and overall
@@ -29,18 +29,32 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return Table(columns, [[fmt(r.get(c)) for c in columns] for r in rows])
 
 
+def experiment_records(records: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(stage, record)`` of every record made by ``run_experiments``: ``perturb``, then the
+    report's ``length`` (the length experiment on the model the report trains), when present."""
+    return [(stage, records[stage]) for stage in ("perturb", "length") if stage in records]
+
+
 def build(inputs: ReportInputs) -> list[Section]:
-    perturb = inputs.records["perturb"]
-    experiments = need(perturb, "experiments", "perturb")
+    sections = []
+    for stage, record in experiment_records(inputs.records):
+        sections += _sections(stage, record)
+    return sections
+
+
+def _sections(stage: str, perturb: Mapping[str, Any]) -> list[Section]:
+    experiments = need(perturb, "experiments", stage)
     sections = []
     for name, about in experiments.items():
-        all_rows = need(perturb, name, "perturb")
+        all_rows = need(perturb, name, stage)
         rows = [r for r in all_rows if r.get("scope", "all") != "head"]  # means only
         table = rows_table(rows)
         table.caption = f"{name}: measured, one verdict per row" + (
-            " (per-layer and overall means; per-head rows in perturb.json)"
+            f" (per-layer and overall means; per-head rows in {stage}.json)"
             if len(rows) < len(all_rows) else "")  # fmt: skip
-        text = [f"Prediction (stated before the run): {about['prediction']}.",
+        subject = perturb.get("header", {}).get("subject")
+        text = ([f"Subject: {subject}."] if subject else []) + [
+                f"Prediction (stated before the run): {about['prediction']}.",
                 f"Verdict: {about['verdict']}. {about['reason']}",
                 f"Needs: {about['needs']}; captured from their own forward pass: "
                 f"{', '.join(about.get('own_capture') or []) or 'none'}."]  # fmt: skip

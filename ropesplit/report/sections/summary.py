@@ -21,6 +21,7 @@ from ropesplit.paper import PAPER_CITATION, PAPER_R_SPLIT
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
 from ropesplit.report.sections.experiments import anchor as experiment_anchor
+from ropesplit.report.sections.experiments import experiment_records
 
 Records = Mapping[str, Mapping[str, Any]]
 
@@ -56,9 +57,11 @@ def experiment(name: str) -> Callable[[Records], Evidence | None]:
     """Evidence from experiment ``name`` of the ``perturb`` record: its prediction and verdict."""
 
     def read(records: Records) -> Evidence | None:
-        about = records.get("perturb", {}).get("experiments", {}).get(name)
-        if about is None:
+        found = [r["experiments"][name] for _, r in experiment_records(records)
+                 if name in r.get("experiments", {})]  # fmt: skip
+        if not found:
             return None
+        about = found[-1]  # the report's own length stage over perturb's, when both ran it
         return Evidence(f"{name}: {about['prediction']}", f"{name}: {about['reason']}",
                         Verdict(about["verdict"], f"{name}: {about['reason']}"),
                         experiment_anchor(name))  # fmt: skip
