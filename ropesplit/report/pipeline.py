@@ -206,8 +206,7 @@ def _length_stage(ctx: RunContext) -> dict[str, Any]:
     from ropesplit.figures import gather
 
     train = ctx.records["train"]
-    cfg = TrainConfig(**{k: v for k, v in train["config"].items()
-                         if k in TrainConfig.__dataclass_fields__})  # fmt: skip
+    cfg = TrainConfig(**train["config"])  # the record holds TrainConfig.to_dict()
     found = checkpoints(train["runs"][0]["out"])
     if not found:
         raise RopesplitError(f"no complete checkpoint under {train['runs'][0]['out']}")
