@@ -63,7 +63,7 @@ def protocol_cells(
 ) -> list[dict[str, Any]]:
     """Per (layers, reference): per-head mean and pooled ``r_split``, each with a 95% CI."""
     from ropesplit.numerics.bootstrap import bootstrap_ci
-    from ropesplit.numerics.stats import pooled_correlation
+    from ropesplit.numerics.stats import pooled_correlation_ci
 
     middle = set(_middle(n_layers))
     cells = []
@@ -74,15 +74,11 @@ def protocol_cells(
             per_head = bootstrap_ci(values[keep], n_boot=n_boot, seed=seed)
             moments = [r["by_reference"][spec] for r, k in zip(rows, keep, strict=True) if k]
             counts = [r["n_pairs"] for r, k in zip(rows, keep, strict=True) if k]
-            pooled = float(pooled_correlation(moments, counts))
-            rng = np.random.default_rng(seed)
-            draws = rng.multinomial(len(counts), np.full(len(counts), 1 / len(counts)), n_boot)
-            boot = pooled_correlation(moments, counts, draws)  # (n_boot,) resampled heads
-            low, high = np.quantile(boot, [0.025, 0.975])
+            pooled = pooled_correlation_ci(moments, counts, n_boot=n_boot, seed=seed)
             cells.append({
                 "layers": layers, "reference": spec, "heads": int(keep.sum()),
                 "per_head": per_head.as_dict(),
-                "pooled": {"mean": pooled, "low": float(low), "high": float(high)},
+                "pooled": pooled.as_dict(),
             })  # fmt: skip
     return cells
 

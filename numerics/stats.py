@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 from ropesplit.numerics import _inputs
+from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
@@ -65,7 +66,8 @@ from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation"]
+__all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
+           "pooled_correlation_ci"]
 
 _WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
@@ -273,6 +275,30 @@ def pooled_correlation(moments: Any, counts: Any, weights: Any = None) -> Any:
     var_f = (n * (vf + (mf - mu_f) ** 2)).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return cov / np.sqrt(var_w * var_f)
+
+
+def pooled_correlation_ci(
+    moments: Any, counts: Any, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> Interval:
+    r"""The pooled correlation of :func:`pooled_correlation` with a percentile-bootstrap interval.
+
+    Heads are resampled with replacement (multinomial multiplicities ``(n_boot, H)``
+    from ``numpy.random.default_rng(seed)``), each resample pooled as above:
+
+    .. math:: \mathrm{CI} = \big[Q_{(1-\alpha)/2},\ Q_{(1+\alpha)/2}\big]
+              \text{ of } r^*_b = r_\mathrm{pooled}(\text{heads with multiplicities } m_b)
+
+    ``mean`` of the returned :class:`~.bootstrap.Interval` is the pooled
+    correlation of all heads (not a mean of per-head values).
+    """
+    h = len(counts)
+    if h == 0:
+        raise RopesplitError("need at least one head, got 0")
+    draws = np.random.default_rng(seed).multinomial(h, np.full(h, 1 / h), n_boot)  # (n_boot, H)
+    boot = pooled_correlation(moments, counts, draws)  # (n_boot,)
+    low, high = np.quantile(boot, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return Interval(float(pooled_correlation(moments, counts)), float(low), float(high),
+                    float(level), h, int(n_boot))  # fmt: skip
 
 
 def _corr(cov: float, var_a: float, var_b: float) -> float:

@@ -17,6 +17,7 @@ from ropesplit.numerics.stats import (
     head_statistics,
     layer_statistics,
     pooled_correlation,
+    pooled_correlation_ci,
 )
 from ropesplit.numerics.synthetic import make_qk
 
@@ -236,3 +237,21 @@ def test_pooled_correlation_matches_the_concatenated_pairs(seed, spec, window):
     twice_fg = np.concatenate([fg, (splits[0].f + splits[0].g)[splits[0].mask]])
     got = pooled_correlation(moments, counts, np.array([[2, 1, 1]]))[0]
     assert got == pytest.approx(np.corrcoef(twice, twice_fg)[0, 1], abs=1e-9)
+
+
+def test_pooled_correlation_ci_resamples_heads_like_a_loop_twin():
+    """The interval is the percentile interval of the pooled correlation over head resamples."""
+    rng = np.random.default_rng(5)
+    q, k = rng.normal(size=(2, 4, 20, 6))
+    stats = layer_statistics(q, k, [0, 1, 2, 3], frequencies(6, 100.0), 0.5, reference="zero")
+    moments = [st_.by_reference["zero"] for st_ in stats]
+    counts = [st_.n_pairs for st_ in stats]
+    ci = pooled_correlation_ci(moments, counts, n_boot=300, seed=7, level=0.9)
+    draws = np.random.default_rng(7).multinomial(4, np.full(4, 0.25), 300)
+    boot = [pooled_correlation(moments, counts, d[None])[0] for d in draws]  # one resample each
+    assert ci.mean == pytest.approx(pooled_correlation(moments, counts), abs=1e-15)
+    assert (ci.low, ci.high) == pytest.approx(tuple(np.quantile(boot, [0.05, 0.95])), abs=1e-12)
+    assert ci.low < ci.mean < ci.high  # different heads: a spread
+    same = pooled_correlation_ci(moments[:1] * 4, counts[:1] * 4, n_boot=50, seed=0)
+    assert same.low == pytest.approx(same.mean, abs=1e-12)  # identical heads: no spread
+    assert same.high == pytest.approx(same.mean, abs=1e-12)
