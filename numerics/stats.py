@@ -33,9 +33,13 @@ How it is computed (all float64):
   ``(N, window)``); its correlation is :math:`\sqrt{x^\top A^\top w / \|w\|^2}`
   for the centred logits ``w``.
 - the bound is the only ``N^2 P`` term: ``E`` and ``B`` are evaluated term by
-  term (:mod:`.bound`) in row chunks, and compared with the tolerance of
-  :func:`.bound.violations`.  Pairs with ``B = 0`` are left out of the
-  tightness ratio (their ``E`` is 0, else they count as violations).  The
+  term (:mod:`.bound`) and compared with the tolerance of
+  :func:`.bound.violations`: compiled, one fused loop per pair
+  (:func:`.bound.causal_ratios`), when positions are whole numbers of a step
+  (every unperturbed sequence); in row chunks of batched tensors otherwise.
+  Pairs with ``B = 0`` are left out of the tightness ratio (their ``E`` is
+  0, else they count as violations); the median is selected exactly inside a
+  bracket read off a sample (:func:`_order_statistics`), not by sorting.  The
   check is exact over every causal pair unless asked otherwise: when
   ``pair_budget`` (a number of causal pairs per head) is given and smaller
   than the number of causal pairs, the tightness and the violation count
@@ -59,7 +63,7 @@ import numpy as np
 import torch
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bootstrap import Interval
-from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound, violations
+from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import to_pairs
@@ -72,6 +76,9 @@ __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlati
 _WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
+_BLOCK_ROWS = 64  # rows per block of the (N, N) products: 32 N acausal entries beyond N^2 / 2
+_DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
+_MEDIAN_SAMPLE = 4096  # values read to bracket a median before the exact selection
 
 
 @dataclass(frozen=True)
@@ -360,8 +367,8 @@ def _band_sums(
     hi = torch.from_numpy(gram.last_row + 1)  # column j: rows j .. hi_j - 1
     cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1) if columns else None  # (H, N+1, c)
     cy = torch.cat([y.new_zeros(y.shape[0], 1, c), y.cumsum(1)], 1)  # (Hkv, N + 1, c)
-    rows = (x * (cy[:, i + 1] - cy[:, lo])[heads]).sum(-1)  # (H, N)
-    cols = None if cx is None else (y[heads] * (cx[:, hi] - cx[:, i])).sum(-1)  # (H, N)
+    rows = torch.linalg.vecdot(x, (cy[:, i + 1] - cy[:, lo])[heads])  # (H, N)
+    cols = None if cx is None else torch.linalg.vecdot(y[heads], cx[:, hi] - cx[:, i])  # (H, N)
     if not diagonals:
         return rows, cols, None
     length = 2 * n  # zero padding: no circular wrap for lags 0 .. N-1
@@ -391,9 +398,9 @@ def _logit_sums(
     of the centred ``W``.  The scale ``s`` cancels from every statistic, so it
     is left out.  Means, row, column and diagonal sums come from
     :func:`_band_sums`; the matrices themselves are built in row blocks of the
-    causal part only, centred by the product's bias (``baddbmm``), and reduced
-    to per-row norms at once: ``W . E`` per row is
-    :math:`(\|w + e\|^2 - \|w\|^2 - \|e\|^2)/2`.  ``E_m`` is
+    causal part only (blocks of :data:`_BLOCK_ROWS` rows, into reused
+    buffers), centred by the product's bias (``baddbmm``), and reduced to
+    per-row norms and dot products at once.  ``E_m`` is
     :math:`\langle R q, R\delta\rangle - \langle q, \delta\bar m\rangle`.
     """
     h, n, _ = qc.shape
@@ -418,7 +425,7 @@ def _logit_sums(
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     row_w, col_w, diag_w = _band_sums(q_rot, k_rot_kv, window, heads)  # (H, N), (H, N), (H, n_a)
     assert col_w is not None and diag_w is not None
-    row_e = [_band_sums(q_both, d_both_kv, window, heads, diagonals=False)[0]]  # E_0's rows
+    row_e = [_band_sums(q_both, d_both_kv, window, heads, diagonals=False, columns=False)[0]]
     row_e += [row_e[0] + _band_sums(q_plain, g, window, heads, diagonals=False, columns=False)[0]
               for g in d_gap_kv]  # fmt: skip  # E_r = E_0 + x_r, row by row
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
@@ -428,25 +435,25 @@ def _logit_sums(
     n_ref = len(refs)
     ww = torch.zeros(h, n, dtype=torch.float64)  # per-row centred products
     we, ee = torch.zeros(2, n_ref, h, n, dtype=torch.float64)
-    # rows per block (all heads): a few blocks skip most of the acausal half, memory bounded
-    block = max(1, min(max(128, -(-n // 4)), _WORK_BYTES // ((3 + (n_ref > 1)) * 8 * n * h)))
+    # rows per block (all heads): small blocks skip most of the acausal half, memory bounded;
+    # three reused buffers (W, E_0, E_r) instead of fresh (H, rows, cols) tensors per product
+    block = max(1, min(_BLOCK_ROWS, _WORK_BYTES // (3 * 8 * n * h)))
+    buffers = [torch.empty(h * block * n, dtype=torch.float64) for _ in range(2 + (n_ref > 1))]
     for i0 in range(0, n, block):
         i1 = min(n, i0 + block)
         j0 = 0 if window is None else max(0, i0 - window + 1)
-        w = _centred_block(q_rot, k_rot, mean_w, i0, i1, j0, window)
+        w = _centred_block(q_rot, k_rot, mean_w, i0, i1, j0, window, buffers[0])
         ww[:, i0:i1] = torch.linalg.vector_norm(w, dim=-1) ** 2
-        e_0 = _centred_block(q_both, d_both, mean_e[0], i0, i1, j0, window)
+        e_0 = _centred_block(q_both, d_both, mean_e[0], i0, i1, j0, window, buffers[1])
         for r in range(n_ref):
+            # centred E_r = centred E_0 + centred <q, delta conj(m_0 - m_r)>
             if r == 0:
-                e = e_0 if n_ref == 1 else e_0.clone()
-            else:  # centred E_r = centred E_0 + centred <q, delta conj(m_0 - m_r)>
+                e = e_0
+            else:
                 e = _centred_block(q_plain, d_gap[r - 1], mean_e[r] - mean_e[0], i0, i1, j0,
-                                   window).add_(e_0)  # fmt: skip
+                                   window, buffers[2]).add_(e_0)  # fmt: skip
             ee[r, :, i0:i1] = torch.linalg.vector_norm(e, dim=-1) ** 2
-            both = torch.linalg.vector_norm(e.add_(w), dim=-1) ** 2
-            we[r, :, i0:i1] = 0.5 * (both - ww[:, i0:i1] - ee[r, :, i0:i1])
-            del e
-        del w, e_0
+            we[r, :, i0:i1] = torch.linalg.vecdot(w, e, dim=-1)
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
     res: dict[str, Any] = {
         "tww": ww.sum(-1).numpy(),
@@ -474,11 +481,16 @@ def _centred_block(
     i1: int,
     j0: int,
     window: int | None,
+    buffer: torch.Tensor,
 ) -> torch.Tensor:
-    """Rows ``i0:i1``, cols ``j0:i1`` of ``x y^T - mean``, 0 off the band: ``(H, rows, cols)``."""
+    """Rows ``i0:i1``, cols ``j0:i1`` of ``x y^T - mean``, 0 off the band: ``(H, rows, cols)``.
+
+    Written into the front of ``buffer`` (flat, float64), which it returns a view of.
+    """
     h = x.shape[0]
-    m = torch.baddbmm(-mean[:, None, None].expand(h, i1 - i0, i1 - j0),
-                      x[:, i0:i1], y[:, j0:i1].mT)  # fmt: skip
+    m = buffer[: h * (i1 - i0) * (i1 - j0)].view(h, i1 - i0, i1 - j0)
+    torch.baddbmm(-mean[:, None, None].expand(h, i1 - i0, i1 - j0), x[:, i0:i1],
+                  y[:, j0:i1].mT, out=m)  # fmt: skip
     if window is None:
         m[..., j0 + (i0 - j0) :].tril_()  # columns i0 .. i1: the square block on the diagonal
         return m
@@ -512,19 +524,29 @@ def _tightness(
 
     ``qc, dc (H, N, P)``: query pairs and the key-deviation pairs each head
     reads; ``gap`` is ``1 - m`` of the reference (None: :math:`m_l = 1`).
-    Exact over every causal pair, in row chunks with all heads at once (the
-    angles are shared), unless ``pair_budget`` is below the number of causal
-    pairs: then on one seeded uniform sample of ``pair_budget`` pairs shared
-    by every head (the same pairs for a given seed).
+    Exact over every causal pair unless ``pair_budget`` is below the number
+    of causal pairs: then on one seeded uniform sample of ``pair_budget``
+    pairs shared by every head (the same pairs for a given seed).  The exact
+    check runs compiled (:func:`.bound.causal_ratios`) when the positions are
+    whole numbers of a step (:func:`_whole_steps`), else in row chunks with
+    all heads at once (the angles are shared).
     """
     h, n, p = qc.shape
     n_pairs = band_gram(n, window).pairs
+    sampling = pair_budget is not None and pair_budget < n_pairs
+    whole = None if sampling else _whole_steps(pq, pk)
+    if whole is not None:  # every pair, compiled
+        iq, ik, step = whole
+        ratio, bad_np = causal_ratios(qc, dc, theta * step, iq, ik, s, window=window,
+                                      one_minus_m=gap)  # fmt: skip
+        return [_summary(r, None, int(b)) for r, b in zip(ratio, bad_np, strict=True)]
     q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
     d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
     ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
     bad = [0] * h
     sampled = None
-    if pair_budget is not None and pair_budget < n_pairs:
+    if sampling:
+        assert pair_budget is not None
         sampled = int(pair_budget)
         flat = np.sort(np.random.default_rng(seed).choice(n_pairs, size=sampled, replace=False))
         i, j = _pairs(n, window, flat)  # (S,) each
@@ -538,9 +560,6 @@ def _tightness(
             for x in range(h):
                 ratios[x].append(_ratio(e[x], bound[x]))
                 bad[x] += violations(e[x], bound[x])
-    elif _evenly_spaced(pq, pk):
-        step = pq[1] - pq[0] if n > 1 else 1.0
-        return _tightness_toeplitz(qc, dc, theta * step, s, window, gap)
     else:
         rows = max(1, _EXACT_CHUNK // (n * max(p, 1) * h))  # cache-sized: (H, rows, cols, P)
         for i0 in range(0, n, rows):
@@ -561,84 +580,63 @@ def _tightness(
             for x in range(h)]  # fmt: skip
 
 
-def _evenly_spaced(pq: np.ndarray, pk: np.ndarray) -> bool:
-    """True when queries and keys share one evenly spaced sequence: ``Delta = step (i - j)``."""
-    steps = np.diff(pq)
-    return bool(np.array_equal(pq, pk) and (steps.size == 0 or (steps == steps[0]).all()))
+def _whole_steps(pq: np.ndarray, pk: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Positions as whole numbers of one step ``(iq, ik, step)``, or None.
 
-
-def _tightness_toeplitz(
-    qc: np.ndarray,
-    dc: np.ndarray,
-    theta: np.ndarray,
-    s: float,
-    window: int | None,
-    gap: np.ndarray | None,
-) -> list[tuple[float, float, int | None, int]]:
-    r"""Exact :func:`_tightness` over every causal pair when ``Delta = i - j`` (``theta`` per step).
-
-    Diagonal by diagonal: the pairs at distance :math:`\Delta` share
-    :math:`u_l = e^{i\theta_l\Delta} - m_l` (from half angles and ``gap = 1 - m``, no
-    cancellation), so per diagonal
-
-    .. math:: E = s\,\mathrm{Re}\sum_l \big(\tilde q_{i,l}\overline{\tilde\delta_{i-\Delta,l}}\big)
-              u_l,\qquad B = s\sum_l |\tilde q_{i,l}||\tilde\delta_{i-\Delta,l}|\,|u_l|
-
-    are one elementwise product and one matrix-vector product over the heads:
-    term by term like :func:`.bound.remainder_and_bound`, without a sine per term.
+    Queries and keys sharing one evenly spaced sequence count in steps of
+    its spacing; otherwise whole-number positions count as they are, while
+    their distances span at most :data:`_DISTANCE_TABLE` times ``N`` values.
     """
-    h, n, _ = qc.shape
-    span = n if window is None else min(n, window)
-    x = np.arange(span, dtype=np.float64)[:, None] * theta  # (D, P) angles theta_l Delta
-    half_sin, half_cos = np.sin(0.5 * x), np.cos(0.5 * x)
-    u_re, u_im = -2.0 * half_sin * half_sin, 2.0 * half_sin * half_cos  # e^{ix} - 1
-    if gap is not None:
-        u_re, u_im = u_re + gap.real, u_im + gap.imag  # e^{ix} - m
-    u = torch.from_numpy(u_re + 1j * u_im)  # (D, P)
-    u_abs = torch.from_numpy(np.hypot(u_re, u_im))  # (D, P)
-    q_t, d_t = torch.from_numpy(qc), torch.from_numpy(np.conj(dc))  # (H, N, P) each
-    q_abs, d_abs = torch.from_numpy(np.abs(qc)), torch.from_numpy(np.abs(dc))
-    ratio = torch.empty(h, span * n - span * (span - 1) // 2, dtype=torch.float64)  # (H, pairs)
-    bad = torch.zeros(h, dtype=torch.int64)
-    at = 0
-    for delta in range(span):
-        e, bound = _diagonal_terms(q_t, d_t, q_abs, d_abs, u, u_abs, delta, s)  # (H, N - Delta)
-        bad += (e.abs() > bound * (1.0 + RTOL) + ATOL).sum(-1)  # as bound.violations, per head
-        ratio[:, at : at + n - delta] = torch.where(bound > 0, e.abs() / bound, math.nan)
-        at += n - delta
-    out = []
-    for x in range(h):
-        r = ratio[x][~torch.isnan(ratio[x])]  # pairs with B > 0
-        out.append(_summary(r, None, int(bad[x])))
-    return out
-
-
-def _diagonal_terms(
-    q_t: torch.Tensor,
-    d_t: torch.Tensor,
-    q_abs: torch.Tensor,
-    d_abs: torch.Tensor,
-    u: torch.Tensor,
-    u_abs: torch.Tensor,
-    delta: int,
-    s: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""``(E, B)`` ``(H, N - Delta)`` on the diagonal ``i - j = Delta``: see the caller."""
-    n = q_t.shape[1]
-    z = q_t[:, delta:] * d_t[:, : n - delta]  # (H, N - Delta, P)  q~_i conj(delta~_j)
-    e = s * (z @ u[delta]).real  # (H, N - Delta)
-    bound = s * ((q_abs[:, delta:] * d_abs[:, : n - delta]) @ u_abs[delta])
-    return e, bound
+    n = pq.size
+    steps = np.diff(pq)
+    if np.array_equal(pq, pk) and (steps.size == 0 or (steps == steps[0]).all()):
+        index = np.arange(n)
+        return index, index, float(steps[0]) if n > 1 else 1.0  # a step of 0: Delta = 0
+    whole = np.array_equal(pq, np.round(pq)) and np.array_equal(pk, np.round(pk))
+    if whole and n and (pq.max() - pk.min()) - (pq.min() - pk.max()) < _DISTANCE_TABLE * n:
+        return pq.astype(np.int64), pk.astype(np.int64), 1.0
+    return None
 
 
 def _summary(
-    ratio: torch.Tensor, sampled: int | None, bad: int
+    ratio: Any, sampled: int | None, bad: int
 ) -> tuple[float, float, int | None, int]:
-    """``(max, median, sampled, violations)`` of one head's ratios (NaN when there are none)."""
-    r = ratio.numpy()
-    if r.size == 0:
+    """``(max, median, sampled, violations)`` of one head's ratios (NaN when there are none).
+
+    ``ratio`` (a tensor or an array) holds ``-inf`` for pairs left out (``B = 0``).
+    """
+    r = ratio.numpy() if isinstance(ratio, torch.Tensor) else ratio
+    left_out = int(np.count_nonzero(r == -np.inf))
+    valid = r.size - left_out
+    if valid == 0:
         return math.nan, math.nan, sampled, bad
-    return float(r.max()), float(np.median(r)), sampled, bad
+    low, high = _order_statistics(r, [left_out + (valid - 1) // 2, left_out + valid // 2])
+    return float(r.max()), 0.5 * (low + high), sampled, bad
+
+
+def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAMPLE) -> list[float]:
+    """The values of rank ``ranks`` (0-based, ascending) in ``r``, exactly, without sorting ``r``.
+
+    A bracket ``[lo, hi]`` around the ranks is read off an evenly strided
+    sample of about ``sample`` values; one counting pass gives the rank
+    of ``lo``, and when the bracket holds every asked rank only the values
+    inside it are partitioned (otherwise all of ``r``: slower, never wrong).
+    """
+    n = r.size
+    step = max(1, n // sample)
+    if step > 1:
+        sample = np.sort(r[::step])
+        margin = 2.0 * math.sqrt(sample.size) + 8  # four standard deviations of a sample rank
+        at = [int(np.clip(k / n * sample.size + d, 0, sample.size - 1))
+              for k, d in ((min(ranks), -margin), (max(ranks), margin))]  # fmt: skip
+        lo, hi = sample[at[0]], sample[at[1]]
+        below = int(np.count_nonzero(r < lo))
+        inside = r[(r >= lo) & (r <= hi)]
+        if below <= min(ranks) and below + inside.size > max(ranks):
+            inside.partition([k - below for k in ranks])
+            return [float(inside[k - below]) for k in ranks]
+    part = np.partition(r, ranks)
+    return [float(part[k]) for k in ranks]
 
 
 def _ratio(e: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:

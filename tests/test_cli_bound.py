@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from ropesplit.numerics.bound import RTOL
 from ropesplit.numerics.synthetic import REFERENCES
 
 from ropesplit.cli import main
@@ -50,19 +51,35 @@ def test_one_pattern_and_sampling(tmp_path, capsys):
     assert case["n_pairs"] == 5050  # --pair-budget counts causal pairs (of 100 * 101 / 2)
 
 
-@pytest.mark.parametrize("kernel, budget", [("_diagonal_terms", []),  # exact: by diagonals
-                                            ("remainder_and_bound", ["--pair-budget", "50"])])
-def test_a_violation_exits_1(monkeypatch, capsys, kernel, budget):
-    # a kernel whose bound is half the true one must be caught, not reported as a pass
-    import ropesplit.numerics.stats as stats
-
-    real = getattr(stats, kernel)
+def _halved_pairs(real):
+    """A pair kernel (``remainder_and_bound``) whose bound is half the true one where E != 0."""
 
     def halved(*args, **kwargs):
         e, bound = real(*args, **kwargs)
         return e, bound * torch.where(e.abs() > 0, 0.5, 1.0)
 
-    monkeypatch.setattr(stats, kernel, halved)
+    return halved
+
+
+def _halved_ratios(real):
+    """The compiled kernel (``causal_ratios``) as if its bound were half the true one."""
+
+    def halved(*args, **kwargs):
+        ratio, _ = real(*args, **kwargs)
+        ratio = 2.0 * ratio  # -inf (no ratio) stays -inf
+        return ratio, (ratio > 1.0 + RTOL).sum(-1)
+
+    return halved
+
+
+@pytest.mark.parametrize("kernel, planted, budget",
+                         [("causal_ratios", _halved_ratios, []),  # exact: compiled, every pair
+                          ("remainder_and_bound", _halved_pairs, ["--pair-budget", "50"])])
+def test_a_violation_exits_1(monkeypatch, capsys, kernel, planted, budget):
+    # a kernel whose bound is half the true one must be caught, not reported as a pass
+    import ropesplit.numerics.stats as stats
+
+    monkeypatch.setattr(stats, kernel, planted(getattr(stats, kernel)))
     assert main(["bound", "--pattern", "random", "--tokens", "20", "--d", "4", *budget]) == 1
     assert "the bound FAILED" in capsys.readouterr().out
 

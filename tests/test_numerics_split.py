@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
-from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound
+from hypothesis.extra import numpy as hnp
+from ropesplit.numerics import bound as bound_module
+from ropesplit.numerics.bound import ATOL, RTOL, causal_ratios, remainder_and_bound
 from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.split import split_head
 
@@ -253,3 +255,65 @@ def test_accepts_torch_tensors():
     a = split_head(q, k, frequencies(6), 0.5)
     b = split_head(torch.from_numpy(q).float(), torch.from_numpy(k).float(), frequencies(6), 0.5)
     np.testing.assert_allclose(a.W, b.W, atol=1e-5)
+
+
+@st.composite
+def causal_cases(draw):
+    """Heads of complex pairs, whole-number positions, a window and a reference gap 1 - m."""
+    h, n, p = draw(st.integers(1, 3)), draw(st.integers(1, 12)), draw(st.integers(1, 4))
+    # no magnitudes in (0, 1e-100): their products are subnormal, where any two codings of one
+    # sum round apart (a property of subnormals, not of the kernel)
+    value = st.floats(-10, 10).map(lambda x: x if abs(x) > 1e-100 else 0.0)
+    parts = draw(hnp.arrays(np.float64, (4, h, n, p), elements=value))
+    q, dev = parts[0] + 1j * parts[1], parts[2] + 1j * parts[3]
+    theta = draw(hnp.arrays(np.float64, p, elements=st.floats(0, 3)))
+    positions = draw(st.sampled_from(["index", "whole"]))
+    if positions == "index":
+        pq = pk = np.arange(n)
+    else:
+        pq, pk = draw(hnp.arrays(np.int64, (2, n), elements=st.integers(-40, 40)))
+    gap = draw(st.one_of(st.none(), hnp.arrays(np.complex128, p, elements=st.complex_numbers(
+        max_magnitude=2, allow_nan=False, allow_infinity=False))))  # fmt: skip
+    window = draw(st.one_of(st.none(), st.integers(1, n)))
+    return q, dev, theta, pq, pk, draw(st.floats(0.05, 5.0)), window, gap
+
+
+def causal_twin(q, dev, theta, pq, pk, s, window, gap, rtol=RTOL):
+    """``causal_ratios`` pair by pair through ``remainder_and_bound`` (by diagonal, j ascending)."""
+    h, n, _ = q.shape
+    ratios, bad = [], np.zeros(h, dtype=np.int64)
+    for x in range(h):
+        row = []
+        for back in range(n if window is None else min(n, window)):
+            for j in range(n - back):
+                i = j + back
+                e, b = (float(v) for v in remainder_and_bound(q[x, i], dev[x, j], theta,
+                                                              pq[i] - pk[j], s, one_minus_m=gap))
+                bad[x] += abs(e) > b * (1 + rtol) + ATOL
+                row.append(abs(e) / b if b > 0 else -np.inf)
+        ratios.append(row)
+    return np.array(ratios), bad
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=causal_cases())
+def test_causal_ratios_match_the_pair_kernel(case):
+    ratio, bad = causal_ratios(*case[:6], window=case[6], one_minus_m=case[7])
+    want, want_bad = causal_twin(*case)
+    assert ratio.shape == want.shape
+    np.testing.assert_array_equal(ratio == -np.inf, want == -np.inf)  # B = 0: no ratio, alike
+    finite = want > -np.inf
+    np.testing.assert_allclose(ratio[finite], want[finite], rtol=1e-9, atol=1e-12)
+    assert bad.tolist() == want_bad.tolist() == [0] * len(bad)  # the bound holds
+
+
+def test_causal_ratios_count_what_breaks_the_tolerance(monkeypatch):
+    # with a tolerance of -1/2 every pair whose |E| passes half its bound counts: the same
+    # pairs as the pair kernel's under the same rule (the counting is not a constant 0)
+    rng = np.random.default_rng(0)
+    q, dev = rng.normal(size=(2, 2, 30, 3)) + 1j * rng.normal(size=(2, 2, 30, 3))
+    case = (q, dev, frequencies(6, 100.0), np.arange(30), np.arange(30), 0.7, None, None)
+    monkeypatch.setattr(bound_module, "RTOL", -0.5)
+    _, bad = causal_ratios(*case[:6])
+    _, want = causal_twin(*case, rtol=-0.5)
+    assert bad.tolist() == want.tolist() and bad.min() > 0

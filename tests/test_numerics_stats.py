@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from ropesplit.numerics.fit import three_axis_fit
 from ropesplit.numerics.rope import frequencies, from_pairs, to_pairs
 from ropesplit.numerics.split import split_head
@@ -255,3 +256,31 @@ def test_pooled_correlation_ci_resamples_heads_like_a_loop_twin():
     same = pooled_correlation_ci(moments[:1] * 4, counts[:1] * 4, n_boot=50, seed=0)
     assert same.low == pytest.approx(same.mean, abs=1e-12)  # identical heads: no spread
     assert same.high == pytest.approx(same.mean, abs=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=hnp.arrays(np.float64, st.integers(1, 300),
+                         elements=st.one_of(st.floats(0, 2), st.just(-np.inf))),
+       sample=st.sampled_from([2, 4, 16, 4096]), data=st.data())  # fmt: skip
+def test_order_statistics_are_exact_with_or_without_a_bracket(values, sample, data):
+    # a small sample sends even short arrays through the bracket, whatever their order
+    from ropesplit.numerics.stats import _order_statistics
+
+    ranks = sorted(data.draw(st.lists(st.integers(0, values.size - 1), min_size=1, max_size=2)))
+    got = _order_statistics(values.copy(), ranks, sample=sample)
+    assert got == [np.sort(values)[k] for k in ranks]
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=hnp.arrays(np.float64, st.integers(1, 9000),
+                         elements=st.one_of(st.floats(0, 2), st.just(-np.inf))))  # fmt: skip
+def test_the_summary_is_the_max_and_median_of_what_is_not_left_out(values):
+    from ropesplit.numerics.stats import _summary
+
+    top, median, sampled, bad = _summary(values.copy(), None, 3)
+    kept = values[values > -np.inf]
+    if kept.size == 0:
+        assert math.isnan(top) and math.isnan(median)
+    else:
+        assert top == kept.max() and median == np.median(kept)
+    assert sampled is None and bad == 3
