@@ -198,15 +198,21 @@ def checkpoints(out: str | Path) -> list[Path]:
 
 @contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """torch intra-op threads set to ``n`` inside the block (restored after)."""
+    """torch's intra-op threads and numba's (the compiled bound) set to ``n`` inside the block.
+
+    Both are restored after; numba's never above the threads it started with.
+    """
+    import numba
     import torch
 
-    before = torch.get_num_threads()
+    before, before_numba = torch.get_num_threads(), numba.get_num_threads()
     torch.set_num_threads(n)
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
     try:
         yield
     finally:
         torch.set_num_threads(before)
+        numba.set_num_threads(before_numba)
 
 
 def _fsync_tree(folder: Path) -> None:

@@ -65,7 +65,6 @@ __all__ = [
     "RANGE_RTOL",
     "bucket_means",
     "capped_distances",
-    "capped_split",
     "component_range",
     "far_query_key",
     "lambda_attention",
@@ -382,72 +381,6 @@ def logit_elements(n_tokens: int, n_local: int | None, n_global: int = N_GLOBAL)
 
 
 # ----------------------------------------------------------------------- the split under the cap
-
-
-def capped_split(
-    q: Any,
-    k: Any,
-    theta: Any,
-    scale: float,
-    *,
-    positions: Any = None,
-    cap: int | None = None,
-    kbar: Any = None,
-    layout: str = "half",
-    rotary_dim: int | None = None,
-) -> dict[str, np.ndarray]:
-    r"""``W, f, g, E`` ``(N, N)`` float64 of one head at the distances ``min(p_i - p_j, L)``.
-
-    .. math::
-        W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
-                 e^{i\theta_l \Delta^{\mathrm{cap}}_{ij}},\quad
-        f_{ij} = F_{i, \Delta^{\mathrm{cap}}_{ij}},\
-        F_{iD} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde{\bar k}_l} e^{i\theta_l D},\quad
-        g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde\delta_{jl}},\quad
-        E = W - f - g
-
-    The same numbers as :func:`ropesplit.numerics.split.split_head` with
-    ``distances=capped_distances(positions, cap)`` (tested), without the
-    bound and in a few matrix products instead of term by term: integer
-    positions ``(N,)`` (default ``0..N-1``) only. Only causal pairs are
-    meaningful (for ``j > i``, ``f`` reads ``F`` at distance 0).
-    """
-    from ropesplit.numerics.rope import to_pairs
-
-    q64, k64 = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
-    if q64.ndim != 2 or q64.shape != k64.shape:
-        raise RopesplitError(f"q and k must have one shape (N, d), got {q64.shape} and {k64.shape}")
-    (n, d) = q64.shape
-    _check_sizes(None, 0, cap)
-    p = np.arange(n) if positions is None else np.asarray(positions)
-    if p.shape != (n,) or not np.array_equal(p, np.round(p)):
-        raise RopesplitError(f"positions must be ({n},) integers, got shape {p.shape}")
-    p = p.astype(np.int64)
-    th = np.asarray(theta, dtype=np.float64)
-    if th.shape != (d // 2,):
-        raise RopesplitError(f"theta must have shape ({d // 2},) for head_dim {d}, got {th.shape}")
-    kb = k64.mean(axis=0) if kbar is None else np.asarray(kbar, dtype=np.float64)  # (d,)
-    qc, kc = to_pairs(q64, layout, rotary_dim), to_pairs(k64, layout, rotary_dim)  # (N, P)
-    kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
-    delta = p[:, None] - p[None, :]  # (N, N) true distances
-    dist = delta if cap is None else np.minimum(delta, cap)  # (N, N) the cap's
-    turn = np.exp(1j * np.outer(p, th))  # (N, P) R(p)
-    w = scale * _re_dot(qc * turn, kc * turn)  # (N, N) true distances
-    if cap is not None and bool((delta > cap).any()):
-        far = scale * _re_dot(qc * np.exp(1j * cap * th), kc)  # (N, N) at L
-        w = np.where(delta > cap, far, w)
-    span = np.arange(int(max(dist.max(), 0)) + 1)  # distances that occur, 0..max
-    h = qc * np.conj(kbc)  # (N, P) f's coefficients per query
-    angle = np.outer(th, span)  # (P, D)
-    table = scale * (h.real @ np.cos(angle) - h.imag @ np.sin(angle))  # (N, D)
-    f = np.take_along_axis(table, np.clip(dist, 0, None), axis=1)  # (N, N)
-    g = scale * _re_dot(qc, kc - kbc)  # (N, N)
-    return {"W": w, "f": f, "g": g, "E": w - f - g}
-
-
-def _re_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    r"""``Re(a conj(b)^T)`` of complex ``(N, P)`` and ``(M, P)``: ``(N, M)``."""
-    return (a @ np.conj(b).T).real
 
 
 # --------------------------------------------------------------------------- length statistics

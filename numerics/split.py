@@ -9,16 +9,20 @@ r"""The additive split of one head's logits, as dense matrices (THEORY.md sectio
 
 with :math:`\delta_j = k_j - \bar k` and :math:`\Delta_{ij} = p_i - p'_j`
 (query positions ``p``, key positions ``p'``), or an arbitrary distance map
-``distances`` :math:`\Delta_{ij}` (e.g. LM-Infinite's cap :math:`\min(\Delta, L)`), under
-which :math:`W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
-e^{i\theta_l\Delta_{ij}}` and ``f``, ``E`` and the bounds take the same :math:`\Delta_{ij}`.
+``distances`` :math:`\Delta_{ij}`, under which :math:`W_{ij} = s\,\mathrm{Re}\sum_l
+\tilde q_{il}\overline{\tilde k_{jl}} e^{i\theta_l\Delta_{ij}}` and ``f``, ``E`` and the
+bounds take the same :math:`\Delta_{ij}`; ``cap`` :math:`L` is the map
+:math:`\min(p_i - p'_j, L)` of LM-Infinite, as matrix products (the pairs beyond
+the cap rotate by :math:`L`: :math:`W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}
+e^{i\theta_l L}\overline{\tilde k_{jl}}`, :math:`f_{ij}` is row ``i``'s value at :math:`L`).
 Under a reference rotation :math:`m_l` (``reference=``, THEORY.md section 6,
 :mod:`.reference`) ``g`` and ``E`` become
 :math:`g_m = s\,\mathrm{Re}\sum_l \tilde q_l\overline{\tilde\delta_l}m_l` and
 :math:`E_m = W - f - g_m`; ``zero`` (:math:`m_l = 1`) is the split above.
 ``W``, ``f`` and ``g`` are matrix products of rotated pairs; ``E`` and the
 bounds are evaluated term by term (:mod:`.bound`) so that rounding can never
-read as a violation.  Dense
+read as a violation, or, with ``bounds=False`` (a split measured, not
+checked), ``E = W - f - g`` by subtraction and no bounds.  Dense
 ``(N, N)`` float64 results, for small ``N`` (figures, experiments); the
 statistics of long sequences come from :mod:`.stats` without them.
 
@@ -55,8 +59,8 @@ class HeadSplit:
     f: np.ndarray  # positional relevance s <q_i, R(-Delta) kbar>
     g: np.ndarray  # semantic importance s Re sum_l q~_l conj(delta~_l) m_l (s <q_i, delta_j>)
     E: np.ndarray  # remainder s Re sum_l q~_l conj(delta~_l) (e^{i theta_l Delta} - m_l)
-    bound: np.ndarray  # s sum_l |q~_l| |delta~_l| |e^{i theta_l Delta} - m_l|
-    bound_loose: np.ndarray  # s sum_l |q~_l| |delta~_l| min(1 + |m_l|, theta_l |Delta| + |1 - m_l|)
+    bound: np.ndarray | None  # s sum_l |q~_l| |delta~_l| |e^{i theta_l Delta} - m_l| (or None)
+    bound_loose: np.ndarray | None  # s sum |q~||delta~| min(1 + |m|, theta |Delta| + |1 - m|)
     mask: np.ndarray  # bool: j <= i (and i - j < window)
     kbar: np.ndarray  # (d,) the reference key
     delta: np.ndarray  # (N, N) distances p_i - p'_j (or the given distance map)
@@ -86,7 +90,9 @@ def split_head(
     rotary_dim: int | None = None,
     window: int | None = None,
     distances: Any = None,
+    cap: float | None = None,
     reference: str | Reference = "zero",
+    bounds: bool = True,
 ) -> HeadSplit:
     r"""Split one head's logits: :math:`W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij}`.
 
@@ -95,7 +101,10 @@ def split_head(
     is ``(N,)`` or a pair ``(positions_q, positions_k)`` (default ``0..N-1``);
     ``kbar`` defaults to the mean key.  ``distances`` ``(N, N)`` replaces
     ``positions`` by an arbitrary distance map :math:`\Delta_{ij}` (``W`` and
-    ``f`` then rotate by :math:`\Delta_{ij}` term by term).  The mask is by index.
+    ``f`` then rotate by :math:`\Delta_{ij}` term by term); ``cap`` :math:`L \ge 0`
+    measures at the distances :math:`\min(p_i - p'_j, L)` (LM-Infinite's cap)
+    with matrix products.  ``bounds=False`` leaves the bounds out (``None``)
+    and takes ``E = W - f - g`` by subtraction.  The mask is by index.
     ``reference`` (``"zero"``, ``"distance:C"``, ``"mean"`` over the masked
     pairs, or a :class:`~.reference.Reference`) sets :math:`m_l` in ``g`` and ``E``.
 
@@ -118,9 +127,12 @@ def split_head(
     n, d = q.shape
     th = _inputs.check_theta(theta, d)
     s = _inputs.check_scale(scale)
+    if cap is not None and (distances is not None or not cap >= 0):
+        raise RopesplitError(f"cap must be a distance >= 0, without distances; got {cap}")
     if distances is None:
         pq, pk = _inputs.check_positions(positions, n)
-        delta = pq[:, None] - pk[None, :]  # (N, N)
+        true = pq[:, None] - pk[None, :]  # (N, N)
+        delta = true if cap is None else np.minimum(true, cap)
     else:
         delta = _inputs.check_distances(distances, n, positions)  # (N, N)
     kb = _kbar(kbar, k)
@@ -137,12 +149,15 @@ def split_head(
         g = s * (qc @ np.conj(dc).T).real  # (N, N)
     else:
         g = s * ((qc * ref.m) @ np.conj(dc).T).real  # (N, N)  s Re sum q~ conj(delta~) m
-    e, bound, loose = np.empty((3, n, n))
     rows = max(1, _CHUNK_BYTES // (16 * 8 * max(n * th.size, 1)))
     if distances is None:  # absolute rotations: W and f are matrix products
         q_rot = qc * np.exp(1j * pq[:, None] * th)  # (N, P)  R(p_i) q_i
         w = s * (q_rot @ np.conj(kc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
         f = s * (q_rot @ np.conj(kbc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+        if cap is not None and (far := true > cap).any():  # beyond the cap: rotated by L
+            q_cap = qc * np.exp(1j * cap * th)  # (N, P)  q~ e^{i theta L}
+            w = np.where(far, s * (q_cap @ np.conj(kc).T).real, w)
+            f = np.where(far, s * (q_cap @ np.conj(kbc)).real[:, None], f)
     else:  # an arbitrary Delta_ij: rotate term by term, row chunk by row chunk
         w, f = np.empty((2, n, n))
         for i0 in range(0, n, rows):
@@ -151,6 +166,10 @@ def split_head(
             q_block = qc[block, None, :] * rot  # (rows, N, P)  q~_il e^{i theta_l Delta_ij}
             w[block] = s * np.einsum("ijp,jp->ij", q_block, np.conj(kc)).real
             f[block] = s * (q_block @ np.conj(kbc)).real
+    if not bounds:
+        return HeadSplit(W=w, f=f, g=g, E=w - f - g, bound=None, bound_loose=None, mask=mask,
+                         kbar=kb, delta=delta, reference=ref.spec, m=ref.m)  # fmt: skip
+    e, bound, loose = np.empty((3, n, n))
     for i0 in range(0, n, rows):
         block = slice(i0, min(n, i0 + rows))
         parts = remainder_and_bound(qc[block, None, :], dc[None, :, :], th, delta[block], s,

@@ -625,11 +625,11 @@ def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAM
     n = r.size
     step = max(1, n // sample)
     if step > 1:
-        sample = np.sort(r[::step])
-        margin = 2.0 * math.sqrt(sample.size) + 8  # four standard deviations of a sample rank
-        at = [int(np.clip(k / n * sample.size + d, 0, sample.size - 1))
+        drawn = np.sort(r[::step])
+        margin = 2.0 * math.sqrt(drawn.size) + 8  # four standard deviations of a sample rank
+        at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
               for k, d in ((min(ranks), -margin), (max(ranks), margin))]  # fmt: skip
-        lo, hi = sample[at[0]], sample[at[1]]
+        lo, hi = drawn[at[0]], drawn[at[1]]
         below = int(np.count_nonzero(r < lo))
         inside = r[(r >= lo) & (r <= hi)]
         if below <= min(ranks) and below + inside.size > max(ranks):

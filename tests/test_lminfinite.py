@@ -37,7 +37,6 @@ from ropesplit.numerics.lambda_attention import (
     bucket_edges,
     bucket_means,
     capped_distances,
-    capped_split,
     component_range,
     far_query_key,
     lambda_attention,
@@ -168,18 +167,32 @@ def test_far_query_key_is_the_logit_at_distance_cap(layout, rotary_dim):
 
 @pytest.mark.parametrize("cap", [None, 0, 5, 40])
 @pytest.mark.parametrize("spacing", [1, 3])
-def test_capped_split_is_split_head_at_the_capped_distances(cap, spacing):
+def test_the_cap_as_products_is_split_head_at_the_capped_distances(cap, spacing):
+    # split_head(cap=L) builds W and f from matrix products; distances= rotates term by term
     rng = np.random.default_rng(1)
     n, d = 30, 10
     q, k = rng.normal(size=(2, n, d))
     kbar = rng.normal(size=d)
     theta = np.concatenate([100.0 ** (-np.arange(4) * 2.0 / 8), [0.0]])
     pos = spacing * np.arange(n) + 2
-    got = capped_split(q, k, theta, 0.4, positions=pos, cap=cap, kbar=kbar, rotary_dim=8)
+    got = split_head(q, k, theta, 0.4, positions=pos, cap=cap, kbar=kbar, rotary_dim=8,
+                     bounds=False)  # fmt: skip
     want = split_head(q, k, theta, 0.4, distances=capped_distances(pos, cap), kbar=kbar,
                       rotary_dim=8)  # fmt: skip
+    assert got.bound is None and got.bound_loose is None
+    np.testing.assert_array_equal(got.delta, want.delta)
     for x in "WfgE":
-        np.testing.assert_allclose(got[x][want.mask], getattr(want, x)[want.mask], atol=1e-11)
+        np.testing.assert_allclose(getattr(got, x), getattr(want, x), atol=1e-11)
+    if cap is not None and spacing * (n - 1) > cap:  # the cap moves W: not the true distances
+        true = split_head(q, k, theta, 0.4, positions=pos, kbar=kbar, rotary_dim=8)
+        assert np.abs(true.W - got.W)[got.mask].max() > 0.1
+
+
+@pytest.mark.parametrize("kwargs", [{"cap": -1}, {"cap": 2, "distances": np.zeros((4, 4))}])
+def test_a_cap_is_a_distance_and_not_a_second_map(kwargs):
+    q = np.ones((4, 2))
+    with pytest.raises(RopesplitError, match="cap must be a distance >= 0, without distances"):
+        split_head(q, q, [1.0], 1.0, **kwargs)
 
 
 def test_capped_distances_and_buckets():

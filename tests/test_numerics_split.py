@@ -317,3 +317,21 @@ def test_causal_ratios_count_what_breaks_the_tolerance(monkeypatch):
     _, bad = causal_ratios(*case[:6])
     _, want = causal_twin(*case, rtol=-0.5)
     assert bad.tolist() == want.tolist() and bad.min() > 0
+
+
+def test_causal_ratios_do_not_depend_on_the_thread_count():
+    # each pair is one thread's loop: 1 or 2 threads give the same bits (train measures with 1)
+    numba = pytest.importorskip("numba")
+    rng = np.random.default_rng(1)
+    q, dev = rng.normal(size=(2, 3, 200, 8)) + 1j * rng.normal(size=(2, 3, 200, 8))
+    args = (q, dev, frequencies(16, 1e4), np.arange(200), np.arange(200), 0.3)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = causal_ratios(*args)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        every = causal_ratios(*args)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(one[0], every[0])
+    np.testing.assert_array_equal(one[1], every[1])

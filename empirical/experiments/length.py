@@ -24,7 +24,7 @@ Per setting and bucket (queries in the bucket, pairs the setting attends):
   where the two are the same computation); ``vs_vanilla`` = loss / vanilla's;
 - from the setting's own pre-RoPE ``q``/``k`` (the fitted layers, every
   head, mean over heads): ``f``, ``g``, ``E`` at the distances the setting
-  uses (:func:`~ropesplit.numerics.lambda_attention.capped_split`), with the
+  uses (:func:`~ropesplit.numerics.split.split_head` with ``cap``), with the
   reference key ``kbar`` and the **trained range** of each component taken
   from the vanilla pass restricted to its first ``L`` tokens (the distances
   and positions the model saw in training; identical in every setting, by
@@ -60,12 +60,12 @@ from ropesplit.numerics.lambda_attention import (
     N_GLOBAL,
     bucket_edges,
     bucket_means,
-    capped_split,
     component_range,
     lambda_mask,
     rank_correlation,
     relative_change,
 )
+from ropesplit.numerics.split import split_head
 
 from ropesplit.errors import RopesplitError
 
@@ -117,11 +117,15 @@ def _reference(run: SettingRun, layer: int, head: int, length: int) -> dict[str,
     return {"kbar": kbar, "range": ranges}
 
 
-def _split(qk: LayerQK, head: int, kbar: np.ndarray, cap: int | None, rows: slice) -> Any:
-    return capped_split(
+def _split(
+    qk: LayerQK, head: int, kbar: np.ndarray, cap: int | None, rows: slice
+) -> dict[str, np.ndarray]:
+    """``W, f, g, E`` of one head at the setting's distances (the cap's, or the true ones)."""
+    sp = split_head(
         qk.q[head, rows], qk.k[qk.kv_map[head], rows], qk.theta, qk.scale, cap=cap, kbar=kbar,
-        layout=qk.layout, rotary_dim=qk.rotary_dim,
+        layout=qk.layout, rotary_dim=qk.rotary_dim, bounds=False,
     )  # fmt: skip
+    return {"W": sp.W, "f": sp.f, "g": sp.g, "E": sp.E}
 
 
 def _head_stats(
