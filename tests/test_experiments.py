@@ -29,7 +29,7 @@ from ropesplit.empirical.experiments import (
     position,
     run_experiments,
 )
-from ropesplit.empirical.experiments.base import Context, Verdict, combine
+from ropesplit.empirical.experiments.base import Context, Verdict, combine, rows_then_schemes
 from ropesplit.empirical.experiments.forward import (
     context_length,
     continuation_losses,
@@ -522,3 +522,20 @@ def test_run_experiments_record(tiny, distinct_ids):
         run_experiments(tiny, distinct_ids, experiments=("shuffle",))
     with pytest.raises(RopesplitError, match="seeds must be at least 1, got 0"):
         run_experiments(tiny, distinct_ids, experiments=("order",), seeds=0)
+
+
+def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():
+    rows = [{"scheme": "b", "x": 1}, {"scheme": "a", "x": 2}, {"scheme": "b", "x": 3}]
+    seen = []
+
+    def per_scheme(all_rows, scheme):
+        seen.append((scheme, len(all_rows)))
+        return Verdict("agrees", scheme)
+
+    def judge(row):
+        return Verdict("disagrees" if row["x"] == 3 else "agrees", str(row["x"]))
+
+    got = rows_then_schemes(rows, judge, per_scheme, "checks")
+    assert seen == [("b", 3), ("a", 3)]
+    assert got.outcome == "disagrees" and got.reason.startswith("4 agrees, 1 disagrees of 5")
+    assert rows_then_schemes([], judge, per_scheme, "checks").outcome == "inconclusive"

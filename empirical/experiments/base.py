@@ -40,6 +40,7 @@ __all__ = [
     "Verdict",
     "combine",
     "interval_rise",
+    "rows_then_schemes",
 ]
 
 OUTCOMES = ("agrees", "disagrees", "inconclusive")
@@ -75,6 +76,19 @@ def combine(verdicts: Sequence[Verdict], what: str) -> Verdict:
             tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o])
             return Verdict(outcome, f"{tally} of {len(verdicts)} {what}; e.g. {first.reason}")
     raise AssertionError("unreachable")
+
+
+def rows_then_schemes(
+    rows: Sequence[Row],
+    judge: Callable[[Row], Verdict],
+    per_scheme: Callable[[list[Row], str], Verdict],
+    what: str,
+) -> Verdict:
+    """:func:`combine` of every row's ``judge`` and then ``per_scheme(rows, scheme)`` for each
+    scheme in order of first appearance (the shape of the order and position verdicts)."""
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    checks = [judge(r) for r in rows] + [per_scheme(list(rows), s) for s in schemes]
+    return combine(checks, what)
 
 
 def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Verdict:

@@ -30,8 +30,8 @@ from ropesplit.empirical.experiments.base import (
     Row,
     Settings,
     Verdict,
-    combine,
     interval_rise,
+    rows_then_schemes,
 )
 from ropesplit.empirical.experiments.forward import (
     context_length,
@@ -157,9 +157,8 @@ def separation(rows: list[Row], scheme: str) -> Verdict:
 
 def verdict(rows: list[Row]) -> Verdict:
     """Every row's verdict and, per scheme, whether 5% and 10% are separated."""
-    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    checks = [judge(r) for r in rows] + [separation(rows, s) for s in schemes]
-    return combine(checks, "checks (rates, then the 5%/10% separation per scheme)")
+    return rows_then_schemes(rows, judge, separation,
+                             "checks (rates, then the 5%/10% separation per scheme)")
 
 
 def _forward_count(settings: Settings) -> int:

@@ -40,8 +40,8 @@ from ropesplit.empirical.experiments.base import (
     Row,
     Settings,
     Verdict,
-    combine,
     interval_rise,
+    rows_then_schemes,
 )
 from ropesplit.empirical.experiments.forward import (
     context_length,
@@ -230,7 +230,8 @@ def judge(row: Row) -> Verdict:
         return Verdict("disagrees", f"{numbers}: g moved by {row['g_change_layer0']:.2e} in "
                        "layer 0, whose q and k cannot see positions")  # fmt: skip
     if row["tightness"] <= 1 + SLACK:
-        return Verdict("agrees", f"{numbers}: every sampled logit within its bound")
+        return Verdict("agrees", f"{numbers}: every sampled logit within its bound (a "
+                       "theorem: this checks the code; the claim's evidence is the loss's growth)")
     return Verdict("disagrees", f"{numbers}: a logit moved beyond its bound")
 
 
@@ -246,9 +247,8 @@ def growth(rows: list[Row], scheme: str) -> Verdict:
 
 def verdict(rows: list[Row]) -> Verdict:
     """Every row's bound check and, per scheme, whether the loss grows with ``t``."""
-    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    checks = [judge(r) for r in rows] + [growth(rows, s) for s in schemes]
-    return combine(checks, "checks (the bound per shift, then the loss's growth per scheme)")
+    return rows_then_schemes(rows, judge, growth,
+                             "checks (the bound per shift, then the loss's growth per scheme)")
 
 
 def _forward_count(settings: Settings) -> int:
