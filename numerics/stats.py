@@ -535,11 +535,15 @@ def _tightness(
     n_pairs = band_gram(n, window).pairs
     sampling = pair_budget is not None and pair_budget < n_pairs
     whole = None if sampling else _whole_steps(pq, pk)
-    if whole is not None:  # every pair, compiled
+    if whole is not None:  # every pair, compiled; heads in chunks of bounded memory
         iq, ik, step = whole
-        ratio, bad_np = causal_ratios(qc, dc, theta * step, iq, ik, s, window=window,
-                                      one_minus_m=gap)  # fmt: skip
-        return [_summary(r, None, int(b)) for r, b in zip(ratio, bad_np, strict=True)]
+        out = []
+        for h0 in range(0, h, chunk := max(1, _WORK_BYTES // (8 * n_pairs))):
+            ratio, bad_np = causal_ratios(qc[h0 : h0 + chunk], dc[h0 : h0 + chunk],
+                                          theta * step, iq, ik, s, window=window,
+                                          one_minus_m=gap)  # fmt: skip
+            out += [_summary(r, None, int(b)) for r, b in zip(ratio, bad_np, strict=True)]
+        return out
     q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
     d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
     ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]

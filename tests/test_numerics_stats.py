@@ -284,3 +284,21 @@ def test_the_summary_is_the_max_and_median_of_what_is_not_left_out(values):
     else:
         assert top == kept.max() and median == np.median(kept)
     assert sampled is None and bad == 3
+
+
+def test_memory_chunks_change_no_statistic(monkeypatch):
+    # a working-memory limit of a few pairs sends the compiled bound one head at a time (the
+    # same bits) and the logit sums one row at a time (other product shapes: rounding only)
+    import ropesplit.numerics.stats as stats
+
+    rng = np.random.default_rng(4)
+    q, k = rng.normal(size=(3, 40, 8)), rng.normal(size=(1, 40, 8)) + 0.5
+    args = (q, k, [0, 0, 0], frequencies(8, 1e4), 0.35)
+    whole = layer_statistics(*args, reference="mean", references=("zero",))
+    monkeypatch.setattr(stats, "_WORK_BYTES", 64)
+    chunked = layer_statistics(*args, reference="mean", references=("zero",))
+    for a, b in zip(whole, chunked, strict=True):
+        assert (a.tightness_max, a.tightness_median, a.violations) == (
+            b.tightness_max, b.tightness_median, b.violations)  # fmt: skip
+        for name in FLOATS:
+            assert getattr(a, name) == pytest.approx(getattr(b, name), abs=1e-12), name
