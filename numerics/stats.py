@@ -362,13 +362,20 @@ def _band_sums(
     """
     h, n, c = x.shape
     gram = band_gram(n, window)
-    i = torch.arange(n)
-    lo = torch.from_numpy(gram.first_col)  # row i: columns lo_i .. i
-    hi = torch.from_numpy(gram.last_row + 1)  # column j: rows j .. hi_j - 1
-    cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1) if columns else None  # (H, N+1, c)
-    cy = torch.cat([y.new_zeros(y.shape[0], 1, c), y.cumsum(1)], 1)  # (Hkv, N + 1, c)
-    rows = torch.linalg.vecdot(x, (cy[:, i + 1] - cy[:, lo])[heads])  # (H, N)
-    cols = None if cx is None else torch.linalg.vecdot(y[heads], cx[:, hi] - cx[:, i])  # (H, N)
+    if window is None:  # row i: columns 0 .. i, column j: rows j .. N-1: prefix and suffix sums
+        rows = torch.linalg.vecdot(x, y.cumsum(1)[heads])  # (H, N)
+        cols = (torch.linalg.vecdot(y[heads], x.flip(1).cumsum(1).flip(1))
+                if columns else None)  # fmt: skip  # (H, N)
+    else:
+        i = torch.arange(n)
+        lo = torch.from_numpy(gram.first_col)  # row i: columns lo_i .. i
+        hi = torch.from_numpy(gram.last_row + 1)  # column j: rows j .. hi_j - 1
+        cy = torch.cat([y.new_zeros(y.shape[0], 1, c), y.cumsum(1)], 1)  # (Hkv, N + 1, c)
+        rows = torch.linalg.vecdot(x, (cy[:, i + 1] - cy[:, lo])[heads])  # (H, N)
+        cols = None
+        if columns:
+            cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1)  # (H, N + 1, c)
+            cols = torch.linalg.vecdot(y[heads], cx[:, hi] - cx[:, i])  # (H, N)
     if not diagonals:
         return rows, cols, None
     length = 2 * n  # zero padding: no circular wrap for lags 0 .. N-1
