@@ -10,18 +10,40 @@ apart from the statistics of all heads. Printed, all measured in this run
 N = 1024) and ``total/fwd`` (capture + statistics), with the capture's
 validation numbers (largest logit difference over the logit scale; largest
 probability difference) and the peak resident memory (target within 6 GB at
-N = 2048).
+N = 2048).  The allocator is made steady first (:func:`steady_allocator`):
+with glibc's default the forward pass alone varied by 1.6x within one run.
 
     .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--json PATH]
+        [--allocator steady|default]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import resource
 import statistics
 import sys
 import time
+
+
+def steady_allocator() -> bool:
+    """Keep freed memory in the process (glibc ``mallopt``): no fresh ``mmap`` per large tensor.
+
+    By default glibc maps every block above a threshold afresh and gives it
+    back when freed, and it moves that threshold as blocks come and go: the
+    same forward pass at N = 1024 then took 3.3 s, 2.6 s or 2.1 s in one run,
+    depending on what ran before it (page faults).  With both thresholds at
+    1 GiB the forward pass takes about 2.0 s every time and the analysis runs in
+    the same allocator state, so their ratio measures the code, not the heap.
+    False where the C library has no ``mallopt`` (then the default stands).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 30))
 
 
 def peak_rss_gib() -> float:
@@ -36,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf-file")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--repeats", type=int, default=3, help="medians over this many runs")
+    parser.add_argument("--allocator", choices=("steady", "default"), default="steady",
+                        help="steady: glibc keeps freed memory (see steady_allocator)")  # fmt: skip
     args = parser.parse_args(argv)
+    steady = args.allocator == "steady" and steady_allocator()
 
     import torch
     from ropesplit.empirical import default_text, forward, load_model, tokenize
@@ -47,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     loaded = load_model(args.model, args.gguf_file)
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s, "
-          f"{torch.get_num_threads()} threads, peak {peak_rss_gib():.2f} GiB")  # fmt: skip
+          f"{torch.get_num_threads()} threads, peak {peak_rss_gib():.2f} GiB, allocator "
+          f"{'steady (mallopt)' if steady else 'default'}")  # fmt: skip
     text = default_text()
     rows = []
     print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "
@@ -90,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['peak_rss_gib']:9.2f}")  # fmt: skip
         sys.stdout.flush()
     if args.json:
-        write_json(args.json, {"model": loaded.name, "rows": rows})
+        write_json(args.json, {"model": loaded.name, "steady_allocator": steady, "rows": rows})
     return 0
 
 

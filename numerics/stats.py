@@ -55,6 +55,7 @@ Shapes::
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -609,29 +610,28 @@ def _whole_steps(pq: np.ndarray, pk: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return None
 
 
-def _summary(
-    ratio: Any, sampled: int | None, bad: int
-) -> tuple[float, float, int | None, int]:
+def _summary(ratio: Any, sampled: int | None, bad: int) -> tuple[float, float, int | None, int]:
     """``(max, median, sampled, violations)`` of one head's ratios (NaN when there are none).
 
     ``ratio`` (a tensor or an array) holds ``-inf`` for pairs left out (``B = 0``).
     """
-    r = ratio.numpy() if isinstance(ratio, torch.Tensor) else ratio
-    left_out = int(np.count_nonzero(r == -np.inf))
+    r = np.ascontiguousarray(ratio.numpy() if isinstance(ratio, torch.Tensor) else ratio)
+    top, left_out = _scan()(r)
     valid = r.size - left_out
     if valid == 0:
         return math.nan, math.nan, sampled, bad
     low, high = _order_statistics(r, [left_out + (valid - 1) // 2, left_out + valid // 2])
-    return float(r.max()), 0.5 * (low + high), sampled, bad
+    return float(top), 0.5 * (low + high), sampled, bad
 
 
 def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAMPLE) -> list[float]:
     """The values of rank ``ranks`` (0-based, ascending) in ``r``, exactly, without sorting ``r``.
 
     A bracket ``[lo, hi]`` around the ranks is read off an evenly strided
-    sample of about ``sample`` values; one counting pass gives the rank
-    of ``lo``, and when the bracket holds every asked rank only the values
-    inside it are partitioned (otherwise all of ``r``: slower, never wrong).
+    sample of about ``sample`` values; one compiled pass counts the values
+    below ``lo`` and gathers those inside, and when the bracket holds every
+    asked rank only the values inside are partitioned (otherwise all of
+    ``r``: slower, never wrong).
     """
     n = r.size
     step = max(1, n // sample)
@@ -640,14 +640,50 @@ def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAM
         margin = 2.0 * math.sqrt(drawn.size) + 8  # four standard deviations of a sample rank
         at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
               for k, d in ((min(ranks), -margin), (max(ranks), margin))]  # fmt: skip
-        lo, hi = drawn[at[0]], drawn[at[1]]
-        below = int(np.count_nonzero(r < lo))
-        inside = r[(r >= lo) & (r <= hi)]
-        if below <= min(ranks) and below + inside.size > max(ranks):
+        inside = np.empty(n)
+        below, count = _bracket()(np.ascontiguousarray(r), float(drawn[at[0]]),
+                                  float(drawn[at[1]]), inside)  # fmt: skip
+        if below <= min(ranks) and below + count > max(ranks):
+            inside = inside[:count]
             inside.partition([k - below for k in ranks])
             return [float(inside[k - below]) for k in ranks]
     part = np.partition(r, ranks)
     return [float(part[k]) for k in ranks]
+
+
+@functools.cache
+def _scan() -> Any:
+    """Compiled: ``(max, count of -inf)`` of a 1-d float64 array in one pass."""
+    import numba
+
+    @numba.njit(cache=True)
+    def scan(r):  # type: ignore[no-untyped-def]
+        top, left_out = -math.inf, 0
+        for x in r:
+            if x == -math.inf:
+                left_out += 1
+            elif x > top:
+                top = x
+        return top, left_out
+
+    return scan
+
+
+@functools.cache
+def _bracket() -> Any:
+    """Compiled: ``(count below lo, count inside [lo, hi])``; the inside values go to ``out``."""
+    import numba
+
+    @numba.njit(cache=True)
+    def bracket(r, lo, hi, out):  # type: ignore[no-untyped-def]
+        below, count = 0, 0
+        for x in r:  # branch-free: the values fall on either side unpredictably
+            below += x < lo
+            out[count] = x  # kept only when the count moves on
+            count += (x >= lo) & (x <= hi)
+        return below, count
+
+    return bracket
 
 
 def _ratio(e: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
