@@ -91,8 +91,7 @@ def remainder_and_bound(
             out.append(scale * (mag * torch.clamp(x.abs(), max=2.0)).sum(-1))
         return tuple(out)
     gap = np.asarray(one_minus_m, dtype=np.complex128)  # (P,) 1 - m_l
-    u_re = torch.from_numpy(gap.real.copy()) - 2.0 * half_sin * half_sin  # Re(e^{ix} - m)
-    u_im = torch.from_numpy(gap.imag.copy()) + 2.0 * half_sin * half_cos  # Im(e^{ix} - m)
+    u_re, u_im = _rotation_gap(half_sin, half_cos, gap)  # e^{ix} - m
     e = (along * u_re + across * u_im).sum(-1)
     out = [scale * e, scale * (mag * torch.hypot(u_re, u_im)).sum(-1)]
     if loose:
@@ -100,6 +99,18 @@ def remainder_and_bound(
         cap = torch.minimum(1.0 + m_abs, x.abs() + torch.from_numpy(np.abs(gap)))
         out.append(scale * (mag * cap).sum(-1))
     return tuple(out)
+
+
+def _rotation_gap(
+    half_sin: torch.Tensor, half_cos: torch.Tensor, one_minus_m: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``(Re u, Im u)`` of :math:`u = e^{ix} - m = 2\sin\tfrac x2(-\sin\tfrac x2 + i\cos\tfrac x2)
+    + (1 - m)` from the half angles: no cancellation near ``x = 0`` (``m = 1`` when None)."""
+    u_re, u_im = -2.0 * half_sin * half_sin, 2.0 * half_sin * half_cos  # e^{ix} - 1
+    if one_minus_m is None:
+        return u_re, u_im
+    gap = np.asarray(one_minus_m, dtype=np.complex128)  # (P,) 1 - m_l
+    return torch.from_numpy(gap.real.copy()) + u_re, torch.from_numpy(gap.imag.copy()) + u_im
 
 
 def _parts(z: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,12 +170,9 @@ def causal_ratios(
     span = n if window is None else min(n, int(window))
     low = int(iq.min() - ik.max()) if n else 0
     dist = np.arange(low, int(iq.max() - ik.min()) + 1 if n else 1, dtype=np.float64)
-    x = dist[:, None] * np.asarray(theta, dtype=np.float64)  # (distances, P)
-    half_sin, half_cos = np.sin(0.5 * x), np.cos(0.5 * x)
-    u_re, u_im = -2.0 * half_sin * half_sin, 2.0 * half_sin * half_cos  # e^{ix} - 1
-    if one_minus_m is not None:
-        gap = np.asarray(one_minus_m, dtype=np.complex128)
-        u_re, u_im = u_re + gap.real, u_im + gap.imag  # e^{ix} - m
+    x = torch.from_numpy(dist[:, None] * np.asarray(theta, dtype=np.float64))  # (distances, P)
+    u = _rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x), one_minus_m)  # e^{ix} - m
+    u_re, u_im = (np.ascontiguousarray(v.numpy()) for v in u)
     u_abs = np.hypot(u_re, u_im)
     starts = np.concatenate([[0], np.cumsum(n - np.arange(span))]).astype(np.int64)
     ratio = np.empty((h, int(starts[-1])), dtype=np.float64)

@@ -641,8 +641,7 @@ def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAM
         at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
               for k, d in ((min(ranks), -margin), (max(ranks), margin))]  # fmt: skip
         inside = np.empty(n)
-        below, count = _bracket()(np.ascontiguousarray(r), float(drawn[at[0]]),
-                                  float(drawn[at[1]]), inside)  # fmt: skip
+        below, count = _bracket()(r, float(drawn[at[0]]), float(drawn[at[1]]), inside)
         if below <= min(ranks) and below + count > max(ranks):
             inside = inside[:count]
             inside.partition([k - below for k in ranks])
