@@ -82,6 +82,8 @@ class _Gram:
         iterations (never seen: ``G`` is well conditioned on its range).
         """
         k, h = rhs.shape
+        gauge = self.gauge()  # A^T w is orthogonal to these; rounding in the sums is not
+        rhs = rhs - gauge @ (gauge.T @ rhs)
         inv_diag = np.where(self.diag > 0, 1.0 / np.maximum(self.diag, 1e-300), 0.0)[:, None]
         x = np.zeros((k, h))
         res = rhs.copy()
@@ -104,6 +106,22 @@ class _Gram:
         if (np.linalg.norm(res, axis=0) <= np.sqrt(tol) * np.linalg.norm(rhs, axis=0)).all():
             return x, 10 * k  # stalled at the rounding floor, still far below any use
         raise RopesplitError(f"additive fit did not converge in {10 * k} iterations")
+
+    def gauge(self) -> np.ndarray:
+        """An orthonormal basis ``(K, g)`` of the gauge directions (no fitted value changes).
+
+        A constant moved from ``b`` to ``c``; three axes: also from ``a`` to
+        ``b``, and the trend ``a_D = -D``, ``b_i = i``, ``c_j = -j``.
+        """
+        n, n_a = self.n, self.n_a
+        index = np.arange(n, dtype=np.float64)
+        zero_a, one_a, one = np.zeros(n_a), np.ones(n_a), np.ones(n)
+        dirs = [np.concatenate([zero_a, one, -one])]
+        if n_a > 0:
+            dirs.append(np.concatenate([one_a, -one, 0 * one]))
+            dirs.append(np.concatenate([-(np.arange(n_a) + self.d_min), index, -index]))
+        basis, diag = np.linalg.qr(np.stack(dirs, axis=1))
+        return basis[:, np.abs(np.diag(diag)) > 1e-9 * np.sqrt(n)]  # independent ones only
 
     def normalise(self, x: np.ndarray) -> np.ndarray:
         """Move ``x (K, H)`` along the gauge directions: ``c`` no mean, no trend; ``b`` no mean."""

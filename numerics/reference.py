@@ -94,15 +94,18 @@ def canonical(spec: str) -> str:
 
 
 def _from_counts(theta: np.ndarray, dist: np.ndarray, counts: np.ndarray) -> Reference:
-    r""":math:`m_l = \sum c_\Delta e^{i\theta_l\Delta} / \sum c_\Delta` and ``1 - m``."""
+    r""":math:`m_l = \sum c_\Delta e^{i\theta_l\Delta} / \sum c_\Delta` and ``1 - m``.
+
+    ``m`` is taken as ``1 - (1 - m)``: exactly 1 where :math:`\theta_l = 0`
+    (the weights need not sum to 1 in floating point), as for every reference.
+    """
     total = counts.sum()
     if total <= 0:
         raise RopesplitError("the mean rotation needs at least one pair, got 0")
     x = dist[:, None] * theta  # (K, P) angles
     w = (counts / total)[:, None]  # (K, 1) weights
-    m = (w * np.exp(1j * x)).sum(0)  # (P,)
     one_minus = (w * (2.0 * np.sin(0.5 * x) ** 2 - 1j * np.sin(x))).sum(0)  # (P,)
-    return Reference("mean", m, one_minus)
+    return Reference("mean", 1.0 - one_minus, one_minus)
 
 
 def mean_rotation(theta: Any, n: int, window: int | None = None) -> Reference:

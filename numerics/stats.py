@@ -25,9 +25,15 @@ queries about their mean.
 
 How it is computed (all float64):
 
-- ``W = s Qrot Krot^T`` and ``E = s (Qrot Drot^T - Q (D m)^T)`` are matrix
-  products of rotated real features, and ``f + g = W - E``; all heads of a
-  layer go through one batched product, in head chunks of bounded memory.
+- ``W / s = a . y`` and ``E_m / s = a . b - u . delta`` are bilinear in real
+  features (``a = R q``, ``y = R k``, ``b = R delta``, ``u = q m``), and
+  ``f + g = W - E``.  The split statistics need, per row, only
+  :math:`\sum_j W^2`, :math:`\sum_j W E` and :math:`\sum_j E^2` over the
+  row's pairs, plus row sums: with no window, the columns before a row's
+  block of :data:`_BLOCK_ROWS` rows are quadratic forms in prefix sums of the
+  key features' outer products (``O(N P^2)``, matrix products), and the
+  block's own triangle is a compiled pair loop; with a window the compiled
+  loop takes the whole band.  No ``(N, N)`` matrix is formed.
 - ``r_3axis`` needs only the masked diagonal, row and column sums of ``W``
   (:mod:`.fit`: ``O(N)`` normal equations solved to convergence, cached per
   ``(N, window)``); its correlation is :math:`\sqrt{x^\top A^\top w / \|w\|^2}`
@@ -77,9 +83,10 @@ __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlati
 _WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
-_BLOCK_ROWS = 64  # rows per block of the (N, N) products: 32 N acausal entries beyond N^2 / 2
+_BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products
 _DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
 _MEDIAN_SAMPLE = 4096  # values read to bracket a median before the exact selection
+_ROUNDING = 1e-12  # a sum of squares about a mean below this share of the raw one is rounding
 
 
 @dataclass(frozen=True)
@@ -195,8 +202,8 @@ def layer_statistics(
         raise RopesplitError(f"pair_budget must be a positive number of pairs, got {pair_budget}")
     refs = [resolve_reference(spec, th, n=n, window=w, positions=(pq, pk))
             for spec in _unique([reference, *references])]  # fmt: skip  # primary first
-    qc = to_pairs(q, layout, rotary_dim)  # (H, N, P)
-    kc = to_pairs(k, layout, rotary_dim)  # (Hkv, N, P)
+    qc = np.ascontiguousarray(to_pairs(q, layout, rotary_dim))  # (H, N, P)
+    kc = np.ascontiguousarray(to_pairs(k, layout, rotary_dim))  # (Hkv, N, P)
     if kbar is None:
         kbc = kc.mean(axis=1, keepdims=True)  # (Hkv, 1, P)
     else:
@@ -211,7 +218,8 @@ def layer_statistics(
     gap = None if refs[0].is_zero else refs[0].one_minus
     tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap)  # one per head
     gram = band_gram(n, w)
-    x, _ = gram.solve(sums["rhs"])  # (K, H)
+    # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
+    x, _ = gram.solve(np.where(sums["tww"] > 0, sums["rhs"], 0.0))
     fit_share = np.maximum((x * sums["rhs"]).sum(0), 0.0)  # (H,) ||fit - mean||^2
     out = []
     for i in range(h):
@@ -250,12 +258,15 @@ def _split_stats(sums: dict[str, Any], r: int, i: int, s: float, n: int) -> dict
     tww, cww = sums["tww"][i], sums["cww"][i]
     twe, tee, cwe, cee, e_sq = (sums[key][r][i] for key in ("twe", "tee", "cwe", "cee", "e_sq"))
     mean_w, mean_e = float(sums["mean_w"][i]), float(sums["mean_e"][r][i])
+    fg_sq = 2 * (sums["w_sq"][i] + e_sq)  # bounds the raw sum of squares of f + g = W - E
+    tff = float(_resolved(tww - 2 * twe + tee, fg_sq))
+    cff = float(_resolved(cww - 2 * cwe + cee, fg_sq))
     return {
-        "r_split": _corr(tww - twe, tww, tww - 2 * twe + tee),
-        "r_split_rowcentred": _corr(cww - cwe, cww, cww - 2 * cwe + cee),
+        "r_split": _corr(tww - twe, tww, tff),
+        "r_split_rowcentred": _corr(cww - cwe, cww, cff),
         "remainder_share": math.sqrt(e_sq / tww) if tww > 0 else math.nan,
         "w_mean": s * mean_w, "w_var": float(s * s * tww / n),
-        "fg_mean": s * (mean_w - mean_e), "fg_var": float(s * s * (tww - 2 * twe + tee) / n),
+        "fg_mean": s * (mean_w - mean_e), "fg_var": float(s * s * tff / n),
         "w_fg_cov": float(s * s * (tww - twe) / n),
     }  # fmt: skip
 
@@ -309,9 +320,19 @@ def pooled_correlation_ci(
                     float(level), h, int(n_boot))  # fmt: skip
 
 
+def _resolved(x: Any, raw: Any) -> Any:
+    r"""A sum of squares about a mean, 0 where it is within rounding of 0 (:data:`_ROUNDING`).
+
+    It is computed as :math:`S - 2\mu R + n\mu^2` from the raw sum of squares
+    ``raw`` (:math:`S`), whose rounding error is a few ulps of ``raw``; below
+    that it is no spread at all, and the statistic dividing by it is NaN.
+    """
+    return np.where(np.asarray(x) > _ROUNDING * np.asarray(raw), x, 0.0)
+
+
 def _corr(cov: float, var_a: float, var_b: float) -> float:
     """``cov / sqrt(var_a var_b)`` as a float, NaN when a variance is 0."""
-    den = math.sqrt(max(var_a, 0.0) * max(var_b, 0.0))
+    den = math.sqrt(max(var_a, 0.0)) * math.sqrt(max(var_b, 0.0))  # no underflow of the product
     return float(min(max(cov / den, -1.0), 1.0)) if den > 0 else math.nan
 
 
@@ -335,25 +356,40 @@ def _lowfreq_share(energy: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 def _real(z: np.ndarray) -> torch.Tensor:
-    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)`` as a float64 tensor."""
-    return torch.from_numpy(np.concatenate([z.real, z.imag], axis=-1))
+    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)`` as a C-ordered float64 tensor."""
+    p = z.shape[-1]
+    out = np.empty((*z.shape[:-1], 2 * p))
+    out[..., :p] = z.real
+    out[..., p:] = z.imag
+    return torch.from_numpy(out)
+
+
+def _band_rows(
+    xs: list[torch.Tensor], y: torch.Tensor, window: int | None, heads: torch.Tensor
+) -> list[torch.Tensor]:
+    r"""Row sums :math:`\sum_{j \in \mathcal M_i} x_i\cdot y_j` over the band, ``x (H, N, c)`` each.
+
+    One prefix sum of ``y (Hkv, N, c)`` (query head ``h`` reads ``y[heads[h]]``)
+    serves every ``x``; each returned sum is ``(H, N)``.
+    """
+    n = y.shape[1]
+    if window is None:  # row i: columns 0 .. i
+        band = y.cumsum(1)[heads]
+    else:
+        lo = torch.from_numpy(band_gram(n, window).first_col)  # row i: columns lo_i .. i
+        cy = torch.cat([y.new_zeros(y.shape[0], 1, y.shape[2]), y.cumsum(1)], 1)  # (Hkv, N+1, c)
+        band = (cy[:, 1:] - cy[:, lo])[heads]
+    return [torch.linalg.vecdot(x, band) for x in xs]
 
 
 def _band_sums(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    window: int | None,
-    heads: torch.Tensor,
-    *,
-    diagonals: bool = True,
-    columns: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    x: torch.Tensor, y: torch.Tensor, window: int | None, heads: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Row, column and diagonal sums of :math:`M = x y^\top` over the band, without ``M``.
 
     ``x (H, N, c)``, ``y (Hkv, N, c)`` with query head ``h`` reading
     ``y[heads[h]]`` (prefix sums and transforms of ``y`` are taken once per KV
-    head); returns ``(rows (H, N), cols (H, N) or None, diags (H, n_a) or None)``
-    (``columns`` / ``diagonals`` False skip them):
+    head); returns ``(rows (H, N), cols (H, N), diags (H, n_a))``:
 
     .. math:: \sum_{j \in \mathcal M_i} x_i\cdot y_j,\quad
               \sum_{i \in \mathcal M^j} x_i\cdot y_j,\quad \sum_i x_i\cdot y_{i-D}
@@ -363,22 +399,13 @@ def _band_sums(
     """
     h, n, c = x.shape
     gram = band_gram(n, window)
-    if window is None:  # row i: columns 0 .. i, column j: rows j .. N-1: prefix and suffix sums
-        rows = torch.linalg.vecdot(x, y.cumsum(1)[heads])  # (H, N)
-        cols = (torch.linalg.vecdot(y[heads], x.flip(1).cumsum(1).flip(1))
-                if columns else None)  # fmt: skip  # (H, N)
+    (rows,) = _band_rows([x], y, window, heads)
+    if window is None:  # column j: rows j .. N-1, a suffix sum
+        cols = torch.linalg.vecdot(y[heads], x.flip(1).cumsum(1).flip(1))  # (H, N)
     else:
-        i = torch.arange(n)
-        lo = torch.from_numpy(gram.first_col)  # row i: columns lo_i .. i
         hi = torch.from_numpy(gram.last_row + 1)  # column j: rows j .. hi_j - 1
-        cy = torch.cat([y.new_zeros(y.shape[0], 1, c), y.cumsum(1)], 1)  # (Hkv, N + 1, c)
-        rows = torch.linalg.vecdot(x, (cy[:, i + 1] - cy[:, lo])[heads])  # (H, N)
-        cols = None
-        if columns:
-            cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1)  # (H, N + 1, c)
-            cols = torch.linalg.vecdot(y[heads], cx[:, hi] - cx[:, i])  # (H, N)
-    if not diagonals:
-        return rows, cols, None
+        cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1)  # (H, N + 1, c)
+        cols = torch.linalg.vecdot(y[heads], cx[:, hi] - cx[:, :-1])  # (H, N)
     length = 2 * n  # zero padding: no circular wrap for lags 0 .. N-1
     fy = torch.fft.rfft(y, length, dim=1).conj()[heads]  # (H, N + 1, c)
     spec = (torch.fft.rfft(x, length, dim=1) * fy).sum(-1)
@@ -404,75 +431,64 @@ def _logit_sums(
     for :math:`m_l = 1`) lists of ``twe, tee, cwe, cee`` and ``e_sq``
     (:math:`\|E_m\|_F^2`); and ``rhs (K,)``: the distance, row and column sums
     of the centred ``W``.  The scale ``s`` cancels from every statistic, so it
-    is left out.  Means, row, column and diagonal sums come from
-    :func:`_band_sums`; the matrices themselves are built in row blocks of the
-    causal part only (blocks of :data:`_BLOCK_ROWS` rows, into reused
-    buffers), centred by the product's bias (``baddbmm``), and reduced to
-    per-row norms and dot products at once.  ``E_m`` is
-    :math:`\langle R q, R\delta\rangle - \langle q, \delta\bar m\rangle`.
+    is left out.  Both are bilinear in real features,
+
+    .. math:: W_{ij} = a_i\cdot y_j,\qquad E^m_{ij} = a_i\cdot b_j - u^m_i\cdot\delta_j,
+              \qquad a = Rq,\ y = Rk,\ b = R\delta,\ u^m = q\,m
+
+    (pairs with :math:`\theta_l = 0` and every :math:`m_l = 1` have no share
+    in ``E`` and are left out of it exactly).  Each row's raw moments
+    :math:`S^{WW}_i = \sum_j W_{ij}^2`, :math:`S^{WE}_i`, :math:`S^{EE}_i`
+    come from :func:`_prefix_moments` (no window) or :func:`_explicit_moments`
+    (a window), and are centred with the row sums :math:`R_i` and the masked
+    means: :math:`\sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i
+    - \mu_E R^W_i - \mu_W R^E_i + n_i\mu_W\mu_E`.
     """
     h, n, _ = qc.shape
     gram = band_gram(n, window)
     heads = torch.from_numpy(kv)
+    ms = [np.ones(theta.size) if m is None else np.asarray(m) for m in refs]
+    silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there, all m
+    de = np.where(silent, 0.0, dc)  # (Hkv, N, P) the deviations E reads
     rot_k = np.exp(1j * pk[:, None] * theta)  # (N, P)
-    q_rot = _real(qc * np.exp(1j * pq[:, None] * theta))  # (H, N, 2P)  R(p_i) q_i
-    q_both = torch.cat([q_rot, _real(qc)], -1)  # (H, N, 4P)  [R(p_i) q_i, q_i]
-    k_rot_kv = _real(kc * rot_k)  # (Hkv, N, 2P)  R(p'_j) k_j
-    d_rot_kv = _real(dc * rot_k)  # (Hkv, N, 2P)  R(p'_j) delta_j
-    m_first = refs[0]
-    d_both_kv = torch.cat([d_rot_kv, -_real(dc if m_first is None else dc * np.conj(m_first))],
-                          -1)  # fmt: skip  # (Hkv, N, 4P) [R d_j, -d_j conj(m)]
-    k_rot = k_rot_kv[heads]  # (H, N, 2P)
-    d_both = d_both_kv[heads]  # (H, N, 4P) the first reference's E, in one product
-    # every further reference r: E_r = E_0 + <q, delta conj(m_0 - m_r)>, a 2P product
-    q_plain = _real(qc)  # (H, N, 2P)
-    m_0 = np.ones(theta.size) if m_first is None else m_first
-    d_gap_kv = [_real(dc * np.conj(m_0 - (1.0 if m is None else m))) for m in refs[1:]]
-    d_gap = [g[heads] for g in d_gap_kv]  # each (H, N, 2P)
+    a = _real(qc * np.exp(1j * pq[:, None] * theta))  # (H, N, 2P)  R(p_i) q_i
+    y = _real(kc * rot_k)  # (Hkv, N, 2P)  R(p'_j) k_j
+    b = _real(de * rot_k)  # (Hkv, N, 2P)  R(p'_j) delta_j
+    dp = _real(de)  # (Hkv, N, 2P)  delta_j
+    us = [_real(qc * m) for m in ms]  # each (H, N, 2P): q_i m
     count_a, count_b, count_c = (torch.from_numpy(v)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
-    row_w, col_w, diag_w = _band_sums(q_rot, k_rot_kv, window, heads)  # (H, N), (H, N), (H, n_a)
-    assert col_w is not None and diag_w is not None
-    row_e = [_band_sums(q_both, d_both_kv, window, heads, diagonals=False, columns=False)[0]]
-    row_e += [row_e[0] + _band_sums(q_plain, g, window, heads, diagonals=False, columns=False)[0]
-              for g in d_gap_kv]  # fmt: skip  # E_r = E_0 + x_r, row by row
+    row_w, col_w, diag_w = _band_sums(a, y, window, heads)  # (H, N), (H, N), (H, n_a)
+    (row_ab,) = _band_rows([a], b, window, heads)
+    row_e = [row_ab - r for r in _band_rows(us, dp, window, heads)]  # (H, N) each, raw
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
     mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
-    row_w = row_w - mean_w[:, None] * count_b  # centred row sums
+    whole = window is None or window >= n  # then every row sees all columns before it
+    s_ww, s_we, s_ee = _row_moments(_Factors(a, y, b, dp, us, kv), None if whole else window)
+    nw = count_b * mean_w[:, None]  # (H, N) n_i mu_W
+    ww = s_ww - mean_w[:, None] * (2 * row_w - nw)  # per-row products about the masked means
+    we = [s - m[:, None] * row_w - mean_w[:, None] * r + nw * m[:, None]
+          for s, m, r in zip(s_we, mean_e, row_e, strict=True)]  # fmt: skip
+    ee = [s - m[:, None] * (2 * r - count_b * m[:, None])
+          for s, m, r in zip(s_ee, mean_e, row_e, strict=True)]  # fmt: skip
+    row_w = row_w - nw  # centred row sums
     row_e = [r - m[:, None] * count_b for r, m in zip(row_e, mean_e, strict=True)]
-    n_ref = len(refs)
-    ww = torch.zeros(h, n, dtype=torch.float64)  # per-row centred products
-    we, ee = torch.zeros(2, n_ref, h, n, dtype=torch.float64)
-    # rows per block (all heads): small blocks skip most of the acausal half, memory bounded;
-    # three reused buffers (W, E_0, E_r) instead of fresh (H, rows, cols) tensors per product
-    block = max(1, min(_BLOCK_ROWS, _WORK_BYTES // (3 * 8 * n * h)))
-    buffers = [torch.empty(h * block * n, dtype=torch.float64) for _ in range(2 + (n_ref > 1))]
-    for i0 in range(0, n, block):
-        i1 = min(n, i0 + block)
-        j0 = 0 if window is None else max(0, i0 - window + 1)
-        w = _centred_block(q_rot, k_rot, mean_w, i0, i1, j0, window, buffers[0])
-        ww[:, i0:i1] = torch.linalg.vector_norm(w, dim=-1) ** 2
-        e_0 = _centred_block(q_both, d_both, mean_e[0], i0, i1, j0, window, buffers[1])
-        for r in range(n_ref):
-            # centred E_r = centred E_0 + centred <q, delta conj(m_0 - m_r)>
-            if r == 0:
-                e = e_0
-            else:
-                e = _centred_block(q_plain, d_gap[r - 1], mean_e[r] - mean_e[0], i0, i1, j0,
-                                   window, buffers[2]).add_(e_0)  # fmt: skip
-            ee[r, :, i0:i1] = torch.linalg.vector_norm(e, dim=-1) ** 2
-            we[r, :, i0:i1] = torch.linalg.vecdot(w, e, dim=-1)
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
+
+    def row_centred(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> np.ndarray:
+        return torch.where(several, x - u * v / count_b, 0.0).sum(-1).numpy()
+
+    w_sq = s_ww.sum(-1).numpy()  # (H,) raw: the scale of the rounding in tww and cww
+    e_sq = [s.sum(-1).numpy() for s in s_ee]
     res: dict[str, Any] = {
-        "tww": ww.sum(-1).numpy(),
-        "cww": torch.where(several, ww - row_w * row_w / count_b, 0.0).sum(-1).numpy(),
+        "tww": _resolved(ww.sum(-1).numpy(), w_sq),
+        "cww": _resolved(row_centred(ww, row_w, row_w), w_sq),
         "twe": [x.sum(-1).numpy() for x in we],
-        "tee": [x.sum(-1).numpy() for x in ee],
-        "cwe": [torch.where(several, we[r] - row_w * row_e[r] / count_b, 0.0).sum(-1).numpy()
-                for r in range(n_ref)],
-        "cee": [torch.where(several, ee[r] - row_e[r] * row_e[r] / count_b, 0.0).sum(-1).numpy()
-                for r in range(n_ref)],
-        "e_sq": [(ee[r].sum(-1) + gram.pairs * mean_e[r] ** 2).numpy() for r in range(n_ref)],
+        "tee": [_resolved(x.sum(-1).numpy(), r) for x, r in zip(ee, e_sq, strict=True)],
+        "cwe": [row_centred(x, row_w, r) for x, r in zip(we, row_e, strict=True)],
+        "cee": [_resolved(row_centred(x, r, r), s)
+                for x, r, s in zip(ee, row_e, e_sq, strict=True)],
+        "w_sq": w_sq, "e_sq": e_sq,
         "mean_w": mean_w.numpy(), "mean_e": [m.numpy() for m in mean_e],
     }  # fmt: skip
     rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
@@ -481,30 +497,155 @@ def _logit_sums(
     return res
 
 
-def _centred_block(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    mean: torch.Tensor,
-    i0: int,
-    i1: int,
-    j0: int,
-    window: int | None,
-    buffer: torch.Tensor,
-) -> torch.Tensor:
-    """Rows ``i0:i1``, cols ``j0:i1`` of ``x y^T - mean``, 0 off the band: ``(H, rows, cols)``.
+_Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # S^WW (H, N), S^WE, S^EE (M, H, N)
 
-    Written into the front of ``buffer`` (flat, float64), which it returns a view of.
+
+@dataclass(frozen=True)
+class _Factors:
+    r"""The real features of :math:`W = a\cdot y` and :math:`E_m = a\cdot b - u^m\cdot\delta`."""
+
+    a: torch.Tensor  # (H, N, c) R(p_i) q_i
+    y: torch.Tensor  # (Hkv, N, c) R(p'_j) k_j
+    b: torch.Tensor  # (Hkv, N, c) R(p'_j) delta_j
+    dp: torch.Tensor  # (Hkv, N, c) delta_j
+    us: list[torch.Tensor]  # per reference (H, N, c): q_i m
+    kv: np.ndarray  # (H,) the KV head each query head reads
+
+
+def _row_moments(f: _Factors, window: int | None) -> _Moments:
+    r"""Raw row moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
+    :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2`; no ``(N, N)`` matrix.
+
+    With no window, rows go in blocks of :data:`_BLOCK_ROWS`: the columns
+    before a row's block come from prefix sums of outer products
+    (:func:`_prefix_moments`, ``O(N P^2)``), the block's own triangle from the
+    compiled pair loop (:func:`_band_kernel`).  With a window the compiled
+    loop takes every pair of the band (``O(N\,\mathrm{window}\,P)``).
     """
-    h = x.shape[0]
-    m = buffer[: h * (i1 - i0) * (i1 - j0)].view(h, i1 - i0, i1 - j0)
-    torch.baddbmm(-mean[:, None, None].expand(h, i1 - i0, i1 - j0), x[:, i0:i1],
-                  y[:, j0:i1].mT, out=m)  # fmt: skip
+    h, n, _ = f.a.shape
+    i = np.arange(n, dtype=np.int64)
     if window is None:
-        m[..., j0 + (i0 - j0) :].tril_()  # columns i0 .. i1: the square block on the diagonal
-        return m
-    i = torch.arange(i0, i1)[:, None]
-    j = torch.arange(j0, i1)[None, :]
-    return m.mul_(((j <= i) & (i - j < window)).to(m.dtype))
+        first = i // _BLOCK_ROWS * _BLOCK_ROWS
+        s_ww, s_we, s_ee = _prefix_moments(f)
+    else:
+        first = np.maximum(0, i - window + 1)
+        s_ww = torch.zeros(h, n, dtype=torch.float64)
+        s_we, s_ee = torch.zeros(2, len(f.us), h, n, dtype=torch.float64)
+    features = (x.numpy() for x in (f.a, f.y, f.b, f.dp, torch.stack(f.us)))
+    _band_kernel()(*features, f.kv.astype(np.int64), first, _BLOCK_ROWS, s_ww.numpy(),
+                   s_we.numpy(), s_ee.numpy())  # fmt: skip  # adds the pairs in place
+    return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)  # sums of squares: rounding aside
+
+
+def _prefix_moments(f: _Factors) -> _Moments:
+    r"""Row moments over the columns before each row's block of :data:`_BLOCK_ROWS` rows.
+
+    Every row of block ``t`` sees all columns ``j < tB``; their moments are
+    quadratic forms in prefix sums of the key features' outer products (per
+    KV head), :math:`G^{yb} = \sum_{j < tB} y_j b_j^\top` and so on:
+
+    .. math:: \sum_{j < tB} W_{ij}^2 = a_i^\top G^{yy} a_i,\quad
+              \sum_{j < tB} W_{ij}E_{ij} = a_i^\top G^{yb} a_i - a_i^\top G^{y\delta} u_i,
+
+    .. math:: \sum_{j < tB} E_{ij}^2 = a_i^\top G^{bb} a_i - 2 a_i^\top G^{b\delta} u_i
+              + u_i^\top G^{\delta\delta} u_i
+
+    Blocks go in spans of bounded memory, the prefix sums carried across.
+    """
+    a, y, b, dp, us = f.a, f.y, f.b, f.dp, f.us
+    h, n, c = a.shape
+    hkv, block = y.shape[0], _BLOCK_ROWS
+    groups = [torch.from_numpy(np.flatnonzero(f.kv == g)) for g in range(hkv)]
+    per_block = 8 * (2 * hkv * 6 * c * c + h * block * 6 * c)  # bytes of work
+    span = max(1, _WORK_BYTES // per_block)
+    # the upper blocks of sum z z^T, z = (y, b, delta): rows y (3c columns), b (2c), delta (c)
+    carry = [torch.zeros(hkv, 1, c, width, dtype=torch.float64) for width in (3 * c, 2 * c, c)]
+    s_ww = torch.empty(h, n, dtype=torch.float64)
+    s_we, s_ee = torch.empty(2, len(us), h, n, dtype=torch.float64)
+    for t0 in range(0, n, span * block):
+        t1 = min(n, t0 + span * block)
+        z = _row_blocks(torch.cat([y, b, dp], -1), t0, t1, block)  # (Hkv, nb, B, 3c)
+        inner = [z[..., k * c : (k + 1) * c].mT @ z[..., k * c :] for k in range(3)]
+        before = []  # the columns before each block: G^{y.}, G^{b.}, G^{dd}
+        for k, part in enumerate(inner):
+            before.append(torch.cumsum(part, 1).sub_(part).add_(carry[k]))
+            carry[k] = before[k][:, -1:] + part[:, -1:]
+        g_y, g_b, g_d = before
+        ab = _row_blocks(a, t0, t1, block)  # (H, nb, B, c)
+        ub = [_row_blocks(u, t0, t1, block) for u in us]
+        for g, hs in enumerate(groups):  # the query heads reading KV head g share its sums
+            if hs.numel() == 0:
+                continue
+            x = ab[hs]  # (Hg, nb, B, c)
+            xy = x @ g_y[g]  # (Hg, nb, B, 3c): a G_yy, a G_yb, a G_yd
+            xb = x @ g_b[g]  # (Hg, nb, B, 2c): a G_bb, a G_bd
+            ab_ab = torch.linalg.vecdot(xb[..., :c], x)  # a G_bb a
+            ay_ab = torch.linalg.vecdot(xy[..., c : 2 * c], x)  # a G_yb a
+            s_ww[hs, t0:t1] = torch.linalg.vecdot(xy[..., :c], x).flatten(1)[:, : t1 - t0]
+            for r, u in enumerate(ub):
+                v = u[hs]
+                vd = (v @ g_d[g]).sub_(xb[..., c:], alpha=2)
+                s_ee[r, hs, t0:t1] = (torch.linalg.vecdot(vd, v) + ab_ab).flatten(1)[:, : t1 - t0]
+                s_we[r, hs, t0:t1] = (ay_ab - torch.linalg.vecdot(xy[..., 2 * c :], v)
+                                      ).flatten(1)[:, : t1 - t0]  # fmt: skip
+    return s_ww, s_we, s_ee
+
+
+def _row_blocks(x: torch.Tensor, t0: int, t1: int, block: int) -> torch.Tensor:
+    """Rows ``t0:t1`` of ``x (X, N, c)`` as ``(X, nb, block, c)``, the last block 0-padded."""
+    nb = -(-(t1 - t0) // block)
+    part = x[:, t0:t1]
+    if nb * block > t1 - t0:
+        part = torch.nn.functional.pad(part, (0, 0, 0, nb * block - (t1 - t0)))
+    return part.reshape(x.shape[0], nb, block, x.shape[-1])
+
+
+@functools.cache
+def _band_kernel() -> Any:
+    """Compiled: the row moments of the pairs ``first[i] <= j <= i``, added into the outputs.
+
+    ``(a, y, b, delta, u, kv, first, block, s_ww, s_we, s_ee)``: rows ``a (H, N, c)``,
+    ``u (M, H, N, c)``, columns ``y, b, delta (Hkv, N, c)`` read through
+    ``kv (H,)``; per pair :math:`W = a_i\\cdot y_j`, :math:`E_m = a_i\\cdot b_j
+    - u^m_i\\cdot\\delta_j`, and ``s_ww (H, N) += W^2``, ``s_we (M, H, N) +=
+    W E_m``, ``s_ee += E_m^2``.  Parallel over (head, ``block`` rows).
+    """
+    import numba
+
+    @numba.njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+    def kernel(a, y, b, dp, u, kv, first, block, s_ww, s_we, s_ee):  # type: ignore[no-untyped-def]
+        h, n, c = a.shape
+        refs = u.shape[0]
+        nb = (n + block - 1) // block
+        for task in numba.prange(h * nb):
+            hh = task // nb
+            g = kv[hh]
+            we = np.empty(refs)
+            ee = np.empty(refs)
+            for i in range((task - hh * nb) * block, min(n, (task - hh * nb + 1) * block)):
+                ww = 0.0
+                we[:] = 0.0
+                ee[:] = 0.0
+                for j in range(first[i], i + 1):
+                    w = 0.0
+                    ab = 0.0
+                    for l in range(c):
+                        w += a[hh, i, l] * y[g, j, l]
+                        ab += a[hh, i, l] * b[g, j, l]
+                    ww += w * w
+                    for r in range(refs):
+                        x = 0.0
+                        for l in range(c):
+                            x += u[r, hh, i, l] * dp[g, j, l]
+                        e = ab - x
+                        we[r] += w * e
+                        ee[r] += e * e
+                s_ww[hh, i] += ww
+                for r in range(refs):
+                    s_we[r, hh, i] += we[r]
+                    s_ee[r, hh, i] += ee[r]
+
+    return kernel
 
 
 def _pairs(n: int, window: int | None, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

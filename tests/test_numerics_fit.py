@@ -85,6 +85,21 @@ def test_fit_converges_at_long_sequences():
     assert np.linalg.norm(gram.apply(x) - rhs) <= 1e-10 * np.linalg.norm(rhs)
 
 
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 40), window=st.one_of(st.none(), st.integers(2, 40)),
+       axes=st.sampled_from([2, 3]), noise=st.floats(-1.0, 1.0))  # fmt: skip
+def test_rounding_along_the_gauge_directions_does_not_stall_the_solve(n, window, axes, noise):
+    # A^T w is orthogonal to the gauge directions; sums with rounding are not.  A right side
+    # that is mostly such rounding (logits next to constant) still solves, to the same fit.
+    gram = band_gram(n, window, axes)
+    rhs = gram.apply(np.random.default_rng(n).normal(size=(gram.diag.size, 1)))
+    gauge = gram.gauge()
+    assert np.abs(gram.apply(gauge)).max() < 1e-9 * n  # they change no fitted value
+    off = rhs + noise * 1e3 * np.linalg.norm(rhs) * gauge.sum(1, keepdims=True)
+    x, _ = gram.solve(off)
+    np.testing.assert_allclose(gram.apply(x), rhs, rtol=0, atol=1e-9 * np.linalg.norm(rhs))
+
+
 @pytest.mark.parametrize(
     "w, mask, message",
     [

@@ -76,6 +76,8 @@ def test_mean_rotation_of_an_arbitrary_set_and_its_limits():
     ref = mean_rotation_of(theta, dist, mask)
     np.testing.assert_allclose(ref.m, np.exp(1j * np.outer([0.0, 2.0, 7.0], theta)).mean(0))
     assert ref.m[2] == 1 and ref.one_minus[2] == 0  # a non-rotating pair: m = 1 exactly
+    # ... also where the pair weights (n - Delta) / total do not sum to 1 in floating point
+    assert mean_rotation(frequencies(6, 100.0, rotary_dim=4), 40).m[2] == 1
     fast = mean_rotation(frequencies(64, 1e4), 4096)
     assert abs(fast.m[0]) < 0.01 and abs(fast.m[-1]) > 0.99  # fast pairs ~0, slow pairs ~1
     # 1 - m keeps its digits where m is within 1e-12 of 1

@@ -40,6 +40,8 @@ def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", 
     rows = [(sp.W[i, m[i]], (sp.f + sp.g)[i, m[i]]) for i in range(len(m))]
     wc = np.concatenate([a - a.mean() for a, _ in rows])
     fc = np.concatenate([b - b.mean() for _, b in rows])
+    # square roots first: the product of the two sums of squares can underflow
+    rowcentred = (wc @ fc) / (np.sqrt(wc @ wc) * np.sqrt(fc @ fc)) if wc.any() else np.nan
     pos = sp.bound[m] > 0
     ratio = np.abs(e[pos]) / sp.bound[m][pos] if pos.any() else np.array([np.nan])
     theta = np.asarray(theta)
@@ -53,7 +55,7 @@ def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", 
     dev_q = np.abs(to_pairs(q - q.mean(0), layout, rotary_dim)) ** 2
     return {
         "r_split": np.corrcoef(w, fg)[0, 1],
-        "r_split_rowcentred": (wc @ fc) / np.sqrt((wc @ wc) * (fc @ fc)) if wc.any() else np.nan,
+        "r_split_rowcentred": rowcentred,
         "r_3axis": three_axis_fit(sp.W, m).r,
         "remainder_share": np.linalg.norm(e) / np.linalg.norm(w - w.mean()),
         "tightness_max": ratio.max(),
@@ -197,6 +199,72 @@ def test_head_statistics_match_the_reference_twin(head, spec):
     assert list(got.by_reference) == [spec]
     for name in ("r_split", "remainder_share", "r_split_rowcentred"):
         assert got.by_reference[spec][name] is getattr(got, name)  # the same float (or NaN)
+
+
+def spread(x, rows):
+    """Smallest share of ``x``'s sum of squares left about its mean, and about each row's mean."""
+    total = (x * x).sum()
+    if total == 0:
+        return 0.0
+    about_rows = sum(((r - r.mean()) ** 2).sum() for r in rows if r.size > 1)
+    return min(((x - x.mean()) ** 2).sum(), about_rows) / total
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), block=st.sampled_from([1, 3, 8]), spans=st.booleans(),
+       spec=st.sampled_from(["zero", "mean", "distance:7"]))  # fmt: skip
+def test_prefix_blocks_match_the_reference_twin(data, block, spans, spec):
+    # rows in blocks of a few tokens send most pairs through the prefix sums of the keys' outer
+    # products; with a working memory of a few bytes every block is its own span (the prefix
+    # carried across spans).  window = N has the same pairs as no window and the same path.
+    import ropesplit.numerics.stats as stats
+
+    n, d = data.draw(st.integers(2, 30)), 2 * data.draw(st.integers(1, 4))
+    entries = st.floats(-3, 3).map(lambda x: x if abs(x) > 1e-50 else 0.0)  # squares stay normal
+    q, k = (data.draw(hnp.arrays(np.float64, (n, d), elements=entries)) for _ in range(2))
+    r = data.draw(st.sampled_from([d, 2]))
+    theta = frequencies(d, 50.0, rotary_dim=r)
+    window = data.draw(st.sampled_from([None, n]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stats, "_BLOCK_ROWS", block)
+        if spans:
+            patch.setattr(stats, "_WORK_BYTES", 64)
+        got = head_statistics(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec,
+                              references=("zero", "mean"))  # fmt: skip
+    sp = split_head(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec)
+    fg = sp.f + sp.g
+    rows = range(n)
+    scale = d * np.abs(q).max() * np.abs(k).max()  # of each product's rounding, over 1e-16
+    if (min(spread(sp.W[sp.mask], [sp.W[i, sp.mask[i]] for i in rows]),
+            spread(fg[sp.mask], [fg[i, sp.mask[i]] for i in rows])) < 1e-6
+            or np.abs(sp.W[sp.mask]).max() < 1e-6 * scale):  # fmt: skip
+        # (next to) no spread, or logits at the rounding of their own products: beyond what
+        # float64 resolves (the twin too); exactly no spread reads NaN
+        if np.ptp(sp.W[sp.mask]) == 0:
+            assert math.isnan(got.r_split) and math.isnan(got.r_3axis)
+        return
+    want = reference_stats(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec)
+    for name in ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share"):
+        assert getattr(got, name) == pytest.approx(want[name], abs=1e-8), name
+
+
+def test_keys_deviating_in_still_pairs_leave_no_remainder_through_the_prefix(monkeypatch):
+    # deviations only where theta = 0 (m = 1 under every reference): E = 0 exactly, also
+    # when most pairs go through the prefix sums (blocks of 4 rows)
+    import ropesplit.numerics.stats as stats
+
+    monkeypatch.setattr(stats, "_BLOCK_ROWS", 4)
+    rng = np.random.default_rng(1)
+    n, d = 40, 6
+    theta = frequencies(d, 100.0, rotary_dim=4)
+    q = rng.normal(size=(n, d))
+    k = np.tile(rng.normal(size=d), (n, 1))
+    k[:, 4:] += rng.normal(size=(n, 2))
+    got = head_statistics(q, k, theta, 1.0, rotary_dim=4, reference="mean",
+                          references=("zero", "distance:9"))  # fmt: skip
+    for spec, split in got.by_reference.items():
+        assert split["remainder_share"] < 1e-12, spec
+        assert split["r_split"] == pytest.approx(1.0, abs=1e-12), spec
 
 
 def test_references_ride_along_without_changing_the_primary_numbers():
