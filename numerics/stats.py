@@ -439,10 +439,11 @@ def _logit_sums(
     (pairs with :math:`\theta_l = 0` and every :math:`m_l = 1` have no share
     in ``E`` and are left out of it exactly).  Each row's raw moments
     :math:`S^{WW}_i = \sum_j W_{ij}^2`, :math:`S^{WE}_i`, :math:`S^{EE}_i`
-    come from :func:`_prefix_moments` (no window) or :func:`_explicit_moments`
-    (a window), and are centred with the row sums :math:`R_i` and the masked
-    means: :math:`\sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i
-    - \mu_E R^W_i - \mu_W R^E_i + n_i\mu_W\mu_E`.
+    come from :func:`_row_moments` (no ``(N, N)`` matrix), and are centred
+    with the row sums :math:`R_i` and the masked means:
+
+    .. math:: \sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i - \mu_E R^W_i - \mu_W R^E_i
+              + n_i\mu_W\mu_E
     """
     h, n, _ = qc.shape
     gram = band_gram(n, window)
