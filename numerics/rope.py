@@ -135,11 +135,18 @@ def from_pairs(z: Any, layout: str = "half", rotary_dim: int | None = None) -> n
     """
     z = np.asarray(z, dtype=np.complex128)
     d = 2 * z.shape[-1]
-    re, im = _index(d, _rotary_dim(d, rotary_dim), layout)
-    x = np.empty(z.shape[:-1] + (d,))  # (..., d)
+    re, im = (_as_slice(idx) for idx in _index(d, _rotary_dim(d, rotary_dim), layout))
+    x = np.empty(z.shape[:-1] + (d,))  # (..., d), C-ordered
     x[..., re] = z.real
     x[..., im] = z.imag
     return x
+
+
+def _as_slice(idx: np.ndarray) -> slice | np.ndarray:
+    """A run of consecutive coordinates as a slice (a plain copy, not a scatter), else as is."""
+    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        return slice(int(idx[0]), int(idx[0]) + idx.size)
+    return idx
 
 
 def rotate(

@@ -73,14 +73,14 @@ from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
-from ropesplit.numerics.rope import to_pairs
+from ropesplit.numerics.rope import from_pairs, to_pairs
 
 from ropesplit.errors import RopesplitError
 
 __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
            "pooled_correlation_ci"]
 
-_WORK_BYTES = 2**29  # working memory of one chunk of (N, N) matrices or bound terms
+_WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's prefix sums
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
 _BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products
@@ -356,12 +356,8 @@ def _lowfreq_share(energy: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 def _real(z: np.ndarray) -> torch.Tensor:
-    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)`` as a C-ordered float64 tensor."""
-    p = z.shape[-1]
-    out = np.empty((*z.shape[:-1], 2 * p))
-    out[..., :p] = z.real
-    out[..., p:] = z.imag
-    return torch.from_numpy(out)
+    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)`` (real parts, then imaginary)."""
+    return torch.from_numpy(from_pairs(z))
 
 
 def _band_rows(
@@ -563,9 +559,10 @@ def _prefix_moments(f: _Factors) -> _Moments:
     carry = [torch.zeros(hkv, 1, c, width, dtype=torch.float64) for width in (3 * c, 2 * c, c)]
     s_ww = torch.empty(h, n, dtype=torch.float64)
     s_we, s_ee = torch.empty(2, len(us), h, n, dtype=torch.float64)
+    keys = torch.cat([y, b, dp], -1)  # (Hkv, N, 3c)
     for t0 in range(0, n, span * block):
         t1 = min(n, t0 + span * block)
-        z = _row_blocks(torch.cat([y, b, dp], -1), t0, t1, block)  # (Hkv, nb, B, 3c)
+        z = _row_blocks(keys, t0, t1, block)  # (Hkv, nb, B, 3c)
         inner = [z[..., k * c : (k + 1) * c].mT @ z[..., k * c :] for k in range(3)]
         before = []  # the columns before each block: G^{y.}, G^{b.}, G^{dd}
         for k, part in enumerate(inner):
