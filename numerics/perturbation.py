@@ -22,9 +22,20 @@ effect of ``E^D``. Per head and ``D`` (over the causal pairs):
 - ``query_share``: the share of ``X = W^D - W^0`` that a query-only term
   explains, ``1 - sum (X_ij - xbar_i)^2 / sum X_ij^2`` with ``xbar_i`` the
   row mean (``X = f(q_i, D) - f(q_i, 0) + E^D`` since ``E^0 = 0``): exactly 1
-  when ``E = 0``;
+  when ``E = 0``. Flawed as a test (issue 18): it divides by ``|X|``, which is
+  small when ``kbar`` sits in slow pairs (``f`` barely moves with ``D``), so a
+  tiny ``E^D`` drags it far below 1; kept as a description only;
+- ``visible_change``: ``||rc(W^D - W^0)|| / ||rc(W^0)||`` with ``rc`` each
+  row's centring over its causal pairs (what softmax can see); ``rc`` removes
+  ``f``, so this is ``||rc(E^D)|| / ||rc(W^0)||``: exactly 0 when ``E = 0``
+  whatever ``kbar``, growing with ``E^D``;
 - ``logit_change``: ``RMS(W^D - W^0) / std(W^0)``, how far the logits moved;
 - ``remainder_share``: ``||E^D|| / ||W^D - mean(W^D)||``.
+
+:func:`controlled_distance` also returns ``key_var``, the variance over keys
+of ``v_j[g]``: :func:`weighted_key_corr` averages ``key_corr`` over heads with
+it as the weight, so a head whose key effect is nearly constant (any
+``key_corr`` is then arbitrary) counts for little.
 
 **Moved positions** (THEORY.md section 4, position perturbation). Positions
 ``p -> p'`` change pair ``(i, j)``'s distance by
@@ -38,11 +49,14 @@ same ``q``, ``k``:
 
 for ``h^W = q~_i conj(k~_j)``, ``h^f = q~_i conj(kbar~)``,
 ``h^E = q~_i conj(delta~_j)`` (``g`` does not move). :func:`pair_logits`
-gives ``W`` and ``g`` at chosen pairs, to compare two captures.
+gives ``W`` and ``g`` at chosen pairs, to compare two captures;
+:func:`remainder_change_share` is ``||Delta E|| / ||Delta W||`` over the pairs
+(0 exactly when keys deviate only in non-rotating pairs).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,10 +71,12 @@ __all__ = [
     "controlled_distance",
     "pair_logits",
     "query_only_share",
+    "remainder_change_share",
     "shift_change",
+    "weighted_key_corr",
 ]
 
-DISTANCE_MEASURES = ("key_corr", "query_share", "logit_change", "remainder_share")
+DISTANCE_MEASURES = ("key_corr", "query_share", "visible_change", "logit_change", "remainder_share")
 
 
 def _pairs_of(qc: Any, kc: Any, theta: Any, kbar: Any) -> tuple[np.ndarray, ...]:
@@ -85,6 +101,20 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     return float(xc @ yc) / norm if norm > 0 else float("nan")
 
 
+def _row_centred(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    r"""``x (..., N, N)`` less each row's mean over its ``mask`` pairs, 0 off the mask.
+
+    .. math:: \mathrm{rc}(x)_{ij} = \big(x_{ij} - \bar x_i\big)\,[(i,j)\in\mathcal M],\qquad
+              \bar x_i = \mathrm{mean}_{j:(i,j)\in\mathcal M}\, x_{ij}
+
+    (the part of each row softmax can see: it ignores a row's constant).
+    """
+    counts = np.maximum(mask.sum(axis=1), 1)  # (N,)
+    masked = np.where(mask, x, 0.0)  # (..., N, N)
+    row_mean = masked.sum(axis=-1) / counts  # (..., N)
+    return np.where(mask, x - row_mean[..., None], 0.0)  # (..., N, N)
+
+
 def query_only_share(x: Any, mask: Any) -> np.ndarray:
     r"""Share of ``x (..., N, N)`` on ``mask`` explained by a query-only (row) term, ``(...)``.
 
@@ -93,16 +123,16 @@ def query_only_share(x: Any, mask: Any) -> np.ndarray:
               \bar x_i = \mathrm{mean}_{j:(i,j)\in\mathcal M}\, x_{ij}
 
     (the row mean is the best query-only term in least squares). NaN where
-    ``x`` is 0 on the mask.
+    ``x`` is 0 on the mask. As a test of the split on ``x = W^D - W^0`` it is
+    flawed (issue 18): the denominator is ``|W^D - W^0|``, small when ``kbar``
+    sits in slow pairs, so a tiny remainder can pull the share far below 1;
+    :func:`controlled_distance`'s ``visible_change`` divides by ``rc(W^0)``
+    instead.
     """
     values = np.asarray(x, dtype=np.float64)
     m = np.asarray(mask, dtype=bool)
-    counts = np.maximum(m.sum(axis=1), 1)  # (N,)
-    masked = np.where(m, values, 0.0)  # (..., N, N)
-    row_mean = masked.sum(axis=-1) / counts  # (..., N)
-    residual = np.where(m, values - row_mean[..., None], 0.0)
-    total = (masked**2).sum(axis=(-2, -1))
-    left = (residual**2).sum(axis=(-2, -1))
+    total = (np.where(m, values, 0.0) ** 2).sum(axis=(-2, -1))  # (...)
+    left = (_row_centred(values, m) ** 2).sum(axis=(-2, -1))  # (...)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, 1.0 - left / np.where(total > 0, total, 1.0), np.nan)
 
@@ -122,8 +152,19 @@ def controlled_distance(
     .. math:: \mathrm{key\_corr}_{hD} = \mathrm{corr}_j\big(v_j[W^D_h], v_j[g_h]\big),\qquad
               \mathrm{query\_share}_{hD} = \mathrm{share}_{\text{query-only}}(W^D_h - W^0_h)
 
+    .. math:: \mathrm{visible\_change}_{hD} =
+              \frac{\|\mathrm{rc}(W^D_h - W^0_h)\|_F}{\|\mathrm{rc}(W^0_h)\|_F},\qquad
+              \mathrm{rc}(x)_{ij} = x_{ij} - \mathrm{mean}_{j':(i,j')\in\mathcal M}\, x_{ij'}
+              \ \text{on}\ \mathcal M
+
+    .. math:: \mathrm{key\_var}_{hD} = \frac1N\sum_j \big(v_j[g_h] - \bar v[g_h]\big)^2
+
     ``distances (K,)`` are the dummy distances ``D`` (each must be > 0:
     ``W^0 = f(q, 0) + g`` exactly, so ``D = 0`` is the reference, not a test).
+    Returns the :data:`DISTANCE_MEASURES` and ``key_var`` (the same for every
+    ``D``: the weight of :func:`weighted_key_corr`). ``query_share`` is
+    descriptive only (issue 18, :func:`query_only_share`); ``visible_change``
+    is NaN where ``rc(W^0)`` is 0.
     """
     q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)
     s = _inputs.check_scale(scale)
@@ -137,7 +178,9 @@ def controlled_distance(
     g = s * np.real(q @ np.conj(dev).transpose(0, 2, 1))  # (H, N, N)
     out = {name: np.empty((n_heads, dist.size)) for name in DISTANCE_MEASURES}
     spread = np.sqrt(_masked_mean((w0 - _masked_mean(w0, mask)[:, None, None]) ** 2, mask))  # (H,)
+    visible0 = np.linalg.norm(_row_centred(w0, mask), axis=(1, 2))  # (H,): ||rc(W^0)||_F
     key_g = additive_fits(g, axes=2, window=window).c  # (H, N)
+    out["key_var"] = np.repeat(key_g.var(axis=1)[:, None], dist.size, axis=1)  # (H, K)
     for index, d in enumerate(dist):
         turn = np.exp(1j * th * d)  # (P,)
         wd = s * np.real((q * turn) @ kt)  # (H, N, N)
@@ -145,15 +188,50 @@ def controlled_distance(
         key_d = additive_fits(wd, axes=2, window=window).c  # (H, N)
         out["key_corr"][:, index] = [_corr(key_d[h], key_g[h]) for h in range(n_heads)]
         out["query_share"][:, index] = query_only_share(wd - w0, mask)
+        visible = np.linalg.norm(_row_centred(wd - w0, mask), axis=(1, 2))  # (H,)
         change = np.sqrt(_masked_mean((wd - w0) ** 2, mask))  # (H,)
         centred = _masked_mean((wd - _masked_mean(wd, mask)[:, None, None]) ** 2, mask)  # (H,)
         remainder = _masked_mean((wd - f - g) ** 2, mask)  # (H,): E^D = W^D - f - g
         with np.errstate(invalid="ignore", divide="ignore"):
+            out["visible_change"][:, index] = np.where(visible0 > 0, visible / visible0, np.nan)
             out["logit_change"][:, index] = np.where(spread > 0, change / spread, np.nan)
             out["remainder_share"][:, index] = np.where(
                 centred > 0, np.sqrt(remainder / centred), np.nan
             )
     return out
+
+
+def weighted_key_corr(key_corr: Any, key_var: Any) -> Any:
+    r"""``key_corr`` averaged over heads (axis 0), each weighted by its ``key_var``.
+
+    .. math:: \overline{\mathrm{key\_corr}}_D =
+              \frac{\sum_{h:\,c_{hD}\ne\mathrm{NaN}} w_{hD}\, c_{hD}}
+                   {\sum_{h:\,c_{hD}\ne\mathrm{NaN}} w_{hD}},\qquad
+              w_{hD} = \mathrm{key\_var}_{hD}
+
+    ``key_corr`` is ``(H, K)`` or ``(H,)``; ``key_var`` has its shape, or is
+    ``(H,)`` for an ``(H, K)`` ``key_corr`` (one weight per head); weights
+    must be finite and non-negative. A head with a nearly constant key effect
+    (any ``key_corr`` is then arbitrary) counts for little. Returns ``(K,)``
+    or a float; NaN where no weight is left.
+    """
+    c = np.asarray(key_corr, dtype=np.float64)  # (H, K) or (H,)
+    w = np.asarray(key_var, dtype=np.float64)
+    if c.ndim not in (1, 2) or c.shape[0] == 0:
+        raise RopesplitError(f"key_corr must be (H, K) or (H,), got shape {c.shape}")
+    if c.ndim == 2 and w.shape == c.shape[:1]:
+        w = w[:, None]  # (H, 1): one weight per head
+    if w.shape not in (c.shape, c.shape[:1] + (1,) * (c.ndim - 1)):
+        raise RopesplitError(f"key_var must have shape {c.shape} or ({c.shape[0]},), "
+                             f"got {np.shape(key_var)}")  # fmt: skip
+    if not (np.isfinite(w).all() and (w >= 0).all()):
+        raise RopesplitError("key_var must be finite and non-negative")
+    weight = np.where(np.isnan(c), 0.0, np.broadcast_to(w, c.shape))  # (H, K) or (H,)
+    total = weight.sum(axis=0)  # (K,) or ()
+    summed = (weight * np.where(np.isnan(c), 0.0, c)).sum(axis=0)  # (K,) or ()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(total > 0, summed / np.where(total > 0, total, 1.0), np.nan)
+    return float(mean) if c.ndim == 1 else mean
 
 
 def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -196,6 +274,47 @@ def _positions(name: str, p: Any, n: int) -> np.ndarray:
     return x
 
 
+@dataclass(frozen=True)
+class _Shift:
+    """What :func:`_signed_shift` computes at ``M`` pairs for ``H`` heads."""
+
+    scale: float
+    theta: np.ndarray  # (P,)
+    tau: np.ndarray  # (M,) each pair's distance change
+    terms: dict[str, np.ndarray]  # X -> h^X (H, M, P)
+    change: dict[str, np.ndarray]  # X -> signed Delta X (H, M)
+
+
+def _signed_shift(
+    qc: Any, kc: Any, theta: Any, scale: float, before: Any, after: Any, pairs: Any, kbar: Any
+) -> _Shift:
+    r"""Signed change of ``X = W, f, E`` at ``pairs`` when positions move ``before -> after``.
+
+    .. math:: \Delta X_{ij} = s\,\mathrm{Re}\sum_l h^X_{ijl}e^{i\theta_l\Delta_{ij}}
+              (e^{i\theta_l\tau_{ij}} - 1),\qquad
+              \Delta_{ij} = p_i - p_j,\quad \tau_{ij} = (p'_i - p'_j) - \Delta_{ij}
+
+    with ``h^W = q~_i conj(k~_j)``, ``h^f = q~_i conj(kbar~)``,
+    ``h^E = q~_i conj(delta~_j)`` (the one formula of :func:`shift_change` and
+    :func:`remainder_change_share`).
+    """
+    q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)
+    s = _inputs.check_scale(scale)
+    n = q.shape[1]
+    i, j = _check_pairs(pairs, n)
+    p0, p1 = _positions("before", before, n), _positions("after", after, n)
+    gap = p0[i] - p0[j]  # (M,)
+    tau = (p1[i] - p1[j]) - gap  # (M,)
+    phase = np.exp(1j * gap[:, None] * th)  # (M, P)
+    turn = np.exp(1j * tau[:, None] * th) - 1.0  # (M, P): exactly 0 where theta or tau is 0
+    qi = q[:, i]  # (H, M, P)
+    terms = {"W": qi * np.conj(k[:, j]), "f": qi * np.conj(kb)[:, None, :],
+             "E": qi * np.conj(dev[:, j])}  # fmt: skip  # each (H, M, P)
+    change = {name: s * np.real((h * phase * turn).sum(axis=-1))
+              for name, h in terms.items()}  # fmt: skip  # each (H, M)
+    return _Shift(scale=s, theta=th, tau=tau, terms=terms, change=change)
+
+
 def shift_change(
     qc: Any,
     kc: Any,
@@ -217,24 +336,44 @@ def shift_change(
     ``before``, ``tau`` the pair's actual distance change). Returns
     ``measured_X = |Delta X|`` and ``bound_X``, each ``(H, M)``, and ``tau (M,)``.
     """
-    q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)
-    s = _inputs.check_scale(scale)
-    n = q.shape[1]
-    i, j = _check_pairs(pairs, n)
-    p0, p1 = _positions("before", before, n), _positions("after", after, n)
-    gap = p0[i] - p0[j]  # (M,)
-    tau = (p1[i] - p1[j]) - gap  # (M,)
-    phase = np.exp(1j * gap[:, None] * th)  # (M, P)
-    turn = np.exp(1j * tau[:, None] * th) - 1.0  # (M, P)
-    size = 2.0 * np.abs(np.sin(tau[:, None] * th / 2.0))  # (M, P): |e^{i theta tau} - 1|
-    qi = q[:, i]  # (H, M, P)
-    parts = {"W": qi * np.conj(k[:, j]), "f": qi * np.conj(kb)[:, None, :],
-             "E": qi * np.conj(dev[:, j])}  # fmt: skip  # each (H, M, P)
-    out: dict[str, np.ndarray] = {"tau": tau}
-    for name, h in parts.items():
-        out[f"measured_{name}"] = np.abs(s * np.real((h * phase * turn).sum(axis=-1)))
-        out[f"bound_{name}"] = s * (np.abs(h) * size).sum(axis=-1)
+    shift = _signed_shift(qc, kc, theta, scale, before, after, pairs, kbar)
+    size = 2.0 * np.abs(np.sin(shift.tau[:, None] * shift.theta / 2.0))  # (M, P): |e^{i th tau}-1|
+    out: dict[str, np.ndarray] = {"tau": shift.tau}
+    for name, h in shift.terms.items():
+        out[f"measured_{name}"] = np.abs(shift.change[name])
+        out[f"bound_{name}"] = shift.scale * (np.abs(h) * size).sum(axis=-1)
     return out
+
+
+def remainder_change_share(
+    qc: Any,
+    kc: Any,
+    theta: Any,
+    scale: float,
+    before: Any,
+    after: Any,
+    pairs: Any,
+    *,
+    kbar: Any = None,
+) -> np.ndarray:
+    r"""The remainder's share of the logit change at ``pairs`` when positions move, ``(H,)``.
+
+    .. math:: \rho_h = \frac{\|\Delta E_h\|_2}{\|\Delta W_h\|_2}
+              = \frac{\big(\sum_{(i,j)} \Delta E_{hij}^2\big)^{1/2}}
+                     {\big(\sum_{(i,j)} \Delta W_{hij}^2\big)^{1/2}},\qquad
+              \Delta W = \Delta f + \Delta E
+
+    from the signed changes of :func:`shift_change` (rotation only, the same
+    ``q`` and ``k``; ``g`` cannot move). Exactly 0 when keys deviate only in
+    non-rotating (``theta = 0``) pairs; near 1 once ``Delta E`` dominates
+    (above 1 where ``Delta f`` and ``Delta E`` partly cancel); NaN for a head
+    whose ``Delta W`` is 0 at every pair.
+    """
+    shift = _signed_shift(qc, kc, theta, scale, before, after, pairs, kbar)
+    moved = np.linalg.norm(shift.change["W"], axis=-1)  # (H,)
+    remainder = np.linalg.norm(shift.change["E"], axis=-1)  # (H,)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(moved > 0, remainder / np.where(moved > 0, moved, 1.0), np.nan)
 
 
 def pair_logits(

@@ -12,7 +12,9 @@ from ropesplit.numerics.perturbation import (
     controlled_distance,
     pair_logits,
     query_only_share,
+    remainder_change_share,
     shift_change,
+    weighted_key_corr,
 )
 from ropesplit.numerics.split import split_head
 
@@ -49,7 +51,8 @@ def controlled_twin(qc, kc, theta, s, distances):
     n_heads, n, p = qc.shape
     mask = np.tril(np.ones((n, n), dtype=bool))
     out = {key: np.empty((n_heads, len(distances)))
-           for key in ("key_corr", "query_share", "logit_change", "remainder_share")}  # fmt: skip
+           for key in ("key_corr", "query_share", "visible_change", "logit_change",
+                       "remainder_share", "key_var")}  # fmt: skip
     for h in range(n_heads):
         kbar = kc[h].mean(axis=0)
 
@@ -62,6 +65,7 @@ def controlled_twin(qc, kc, theta, s, distances):
                       for i in range(n)])  # fmt: skip
         w0 = np.array([[logit(0, i, j) for j in range(n)] for i in range(n)])
         vg = two_axis_twin(g, mask)
+        out["key_var"][h] = np.mean((vg - vg.mean()) ** 2)
         for index, d in enumerate(distances):
             wd = np.array([[logit(d, i, j) for j in range(n)] for i in range(n)])
             f = np.array([s * sum((qc[h, i, l] * np.conj(kbar[l]) * np.exp(1j * theta[l] * d)).real
@@ -72,6 +76,9 @@ def controlled_twin(qc, kc, theta, s, distances):
                         for j in range(i + 1))  # fmt: skip
             with np.errstate(invalid="ignore"):  # D = 0: no change at all, the share is NaN
                 out["query_share"][h, index] = 1 - resid / np.sum(x[mask] ** 2)
+            out["visible_change"][h, index] = np.sqrt(resid / sum(
+                (w0[i, j] - np.mean(w0[i, : i + 1])) ** 2 for i in range(n) for j in range(i + 1)
+            ))  # fmt: skip
             out["logit_change"][h, index] = np.sqrt(np.mean(x[mask] ** 2)) / np.std(w0[mask])
             e = wd - f[:, None] - g
             out["remainder_share"][h, index] = np.linalg.norm(e[mask]) / np.linalg.norm(
@@ -199,3 +206,189 @@ def test_causal_pairs_are_causal_distinct_and_complete_without_budget(n, budget)
     assert i.size == (total if budget is None else min(budget, total))
     assert np.all(j <= i) and np.all(j >= 0) and np.all(i < n)
     assert len(set(zip(i.tolist(), j.tolist(), strict=True))) == i.size
+
+
+# ------------------------------------------- issue 18: kbar in slow pairs, the row-centred measures
+
+SLOW_THETA = np.array([1.0, 0.6, 0.3, 0.03, 0.01, 0.0, 0.0, 0.0])  # 3 fast, 2 slow, 3 still
+FAST, SLOW, STILL = slice(0, 3), slice(3, 5), slice(5, 8)
+FAST_LEVELS = (0.001, 0.01, 0.1)  # share of the deviation energy moved into the fast pairs
+
+
+def slow_kbar_heads(fast_share, slow=(0.03, 0.01), seed=0, heads=3, n=32):
+    """``q, k, theta, kbar``: the mean key ``kbar`` only in the slow pairs (the case issue 18
+    flagged), deviations of fixed energy, a share ``fast_share`` in the fast pairs and the rest
+    in the non-rotating ones (the same draws at every share)."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape):
+        return rng.normal(size=shape) + 1j * rng.normal(size=shape)
+
+    theta = SLOW_THETA.copy()
+    theta[SLOW] = slow
+    q = normal(heads, n, 8)
+    kbar = np.zeros((heads, 8), dtype=complex)
+    kbar[:, SLOW] = 2 * normal(heads, 2)
+    dev = np.zeros((heads, n, 8), dtype=complex)
+    dev[..., STILL] = np.sqrt(1 - fast_share) * normal(heads, n, 3)
+    dev[..., FAST] = np.sqrt(fast_share) * normal(heads, n, 3)
+    dev -= dev.mean(axis=1, keepdims=True)
+    return q, kbar[:, None, :] + dev, theta, kbar
+
+
+def jittered(n, seed=1, t=3):
+    before = np.arange(n, dtype=float)
+    return before, before + np.random.default_rng(seed).integers(-t, t + 1, n), np.tril_indices(n)
+
+
+@settings(max_examples=20, deadline=None)
+@given(q=complex_arrays((2, 20, 8)), slow=complex_arrays((2, 2)), still=complex_arrays((2, 20, 3)),
+       moves=arrays(np.int64, (20,), elements=st.integers(-4, 4)))  # fmt: skip
+def test_row_centred_measures_are_ideal_when_e_is_zero_with_kbar_in_slow_pairs(
+    q, slow, still, moves
+):
+    base = np.random.default_rng(11).normal(size=(2, 2, 20, 8))  # well-conditioned centre
+    q = q + base[0, 0] + 1j * base[0, 1]
+    k = np.zeros((2, 20, 8), dtype=complex)
+    k[..., SLOW] = (slow + base[1, 1, :2, :2] + 2.0)[:, None, :]  # kbar: slow pairs only
+    k[..., STILL] = still + base[1, 0, :, :3]  # keys deviate only in non-rotating pairs
+    out = controlled_distance(q, k, SLOW_THETA, 0.5, [1, 16, 300])
+    assert out["visible_change"].max() <= 1e-12
+    np.testing.assert_allclose(weighted_key_corr(out["key_corr"], out["key_var"]), 1.0, atol=1e-9)
+    assert out["key_var"].min() > 0 and np.all(out["key_var"] == out["key_var"][:, :1])
+    before = np.arange(20.0)
+    pairs = np.tril_indices(20)
+    mean_key = k.mean(axis=1)
+    exact = mean_key.copy()
+    exact[:, SLOW] = k[:, 0, SLOW]  # the constant part exactly: delta is 0 outside STILL
+    share = remainder_change_share(q, k, SLOW_THETA, 0.5, before, before + moves, pairs,
+                                   kbar=exact)  # fmt: skip
+    if np.all(moves == moves[0]):  # nothing moved: Delta W = 0 everywhere
+        assert np.all(np.isnan(share))
+    else:
+        assert np.all(share == 0.0)
+        rounded = remainder_change_share(q, k, SLOW_THETA, 0.5, before, before + moves, pairs)
+        assert rounded.max() <= 1e-12  # the mean key: delta off STILL is rounding only
+
+
+def test_row_centred_measures_move_away_as_deviation_moves_into_fast_pairs():
+    rows = []
+    for fast in FAST_LEVELS:  # the table: one row of measures per level
+        q, k, theta, _ = slow_kbar_heads(fast)
+        out = controlled_distance(q, k, theta, 0.35, [4, 16, 64])
+        before, after, pairs = jittered(q.shape[1])
+        share = remainder_change_share(q, k, theta, 0.35, before, after, pairs)  # (H,)
+        corr = weighted_key_corr(out["key_corr"], out["key_var"]).mean()  # over D
+        rows.append({"visible": out["visible_change"].mean(axis=1), "corr": corr, "share": share})
+    visible, share = (np.array([r[key] for r in rows]) for key in ("visible", "share"))  # (3, H)
+    corr = np.array([r["corr"] for r in rows])  # (3,)
+    assert visible[0].min() > 5e-3 and share[0].min() > 0.05 and corr[0] < 1 - 1e-5  # E != 0
+    assert np.all(np.diff(visible, axis=0) > 0) and np.all(np.diff(share, axis=0) > 0)
+    assert np.all(np.diff(corr) < 0) and corr[-1] < 0.99 and visible[-1].min() > 0.2
+
+
+def test_issue_18_query_share_falls_far_below_one_for_a_tiny_remainder():
+    """kbar in very slow pairs: W^D - W^0 = Delta f + E^D is small, a tiny E^D dominates it."""
+    q, k, theta, _ = slow_kbar_heads(1e-4, slow=(0.003, 0.001))
+    out = controlled_distance(q, k, theta, 0.35, [4])
+    assert out["remainder_share"].max() < 0.02  # E^D is tiny beside W^D ...
+    assert out["visible_change"].max() < 0.03  # ... and so is what softmax sees move
+    assert weighted_key_corr(out["key_corr"][:, 0], out["key_var"][:, 0]) > 0.9999
+    assert out["query_share"].mean() < 0.5 and out["query_share"].min() < 0.4  # the flaw
+
+
+@settings(max_examples=30, deadline=None)
+@given(q=complex_arrays((2, 6, 3)), k=complex_arrays((2, 6, 3)),
+       window=st.one_of(st.none(), st.integers(1, 7)))  # fmt: skip
+def test_visible_change_matches_a_loop(q, k, window):
+    theta, s, distances = np.array([1.0, 0.2, 0.0]), 0.6, [3.0, 40.0]
+    out = controlled_distance(q, k, theta, s, distances, window=window)
+
+    def logit(h, i, j, d):
+        return s * sum((q[h, i, l] * np.conj(k[h, j, l]) * np.exp(1j * theta[l] * d)).real
+                       for l in range(3))  # fmt: skip
+
+    def centred_energy(x):  # sum over the causal (window) pairs of (x_ij - row mean)^2
+        total = 0.0
+        for i in range(6):
+            row = [j for j in range(i + 1) if window is None or i - j < window]
+            mean = sum(x[i][j] for j in row) / len(row)
+            total += sum((x[i][j] - mean) ** 2 for j in row)
+        return total
+
+    for h in range(2):
+        w0 = [[logit(h, i, j, 0.0) for j in range(6)] for i in range(6)]
+        reference = centred_energy(w0)
+        for index, d in enumerate(distances):
+            x = [[logit(h, i, j, d) - w0[i][j] for j in range(6)] for i in range(6)]
+            ours = out["visible_change"][h, index]
+            if reference == 0:
+                assert np.isnan(ours)
+            else:
+                assert ours == pytest.approx(np.sqrt(centred_energy(x) / reference),
+                                             rel=1e-9, abs=1e-10)  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None)
+@given(q=complex_arrays((2, 9, 3)), k=complex_arrays((2, 9, 3)), kbar=complex_arrays((2, 3)),
+       given_kbar=st.booleans(),
+       moves=arrays(np.int64, (9,), elements=st.integers(-5, 5)))  # fmt: skip
+def test_remainder_change_share_matches_a_loop(q, k, kbar, given_kbar, moves):
+    theta, s = np.array([1.0, 0.2, 0.0]), 0.6
+    before = np.arange(9.0)
+    after = before + moves
+    i, j = np.tril_indices(9)
+    ours = remainder_change_share(q, k, theta, s, before, after, (i, j),
+                                  kbar=kbar if given_kbar else None)  # fmt: skip
+    reference = kbar if given_kbar else k.mean(axis=1)
+    for h in range(2):
+        moved = remainder = 0.0
+        for a, b in zip(i, j, strict=True):
+            gap, tau = a - b, (after[a] - after[b]) - (a - b)
+            for key, out in ((k[h, b], "W"), (k[h, b] - reference[h], "E")):
+                change = s * sum((q[h, a, l] * np.conj(key[l]) * np.exp(1j * theta[l] * gap)
+                                  * (np.exp(1j * theta[l] * tau) - 1)).real
+                                 for l in range(3))  # fmt: skip
+                if out == "W":
+                    moved += change**2
+                else:
+                    remainder += change**2
+        if moved == 0:
+            assert np.isnan(ours[h])
+        else:
+            assert ours[h] == pytest.approx(np.sqrt(remainder / moved), rel=1e-7, abs=1e-12)
+
+
+WEIGHTS = st.floats(0.0, 10.0)
+CORRS = st.one_of(st.floats(-1.0, 1.0), st.just(float("nan")))
+
+
+@settings(max_examples=50, deadline=None)
+@given(corr=arrays(np.float64, (4, 3), elements=CORRS),
+       var=arrays(np.float64, (4, 3), elements=WEIGHTS), per_head=st.booleans())  # fmt: skip
+def test_weighted_key_corr_matches_a_loop(corr, var, per_head):
+    weights = var[:, 0] if per_head else var  # (H,) or (H, K)
+    ours = weighted_key_corr(corr, weights)
+    assert ours.shape == (3,)
+    for d in range(3):
+        top = bottom = 0.0
+        for h in range(4):
+            w = var[h, 0] if per_head else var[h, d]
+            if not np.isnan(corr[h, d]):
+                top += w * corr[h, d]
+                bottom += w
+        if bottom == 0:
+            assert np.isnan(ours[d])
+        else:
+            assert ours[d] == pytest.approx(top / bottom, rel=1e-12, abs=1e-12)
+    one = weighted_key_corr(corr[:, 0], var[:, 0])  # (H,) -> a float, column 0's weights
+    assert isinstance(one, float) and one == pytest.approx(ours[0], rel=1e-12, nan_ok=True)
+
+
+def test_weighted_key_corr_lets_a_near_constant_key_effect_count_for_little():
+    assert weighted_key_corr([0.99, -0.4], [1.0, 1e-9]) == pytest.approx(0.99, abs=1e-8)
+    assert np.isnan(weighted_key_corr([float("nan"), 0.3], [1.0, 0.0]))
+    with pytest.raises(RopesplitError, match="non-negative"):
+        weighted_key_corr([0.5, 0.5], [1.0, -1.0])
+    with pytest.raises(RopesplitError, match="key_var must have shape"):
+        weighted_key_corr(np.ones((2, 3)), np.ones((3,)))
