@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from ropesplit.empirical.models import LoadedModel
 
-__all__ = ["default_text", "read_text", "tokenize"]
+__all__ = ["check_context", "default_text", "read_text", "tokenize"]
 
 
 TEXT_KINDS = ("docs", "code")  # default_text(kind=): English prose, or Python source
@@ -64,6 +64,17 @@ def read_text(path: str | Path) -> str:
         raise RopesplitError(f"cannot read text file {p}: {exc.strerror}") from None
 
 
+def check_context(loaded: LoadedModel, n_tokens: int) -> None:
+    """Raise a one-line error unless ``2 <= n_tokens <=`` the model's context."""
+    if n_tokens < 2:
+        raise RopesplitError(f"tokens must be at least 2, got {n_tokens}")
+    limit = loaded.max_positions
+    if limit is not None and n_tokens > limit:
+        raise RopesplitError(
+            f"--tokens {n_tokens} exceeds the model's context of {limit} (max_position_embeddings)"
+        )
+
+
 def tokenize(loaded: LoadedModel, text: str, n_tokens: int) -> torch.Tensor:
     """The first ``n_tokens`` token ids ``(N,)`` of ``text`` under the model's tokenizer.
 
@@ -74,13 +85,7 @@ def tokenize(loaded: LoadedModel, text: str, n_tokens: int) -> torch.Tensor:
     """
     import torch
 
-    if n_tokens < 2:
-        raise RopesplitError(f"tokens must be at least 2, got {n_tokens}")
-    limit = loaded.max_positions
-    if limit is not None and n_tokens > limit:
-        raise RopesplitError(
-            f"--tokens {n_tokens} exceeds the model's context of {limit} (max_position_embeddings)"
-        )
+    check_context(loaded, n_tokens)
     if loaded.tokenizer is None:
         raise RopesplitError(f"{loaded.name} has no tokenizer; pass token ids instead")
     ids = loaded.tokenizer(text[: 8 * n_tokens + 256])["input_ids"]
