@@ -16,6 +16,10 @@ share of the ``n`` positions that receive another position's token:
   re-ordered among themselves by a cyclic shift of a random ordering, a
   derangement: every chosen position receives another one's token.
 
+:func:`nested_adjacent_swaps` draws the ``"adjacent"`` scheme at several
+rates at once, nested: every swap made at a smaller rate is also made at a
+larger one (a paired comparison of rates on the same draw).
+
 **Position ids** (the tokens stay in order; only the RoPE angle
 ``p_n theta_l`` of token ``n`` changes; fixed positions keep ``p_n = n``):
 
@@ -51,6 +55,7 @@ __all__ = [
     "draws",
     "jitter_positions",
     "movable_positions",
+    "nested_adjacent_swaps",
     "order_permutation",
     "perturbed_positions",
     "subset_reorder",
@@ -147,6 +152,54 @@ def subset_reorder(
     chosen = rng.choice(candidates, size=count, replace=False)  # (m,) in random order
     perm[chosen] = np.roll(chosen, -1)  # position c_k reads the token of c_{k+1}
     return perm
+
+
+def nested_adjacent_swaps(
+    n: int, rates: Sequence[float], rng: np.random.Generator, movable: Any = None
+) -> list[np.ndarray]:
+    r"""Adjacent swaps at every rate of ``rates``, nested: one permutation ``(n,)`` per rate.
+
+    One random ordering of the candidate sites ``a`` (``a`` and ``a + 1``
+    both movable) is drawn; walking it, a site is kept when it overlaps no
+    site kept before, which gives a sequence of disjoint swaps
+    ``(a_1\ a_1{+}1), (a_2\ a_2{+}1), \dots``. Rate ``r`` makes the first
+    ``k(r)`` of them:
+
+    .. math:: \pi_r = \prod_{j \le k(r)} (a_j\ a_j{+}1),\qquad
+              k(r) = \min\bigl(\mathrm{round}(r n / 2),\ \#\text{kept sites}\bigr)
+
+    so about ``r n`` positions move (``2 k(r) / n`` lies within ``1 / n`` of
+    ``r`` unless the movable neighbours run out).
+
+    **Nesting**: ``k`` grows with the rate, so for ``r \le r'`` every swap of
+    ``\pi_r`` is also a swap of ``\pi_{r'}`` (the 10% permutation extends the
+    5% one), whatever the order of ``rates``; the list follows ``rates``.
+    Each rate on its own is distributed as :func:`adjacent_transpositions`
+    (with the same ``rng`` state and a single rate, the two are equal). The
+    first token and the positions ``movable`` excludes never move. When every
+    ``k(r)`` is 0 nothing is drawn from ``rng``.
+    """
+    ok = _movable(n, movable)
+    for rate in rates:
+        _check_rate(rate)
+    counts = [int(round(rate * n / 2)) for rate in rates]
+    perms = [np.arange(n) for _ in counts]
+    if max(counts, default=0) == 0:
+        return perms
+    starts = np.flatnonzero(ok[:-1] & ok[1:])  # (n_candidates,): a with a, a + 1 movable
+    used = np.zeros(n, dtype=bool)
+    kept: list[int] = []  # disjoint sites, in the drawn order
+    for a in rng.permutation(starts):
+        if len(kept) == max(counts):
+            break
+        if used[a] or used[a + 1]:
+            continue
+        kept.append(int(a))
+        used[a] = used[a + 1] = True
+    for perm, count in zip(perms, counts, strict=True):
+        sites = np.asarray(kept[:count], dtype=np.int64)  # the first k(r) swaps
+        perm[sites], perm[sites + 1] = sites + 1, sites
+    return perms
 
 
 ORDER_SCHEMES: dict[str, Callable[..., np.ndarray]] = {

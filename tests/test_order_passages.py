@@ -1,0 +1,333 @@
+"""The per-passage word-order measurement (nested adjacent swaps, losses next to the swaps).
+
+What the tests pin down: the nested draws are nested (every swap at a smaller
+rate is made at a larger one), keep the fixed positions and move what the rate
+says; the per-token losses equal a plain per-row forward pass; on known truth
+(a "model" that predicts x + 1 after x, and an order-blind one) the log ratios
+equal their closed form, the positive control hurts and order blindness gives
+exactly 0; the scored set follows its rule; everything is deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from hypothesis import example, given, note, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from ropesplit.empirical import load_model
+from ropesplit.empirical.experiments.order_passages import (
+    DRAWS,
+    NEAR,
+    NESTED_RATES,
+    POSITIVE_RATE,
+    order_passage,
+    rate_key,
+    scored_targets,
+    token_losses,
+)
+from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.perturb import (
+    adjacent_transpositions,
+    movable_positions,
+    nested_adjacent_swaps,
+)
+
+from ropesplit.errors import RopesplitError
+
+VOCAB = 128
+SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
+RATE_SETS = st.lists(
+    st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.9, 1.0]), min_size=1, max_size=4
+)
+MOVABLE = st.integers(min_value=1, max_value=300).flatmap(
+    lambda n: arrays(np.bool_, (n,), elements=st.booleans()).map(lambda m: (n, m))
+)  # (n, movable): random fixed positions (special tokens), index 0 forced fixed below
+
+
+def _swaps(perm: np.ndarray) -> set[int]:
+    """The sites ``a`` of the transpositions ``(a a+1)`` a permutation makes."""
+    moved = np.flatnonzero(perm != np.arange(perm.size))
+    sites = {int(a) for a in moved if perm[a] == a + 1}
+    assert all(perm[a + 1] == a for a in sites)  # each a true transposition of neighbours
+    assert len(moved) == 2 * len(sites)  # nothing else moves
+    return sites
+
+
+# --------------------------------------------------------------------------- nested draws
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=MOVABLE, rates=RATE_SETS, seed=SEEDS)
+@example(case=(1, np.array([True])), rates=[1.0], seed=0)
+@example(case=(2, np.array([True, True])), rates=[0.05, 1.0], seed=0)
+@example(case=(300, np.ones(300, dtype=bool)), rates=[0.05, 0.1, 0.5], seed=0)
+def test_nested_swaps_are_nested_and_keep_the_fixed_positions(case, rates, seed):
+    n, movable = case
+    movable = movable.copy()
+    movable[0] = False
+    perms = nested_adjacent_swaps(n, rates, np.random.default_rng(seed), movable)
+    assert len(perms) == len(rates)
+    sites = [_swaps(p) for p in perms]
+    note(f"sites={sites}")
+    # the largest rate's swaps: the longest prefix of one walk, a maximal disjoint set or k
+    candidates = np.flatnonzero(movable[:-1] & movable[1:])
+    for perm, rate, own in zip(perms, rates, sites, strict=True):
+        assert perm.shape == (n,) and np.array_equal(np.sort(perm), np.arange(n))
+        moved = perm != np.arange(n)
+        assert not moved[~movable].any()  # the first token and fixed positions never move
+        wanted = int(round(rate * n / 2))
+        assert len(own) <= wanted
+        if len(own) < wanted:  # ran out: no candidate site left free
+            used = moved
+            assert not any(not used[a] and not used[a + 1] for a in candidates)
+        else:  # the share moved lies within one swap of the rate
+            assert abs(moved.mean() - rate) <= 2 / n
+    for a, ra in zip(sites, rates, strict=True):
+        for b, rb in zip(sites, rates, strict=True):
+            if ra <= rb:
+                assert a <= b  # nesting: every swap at the smaller rate is made at the larger
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(min_value=1, max_value=300),
+       rate=st.sampled_from([0.0, 0.02, 0.05, 0.1, 0.5, 1.0]), seed=SEEDS)  # fmt: skip
+def test_one_nested_rate_is_the_adjacent_scheme(n, rate, seed):
+    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+    (nested,) = nested_adjacent_swaps(n, [rate], rng_a)
+    assert np.array_equal(nested, adjacent_transpositions(n, rate, rng_b))
+    assert rng_a.bit_generator.state == rng_b.bit_generator.state
+
+
+def test_nested_swaps_at_rate_zero_draw_nothing():
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    perms = nested_adjacent_swaps(40, [0.0, 0.0], rng)
+    assert all(np.array_equal(p, np.arange(40)) for p in perms)
+    assert rng.bit_generator.state == state
+    with pytest.raises(RopesplitError, match="rate must lie in"):
+        nested_adjacent_swaps(40, [0.1, 1.5], rng)
+
+
+# --------------------------------------------------------------------------- token losses
+
+
+def tiny_llama(seed: int = 0):
+    config = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                           num_hidden_layers=2, intermediate_size=64, vocab_size=VOCAB,
+                           max_position_embeddings=256)  # fmt: skip
+    return load_model(config, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_llama()
+
+
+def _plain_token_losses(loaded, ids: np.ndarray) -> np.ndarray:
+    """The twin: each row alone, a plain forward pass (no position ids, no mask), float64."""
+    out = []
+    for row in ids:
+        x = torch.as_tensor(row[None], device=loaded.device)  # (1, N)
+        with torch.no_grad():
+            logits = loaded.model(input_ids=x).logits[0].double()  # (N, vocab)
+        logp = torch.log_softmax(logits[:-1], dim=-1)  # (N - 1, vocab)
+        out.append(-logp[torch.arange(row.size - 1), x[0, 1:]].numpy())
+    return np.stack(out)
+
+
+def test_token_losses_equal_a_plain_per_row_pass(tiny):
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, VOCAB, size=(5, 40))
+    ids[3] = ids[1]  # a duplicate row: run once, same losses
+    calls: list[int] = []
+    ours = token_losses(tiny, ids, batch_size=3, on_forward=calls.append)
+    assert ours.shape == (5, 39) and ours.dtype == np.float64
+    np.testing.assert_allclose(ours, _plain_token_losses(tiny, ids), rtol=1e-6, atol=1e-6)
+    assert sum(calls) == 4 and calls == [3, 1]  # four distinct rows
+    assert np.array_equal(ours[1], ours[3])
+    np.testing.assert_allclose(token_losses(tiny, ids, batch_size=1), ours, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (np.zeros((2, 1), dtype=np.int64), "continuation start"),
+        (np.full((1, 5), VOCAB), "token ids must lie"),
+        (np.zeros(5, dtype=np.int64), "ids must be"),
+    ],
+)
+def test_bad_token_input_is_one_line(tiny, ids, message):
+    with pytest.raises(RopesplitError, match=message) as info:
+        token_losses(tiny, ids)
+    assert "\n" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- known truth
+
+
+class Successor(torch.nn.Module):
+    """A "model" that predicts ``x + 1 (mod V)`` after ``x`` with logit ``confidence``.
+
+    Its loss is ``a = log(e^c + V - 1) - c`` where the next token is the
+    successor and ``b = log(e^c + V - 1)`` elsewhere: an order-1 model, so on
+    ``0, 1, 2, ...`` a swap hurts exactly the target right after it.
+    ``blind=True`` gives constant logits: every order has loss ``log V``.
+    """
+
+    def __init__(self, vocab: int, confidence: float = 6.0, *, blind: bool = False):
+        super().__init__()
+        self.config = SimpleNamespace(vocab_size=vocab, max_position_embeddings=4096)
+        self.weight = torch.nn.Parameter(torch.zeros(1))  # a device to report
+        self.vocab, self.confidence, self.blind = vocab, confidence, blind
+        self.calls: list[dict] = []
+
+    def forward(self, *, input_ids, position_ids, attention_mask, use_cache, logits_to_keep):
+        self.calls.append({"ids": input_ids.clone(), "positions": position_ids.clone(),
+                           "mask": attention_mask.clone()})  # fmt: skip
+        logits = torch.zeros(*input_ids.shape, self.vocab)  # (B, N, V)
+        if not self.blind:
+            logits.scatter_(2, ((input_ids + 1) % self.vocab)[..., None], self.confidence)
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:])
+
+
+def fake(vocab: int = 512, **kwargs) -> LoadedModel:
+    return LoadedModel(model=Successor(vocab, **kwargs), tokenizer=None, name="successor",
+                       random_init=False, seed=0, attn=[])  # fmt: skip
+
+
+def _expected_log_ratio(clean: np.ndarray, perturbed: np.ndarray, vocab: int, c: float) -> float:
+    """The closed form for the successor model: mean of a or b over the scored set, over a."""
+    a = math.log(math.exp(c) + vocab - 1) - c
+    b = math.log(math.exp(c) + vocab - 1)
+    scored = [t for t in range(1, clean.size)
+              if perturbed[t] == clean[t]
+              and any(perturbed[m] != clean[m] for m in range(max(0, t - NEAR), t))]  # fmt: skip
+    hit = [a if (perturbed[t - 1] + 1) % vocab == perturbed[t] else b for t in scored]
+    return math.log(np.mean(hit) / a)  # the clean text is all successors: loss a everywhere
+
+
+N_PASSAGE = 400
+
+
+def test_successor_model_gives_the_closed_form_and_the_positive_control_hurts():
+    loaded = fake()
+    ids = np.arange(N_PASSAGE)  # every next token is the successor: clean loss a everywhere
+    out = order_passage(loaded, ids, seed=7)
+    json.dumps(out)  # JSON-ready
+    assert set(out) == {"log_ratio", "draws", "curvature", "positive", "baseline_loss"}
+    keys = [rate_key(r) for r in (*NESTED_RATES, POSITIVE_RATE)]
+    assert keys == ["0.05", "0.1", "0.5"] and list(out["log_ratio"]) == keys
+    assert len(out["draws"]) == DRAWS
+    a = math.log(math.exp(6.0) + 511) - 6.0
+    assert math.isclose(out["baseline_loss"], a, rel_tol=1e-12)
+    movable = movable_positions(N_PASSAGE)
+    for entry in out["draws"]:
+        d = entry["draw"]
+        perms = nested_adjacent_swaps(N_PASSAGE, (*NESTED_RATES, POSITIVE_RATE),
+                                      np.random.default_rng([7, d]), movable)  # fmt: skip
+        for key, perm in zip(keys, perms, strict=True):
+            y = ids[perm]
+            want = _expected_log_ratio(ids, y, 512, 6.0)
+            assert math.isclose(entry["log_ratio"][key], want, rel_tol=1e-9, abs_tol=1e-12)
+            assert entry["scored"][key] == int(scored_targets(ids, y).sum())
+            assert entry["moved"][key] == float(np.mean(y != ids))
+        assert abs(entry["moved"]["0.05"] - 0.05) <= 2 / N_PASSAGE
+        assert abs(entry["moved"]["0.1"] - 0.10) <= 2 / N_PASSAGE
+        assert abs(entry["moved"]["0.5"] - 0.50) <= 2 / N_PASSAGE
+        lr = entry["log_ratio"]
+        assert math.isclose(entry["curvature"], lr["0.1"] - 2 * lr["0.05"], abs_tol=1e-12)
+        assert lr["0.5"] > lr["0.1"] > lr["0.05"] > 0  # more swaps, more targets right after one
+    lr = out["log_ratio"]
+    assert out["positive"] == lr["0.5"] > 1.0  # the positive control clearly hurts
+    assert math.isclose(out["curvature"], lr["0.1"] - 2 * lr["0.05"], abs_tol=1e-12)
+    # every input was one full-length row at positions 0..N-1 under an all-ones mask
+    calls = loaded.model.calls
+    rows = torch.cat([c["ids"] for c in calls])
+    assert rows.shape == (1 + 3 * DRAWS, N_PASSAGE)
+    assert all(torch.equal(c["positions"], torch.arange(N_PASSAGE).expand_as(c["ids"]))
+               and bool(c["mask"].eq(1).all()) for c in calls)  # fmt: skip
+    assert bool((rows[:, 0] == 0).all())  # the first token never moves
+
+
+def test_order_blind_model_gives_exactly_zero():
+    out = order_passage(fake(blind=True), np.arange(N_PASSAGE), seed=3)
+    assert all(v == 0.0 for v in out["log_ratio"].values())
+    assert out["curvature"] == 0.0 and out["positive"] == 0.0
+    assert math.isclose(out["baseline_loss"], math.log(512), rel_tol=1e-12)
+    assert all(v == 0.0 for e in out["draws"] for v in e["log_ratio"].values())
+
+
+def test_special_tokens_never_move():
+    loaded = fake()
+    loaded.tokenizer = SimpleNamespace(all_special_ids=[5, 17])
+    ids = np.arange(N_PASSAGE)
+    order_passage(loaded, ids, seed=0)
+    rows = torch.cat([c["ids"] for c in loaded.model.calls])
+    for p in (0, 5, 17):
+        assert bool((rows[:, p] == p).all())
+
+
+@settings(max_examples=80, deadline=None)
+@given(x=arrays(np.int64, st.integers(min_value=1, max_value=60),
+                elements=st.integers(min_value=0, max_value=4)),
+       seed=SEEDS, near=st.integers(min_value=1, max_value=10))  # fmt: skip
+def test_scored_set_follows_its_rule(x, seed, near):
+    y = x.copy()
+    rng = np.random.default_rng(seed)
+    change = rng.random(x.size) < 0.2
+    y[change] = rng.integers(0, 5, size=int(change.sum()))
+    got = scored_targets(x, y, near)
+    want = [t > 0 and y[t] == x[t] and any(y[m] != x[m] for m in range(max(0, t - near), t))
+            for t in range(x.size)]  # fmt: skip
+    assert got.tolist() == want
+
+
+def test_scored_set_by_hand():
+    x = np.arange(12)
+    y = x.copy()
+    y[[3, 4]] = [4, 3]  # swap (3 4)
+    assert np.flatnonzero(scored_targets(x, y, 3)).tolist() == [5, 6, 7]
+    assert not scored_targets(x, x, 3).any()
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_same_seed_same_dict_on_a_tiny_llama(tiny):
+    ids = np.random.default_rng(1).integers(1, VOCAB, size=120)
+    first = order_passage(tiny, ids, seed=11)
+    again = order_passage(tiny, ids, seed=11)
+    assert first == again
+    other = order_passage(tiny, ids, seed=12)
+    assert other["log_ratio"] != first["log_ratio"]
+    assert first["baseline_loss"] == other["baseline_loss"]
+    assert all(math.isfinite(v) for v in first["log_ratio"].values())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rates": (0.1, 0.05)}, "two ascending"),
+        ({"rates": (0.05, 0.1, 0.2)}, "two ascending"),
+        ({"positive": 0.1}, "two ascending"),
+        ({"draws": 0}, "draws must be"),
+        ({"near": 0}, "near must be"),
+    ],
+)
+def test_bad_passage_settings_are_one_line(kwargs, message):
+    with pytest.raises(RopesplitError, match=message) as info:
+        order_passage(fake(), np.arange(N_PASSAGE), seed=0, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_a_passage_too_short_to_score_is_one_line():
+    with pytest.raises(RopesplitError, match="no scored target") as info:
+        order_passage(fake(), np.arange(10), seed=0)  # 5% of 10 tokens: no swap at all
+    assert "\n" not in str(info.value)
