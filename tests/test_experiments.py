@@ -17,8 +17,8 @@ import math
 import numpy as np
 import pytest
 import torch
-import transformers as T
-from ropesplit.empirical import capture, continuation_loss, load_model
+from conftest import TINY_VOCAB, tiny_llama
+from ropesplit.empirical import capture, continuation_loss
 from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments import (
     EXPERIMENTS,
@@ -29,7 +29,13 @@ from ropesplit.empirical.experiments import (
     position,
     run_experiments,
 )
-from ropesplit.empirical.experiments.base import Context, Verdict, combine, rows_then_schemes
+from ropesplit.empirical.experiments.base import (
+    Context,
+    Verdict,
+    combine,
+    interval_rise,
+    rows_then_schemes,
+)
 from ropesplit.empirical.experiments.forward import (
     context_length,
     continuation_losses,
@@ -40,22 +46,11 @@ from ropesplit.empirical.experiments.forward import (
 
 from ropesplit.errors import RopesplitError
 
-VOCAB = 128
+VOCAB = TINY_VOCAB
 N_TOKENS = 48
 BASE = 10000.0
 
 
-def tiny_llama(layers: int = 2, *, seed: int = 0, context: int = 256):
-    config = T.LlamaConfig(
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=layers,
-        intermediate_size=64,
-        vocab_size=VOCAB,
-        max_position_embeddings=context,
-    )
-    return load_model(config, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -151,12 +146,21 @@ def test_perturbed_position_ids_keep_the_mask_causal_by_index(tiny, distinct_ids
     assert (probs[0][:, ~causal] == 0).all()
 
 
-def test_seed_summary_is_the_mean_ratio_with_its_bootstrap_interval():
+def test_seed_summary_is_the_mean_ratio_with_its_t_interval_over_draws():
     summary = seed_summary(np.array([2.0, 3.0, 4.0]), 2.0, seed=1)
     assert summary["loss"] == 3.0 and summary["ratio"] == pytest.approx(1.5)
-    assert 1.0 <= summary["ci_low"] < 1.5 < summary["ci_high"] <= 2.0 and summary["seeds"] == 3
+    half = 4.302652729911275 * 0.5 / np.sqrt(3)  # t_{0.975, 2} * sd / sqrt(n), sd of the ratios
+    assert (summary["ci_low"], summary["ci_high"]) == pytest.approx((1.5 - half, 1.5 + half))
+    assert summary["seeds"] == 3
+
+
+def test_one_draw_has_no_interval_and_decides_nothing():
+    """Issue 18: seeds=1 gave a zero-width interval that interval_rise read as decisive."""
     one = seed_summary(np.array([2.0]), 2.0)
-    assert one["ratio"] == one["ci_low"] == one["ci_high"] == 1.0
+    assert one["ratio"] == 1.0 and np.isnan(one["ci_low"]) and np.isnan(one["ci_high"])
+    small = {"ci_low": one["ci_low"], "ci_high": one["ci_high"]}
+    large = {"ci_low": 2.0, "ci_high": 2.0}
+    assert interval_rise(small, large, "x", "up", "down").outcome == "inconclusive"
 
 
 def test_model_context_prefers_the_original_length_of_scaled_rope():
@@ -300,9 +304,9 @@ def test_position_judge_and_verdict():
 
 
 def test_distance_judge():
-    row = {"distance": 16, "key_corr": 0.95, "query_share": 0.97}
-    assert distance.judge(row).outcome == "agrees"
-    assert distance.judge(row | {"query_share": 0.5}).outcome == "disagrees"
+    row = {"distance": 16, "key_corr": 0.95, "visible_change": 0.03, "query_share": 0.2}
+    assert distance.judge(row).outcome == "agrees"  # query_share is shown only (issue 18)
+    assert distance.judge(row | {"visible_change": 0.5}).outcome == "disagrees"
     assert distance.judge(row | {"key_corr": float("nan")}).outcome == "inconclusive"
 
 
@@ -334,6 +338,7 @@ def test_distance_measures_are_ideal_when_e_is_zero():
     for row in rows:
         assert row["key_corr"] == pytest.approx(1.0, abs=1e-9)
         assert row["query_share"] == pytest.approx(1.0, abs=1e-9)
+        assert row["visible_change"] == pytest.approx(0.0, abs=1e-9)
         assert row["remainder_share"] < 1e-12 and row["logit_change"] > 0.01  # W moved
         assert distance.judge(row).outcome == "agrees"
 
@@ -344,9 +349,11 @@ def test_distance_measures_move_away_as_e_grows():
         rows = distance.distance_rows(_fake_capture(_pattern_layer(high)), [0])
         overall = [r for r in rows if r["scope"] == "all"]
         means.append((np.mean([r["key_corr"] for r in overall]),
-                      np.mean([r["query_share"] for r in overall])))  # fmt: skip
-    corr, share = np.array(means).T
+                      np.mean([r["query_share"] for r in overall]),
+                      np.mean([r["visible_change"] for r in overall])))  # fmt: skip
+    corr, share, change = np.array(means).T
     assert np.all(np.diff(corr) < 0) and np.all(np.diff(share) < 0)
+    assert np.all(np.diff(change) > 0)
     rows = distance.distance_rows(_fake_capture(_pattern_layer(3.0)), [0])
     assert distance.verdict(rows).outcome == "disagrees"
 
@@ -357,9 +364,12 @@ def test_distance_rows_on_a_tiny_model(tiny, distinct_ids):
     heads = [r for r in rows if r["scope"] == "head"]
     assert len(heads) == 4 * 2 and {r["layer"] for r in heads} == {1}
     (mean32,) = [r for r in rows if r["scope"] == "layer" and r["distance"] == 32]
-    assert mean32["key_corr"] == pytest.approx(
-        np.mean([r["key_corr"] for r in heads if r["distance"] == 32])
+    at32 = [r for r in heads if r["distance"] == 32]
+    weights = np.array([r["key_var"] for r in at32])
+    assert mean32["key_corr"] == pytest.approx(  # weighted by the key-effect variance
+        np.sum(weights * [r["key_corr"] for r in at32]) / weights.sum()
     )
+    assert mean32["visible_change"] == pytest.approx(np.mean([r["visible_change"] for r in at32]))
     assert [r["scope"] for r in rows[-2:]] == ["all", "all"]
     assert all(-1 <= r["key_corr"] <= 1 and r["query_share"] <= 1 for r in rows)
 
@@ -539,3 +549,28 @@ def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():
     assert seen == [("b", 3), ("a", 3)]
     assert got.outcome == "disagrees" and got.reason.startswith("4 agrees, 1 disagrees of 5")
     assert rows_then_schemes([], judge, per_scheme, "checks").outcome == "inconclusive"
+
+
+def test_distance_judges_a_nearly_exact_head_with_kbar_in_slow_pairs_as_agreeing():
+    """Issue 18: with ``kbar`` in the slowest pairs ``f`` barely moves with ``D``, so the old
+    criterion (query_share, which divides by ``|W^D - W^0|``) failed a head whose remainder is
+    tiny; visible_change and the weighted key_corr judge it by the size of ``E`` itself."""
+    rng = np.random.default_rng(5)
+    n = 24
+    theta = np.concatenate([10.0 ** (-np.arange(P // 2) / 2), np.zeros(P // 2)])
+    theta[P // 2 - 1] = 1e-4  # a very slow pair: f(q, D) barely moves
+    q = rng.normal(size=(2, n, D_HEAD))
+    kbar = np.zeros(D_HEAD)
+    slow = [P // 2 - 1, P + P // 2 - 1]  # the slowest rotating pair, both coordinates
+    kbar[slow] = 3.0 * rng.normal(size=2)
+    dev = np.zeros((1, n, D_HEAD))
+    still = [*range(P // 2, P), *range(P + P // 2, 2 * P)]
+    dev[..., still] = rng.normal(size=(n, len(still)))
+    dev[..., [0, P]] = 0.01 * rng.normal(size=(n, 2))  # a tiny deviation in the fastest pair
+    rows = distance.distance_rows(_fake_capture(fake_layer(q, kbar + dev, theta)), [0], (16,))
+    (overall,) = [r for r in rows if r["scope"] == "all"]
+    assert overall["remainder_share"] < 0.01 and overall["query_share"] < THRESHOLD_OLD
+    assert distance.judge(overall).outcome == "agrees"
+
+
+THRESHOLD_OLD = 0.9  # the old query_share line

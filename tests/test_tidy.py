@@ -27,7 +27,7 @@ def records(tmp_path_factory):
     loaded = load_model(folder)
     ids = tokenize(loaded, TEXT, 48)
     trained, control = analyze(loaded, ids), analyze(random_init_twin(loaded, 1), ids)
-    experiments = run_experiments(loaded, ids, experiments=["distance", "order"], seeds=1,
+    experiments = run_experiments(loaded, ids, experiments=["distance", "order"], seeds=2,
                                   layers=[0, 1])  # fmt: skip
     return {"analysis": analysis_record(trained, control, 1), "trained": trained,
             "experiments": experiments}  # fmt: skip

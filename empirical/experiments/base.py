@@ -20,6 +20,7 @@ progress callback). No formula lives here: experiments call numerics.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,10 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ve
     below it (disagrees) or overlaps it (inconclusive); ``rise``/``fall`` name the outcome."""
     text = (f"{what}: [{small['ci_low']:.3f}, {small['ci_high']:.3f}] vs "
             f"[{large['ci_low']:.3f}, {large['ci_high']:.3f}]")  # fmt: skip
+    ends = [small["ci_low"], small["ci_high"], large["ci_low"], large["ci_high"]]
+    if not all(math.isfinite(float(x)) for x in ends):
+        # one draw has no interval (issue 18: a zero-width interval is never decisive)
+        return Verdict("inconclusive", f"{text}: no interval (fewer than 2 draws)")
     if large["ci_low"] > small["ci_high"]:
         return Verdict("agrees", f"{text}: {rise}")
     if large["ci_high"] < small["ci_low"]:

@@ -160,17 +160,24 @@ def special_positions(loaded: LoadedModel, ids: Any) -> np.ndarray:
 
 
 def seed_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
-    r"""Mean loss, mean ratio to ``baseline`` and its 95% bootstrap interval over the seeds.
+    r"""Mean loss, mean ratio to ``baseline`` and its 95% t interval over the draws.
 
     .. math:: \mathrm{ratio} = \frac1S\sum_s L_s / L_0,\qquad
-              [\mathrm{ci\_low}, \mathrm{ci\_high}] = \text{percentile bootstrap of the mean}
+              [\mathrm{ci\_low}, \mathrm{ci\_high}] = \mathrm{ratio}
+              \pm t_{0.975,\,S-1}\,\mathrm{sd}_s/\sqrt S
 
-    (``numerics.bootstrap.bootstrap_ci``, deterministic for ``seed``); a
-    single seed gives a zero-width interval.
+    (``numerics.intervals.t_interval``: the draws are the replicates; a
+    percentile bootstrap over 3-8 draws under-covers, issue 18). A single
+    draw has no interval: ``ci_low`` and ``ci_high`` are NaN, which every
+    verdict reads as inconclusive. ``seed`` is kept for the signature (the t
+    interval draws nothing).
     """
-    from ropesplit.numerics.bootstrap import bootstrap_ci
+    from ropesplit.numerics.intervals import t_interval
 
     ratios = np.asarray(losses, dtype=np.float64) / baseline  # (S,)
-    ci = bootstrap_ci(ratios, seed=seed)
-    return {"loss": float(np.mean(losses)), "ratio": ci.mean, "ci_low": ci.low,
-            "ci_high": ci.high, "seeds": int(ratios.size)}  # fmt: skip
+    low = high = float("nan")
+    if ratios.size >= 2:
+        ci = t_interval(ratios, unit="draws")
+        low, high = ci.low, ci.high
+    return {"loss": float(np.mean(losses)), "ratio": float(ratios.mean()), "ci_low": low,
+            "ci_high": high, "seeds": int(ratios.size)}  # fmt: skip
