@@ -334,21 +334,44 @@ def windowed_nll(
 
     The unmodified model, at positions it was trained on: the yardstick the
     settings' losses beyond ``L`` are compared with on the same tokens.
+
+    When the text starts with the model's BOS token (``config.bos_token_id``)
+    every window starts with it too, as every sequence the model was trained
+    on did (issue 18: a window cut mid-text without it measured the model off
+    its training distribution): windows are ``BOS`` plus ``L - 1`` text
+    tokens, ``s_n = window_starts(N - 1, L - 1)`` over the text after BOS.
     """
     ids = as_input_ids(loaded, input_ids)[0]  # (N,)
     (n_tokens,) = ids.shape
+    bos = getattr(loaded.config, "bos_token_id", None)
+    if bos is not None and n_tokens > 2 and length > 2 and int(ids[0]) == int(bos):
+        text = _window_nll(loaded, ids[1:], length - 1, batch_size, ids[:1])  # (N - 2,)
+        first = _window_nll(loaded, ids[:2], 2, batch_size, None)  # x_1 after BOS: (1,)
+        return np.concatenate([first, text])  # (N - 1,)
+    return _window_nll(loaded, ids, length, batch_size, None)
+
+
+def _window_nll(
+    loaded: LoadedModel, ids: torch.Tensor, length: int, batch_size: int, prefix: Any
+) -> np.ndarray:
+    """:func:`windowed_nll` over ``ids (N,)`` in windows of ``length`` tokens, each after
+    ``prefix (1,)`` when given (its prediction of the window's first token is not read)."""
+    (n_tokens,) = ids.shape
     chosen = window_starts(n_tokens, length)  # (N - 1,)
     size = min(length, n_tokens)
+    lead = 0 if prefix is None else 1  # window positions before the text's
     starts = sorted(set(chosen.tolist()))
     nll = np.empty(n_tokens - 1)
     for lo in range(0, len(starts), batch_size):
         batch = starts[lo : lo + batch_size]
         windows = torch.stack([ids[s : s + size] for s in batch])  # (b, L)
+        if prefix is not None:
+            windows = torch.cat([prefix.expand(len(batch), 1), windows], dim=1)  # (b, 1 + L)
         with torch.no_grad():
             logits = loaded.model(input_ids=windows, attention_mask=torch.ones_like(windows),
-                                  use_cache=False).logits  # (b, L, vocab)  # fmt: skip
-        logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)  # (b, L - 1, vocab)
-        token = -logp.gather(2, windows[:, 1:, None])[..., 0].cpu().numpy()  # (b, L - 1)
+                                  use_cache=False).logits  # (b, lead + L, vocab)  # fmt: skip
+        logp = torch.log_softmax(logits[:, lead:-1].double(), dim=-1)  # (b, L - 1, vocab)
+        token = -logp.gather(2, windows[:, lead + 1 :, None])[..., 0].cpu().numpy()  # (b, L - 1)
         for row, s in enumerate(batch):
             at = np.flatnonzero(chosen == s)  # positions read in this window
             nll[at] = token[row, at - s]

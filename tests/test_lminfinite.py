@@ -409,3 +409,38 @@ def test_install_restores_the_model_even_after_an_error():
     assert home.apply_rotary_pos_emb is original
     assert loaded.model.config._attn_implementation == "eager"
     assert not any(m._forward_pre_hooks for m in loaded.attn)
+
+
+def test_in_length_windows_restore_bos_as_the_model_was_trained():
+    """Issue 18: every in-length window starts with BOS when the text does, and each loss is
+    -log p(x_{n+1} | BOS, x_{s..n}) computed here one window at a time."""
+    n, length = 29, 8
+    loaded = tiny("float32")
+    bos = int(loaded.config.bos_token_id)
+    ids = torch.cat([torch.tensor([bos]), IDS[1:n]])  # (n,), BOS first
+    seen = []
+    forward = loaded.model.forward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["input_ids"].clone())
+        return forward(*args, **kwargs)
+
+    loaded.model.forward = spy
+    try:
+        got = windowed_nll(loaded, ids, length)
+    finally:
+        loaded.model.forward = forward
+    assert all(bool((w[:, 0] == bos).all()) for w in seen)  # every window starts with BOS
+    assert max(w.shape[1] for w in seen) == length  # BOS + L - 1 text tokens
+    starts = window_starts(n - 1, length - 1)  # over the text after BOS
+    for pos in range(n - 1):
+        if pos == 0:
+            window, at = ids[:2], 0
+        else:
+            s = int(starts[pos - 1])
+            window = torch.cat([ids[:1], ids[1 + s : 1 + s + length - 1]])
+            at = pos - s  # x_pos sits at window position 1 + (pos - 1 - s)
+        with torch.no_grad():
+            logits = loaded.model(input_ids=window[None]).logits[0].double()
+        expected = -torch.log_softmax(logits[at], dim=-1)[ids[pos + 1]].item()
+        assert got[pos] == pytest.approx(expected, abs=1e-5), pos
