@@ -103,7 +103,7 @@ def test_analyze_writes_json_and_csv(folders, capsys, tmp_path, arch):
     rows = list(csv.DictReader(cs.open()))
     assert [r["model"] for r in rows] == ["trained"] * 4 + ["control"] * 4
     assert float(rows[5]["r_split"]) == pytest.approx(record["control"]["heads"][1]["r_split"])
-    assert "(paper 0.959)" in out and out.count("\n") >= 5
+    assert "(paper 0.959, the same split)" in out and out.count("\n") >= 5
 
 
 def test_analyze_is_deterministic_and_no_control_drops_it(folders, capsys, tmp_path):
