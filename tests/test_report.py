@@ -20,18 +20,19 @@ from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.train import TrainConfig
 from ropesplit.theory import STEPS
 
+from ropesplit.claims import CLAIMS
 from ropesplit.cli import main
 from ropesplit.figures import FIGURES, figure_files
 from ropesplit.report import pipeline, sections
 from ropesplit.report.document import Section, Table, build_document, fmt
 from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import emergence as emergence_section
-from ropesplit.report.sections.summary import CLAIMS
 
 N_TOKENS = 48
 TINY_TRAIN = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
                          warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
-SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64)
+SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64,
+                                passages=8, order_passages=8)
 
 
 def _tiny_load(settings):
@@ -42,6 +43,14 @@ def _tiny_load(settings):
     loaded = load_model(config, seed=1)  # the "trained" stand-in
     ids = torch.randint(0, 128, (settings.tokens,), generator=torch.Generator().manual_seed(0))
     return loaded, random_init_twin(loaded, settings.seed), ids, "tiny text"
+
+
+def _tiny_passages(ctx):
+    """The claims' passages for a model without a tokenizer: seeded random token ids."""
+    from ropesplit.empirical.corpus import PassageIds
+
+    ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(1))
+    return PassageIds([f"passage {k}" for k in range(8)], ids, 96, 0, "tiny")
 
 
 def _extra_stage(ctx):
@@ -60,6 +69,7 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "_load", _tiny_load)
+        patch.setattr(pipeline, "_claims_ids", _tiny_passages)
         patch.setattr(emergence_section, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
         # the extension points: one Stage line, one SectionSpec line
         patch.setattr(pipeline, "STAGES", [*pipeline.STAGES,
@@ -69,7 +79,7 @@ def report(tmp_path_factory):
         index = pipeline.run_report(SETTINGS, out)
         again = tmp_path_factory.mktemp("figures")
         pipeline.run_figures(SETTINGS, again, widths=("single",), formats=("png",))  # quick rerun
-    names = ("derive", "bound", "analyze", "perturb", "length", "run", "extra")
+    names = ("derive", "bound", "claims", "analyze", "perturb", "length", "run", "extra")
     records = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
     return {"out": out, "html": index.read_text(), "records": records, "again": again,
             "md": (out / "report.md").read_text()}  # fmt: skip
@@ -78,6 +88,7 @@ def report(tmp_path_factory):
 def test_every_step_writes_its_json_and_every_figure_both_widths_and_formats(report):
     out = report["out"]
     assert {p.name for p in out.iterdir()} >= {"derive.json", "bound.json", "analyze.json",
+                                               "claims.json",
                                                "perturb.json", "run.json", "extra.json",
                                                "index.html", "report.md"}  # fmt: skip
     written = sorted(p.name for p in (out / "figures").iterdir())
@@ -126,24 +137,25 @@ def test_html_holds_every_table_with_numbers_from_the_json(report):
 
 
 def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
-    """Issue 9: one screen first (claim, prediction, measurement, verdict, link); metadata last."""
+    """Issue 18: one line per claim, its primary test's numbers and verdict from claims.json,
+    linking to the claim's detail; run metadata last."""
     html, records = report["html"], report["records"]
     headings = re.findall(r'<h2 id="([^"]*)">', html)
     assert headings[0] == "claims" and headings[-1] == "run"
-    claims = html[html.index('<h2 id="claims">'):html.index('<h2 id="theory">')]
+    assert headings[1:6] == [f"claim-{n}" for n in range(1, 6)]
+    claims = html[html.index('<h2 id="claims">'):html.index('<h2 id="claim-1">')]
     rows = re.findall(r"<tr><td[^>]*><a href=\"#([^\"]+)\">(\d)\. ", claims)
-    assert [int(n) for _, n in rows] == [c.number for c in CLAIMS] == [1, 2, 3, 4, 5]
+    assert [int(n) for _, n in rows] == [c.claim for c in CLAIMS] == [1, 2, 3, 4, 5]
     for target, _ in rows:
         assert f'id="{target}"' in html  # every link lands on a section
-    distance = records["perturb"]["experiments"]["distance"]
-    row3 = re.search(r"3\. Controlled distance.*?</tr>", claims).group(0)
-    assert html_module.escape(distance["reason"]) in row3
-    assert f'<td class="{distance["verdict"]}">{distance["verdict"]}</td>' in row3
-    # the paper's 0.959 appears once in the text, beside the model-wide mean (claim 2), never on
-    # a layer row (figure 2 marks it on the distribution over heads)
-    assert re.sub(r"<figure.*?</figure>", "", html, flags=re.S).count("0.959") == 1
+    for claim in records["claims"]["claims"]:
+        row = re.search(rf"{claim['claim']}\. .*?</tr>", claims).group(0)
+        assert f'<td class="{claim["verdict"]}">{claim["verdict"]}</td>' in row
+        assert f"n = {claim['n']} passages" in row
+        first = claim["conditions"][0]["interval"]
+        assert fmt(first["mean"]) in row and fmt(first["low"]) in row
     row2 = re.search(r"2\. Attention logits split.*?</tr>", claims).group(0)
-    assert "0.959" in row2 and fmt(records["analyze"]["summary"]["r_split"]) in row2
+    assert "reference zero" in row2
 
 
 def test_prose_is_left_aligned_numbers_right_and_wide_tables_scroll(report):
@@ -210,10 +222,9 @@ def test_renderer_shows_failed_steps_and_steps_not_run(report):
     doc = build_document({"derive": derive, "analyze": records["analyze"]})
     html, md = render_html(doc), render_markdown(doc)
     assert "<td>FAILED</td>" in html and "NOT all checked" in html
-    not_run = "bound, protocol, perturb, train, run"
+    not_run = "claims, bound, protocol, perturb, train, run"
     assert f'<h2 id="not-run">Steps not run</h2>\n<p>{not_run}</p>' in html
     assert f"## Steps not run\n\n{not_run}" in md
-    assert '<td class="disagrees">disagrees</td>' in html  # claim 4: a step failed
 
 
 def test_renderer_escapes_text_in_html(report):

@@ -8,14 +8,16 @@ and hands to the report's sections (:mod:`ropesplit.report.sections`):
 1. ``derive``   the sympy checks of THEORY.md (``ropesplit.theory.check_all``);
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
-4. ``analyze``  THEORY.md section 5 statistics on every head, trained and control;
-5. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
-6. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length``;
-7. ``gather``   the figures' data (captures, synthetic heads);
-8. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint;
-9. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
+4. ``claims``   every claim's pre-registered primary test (``ropesplit.claims``) over a
+   corpus of passages, trained beside three random-init twins (``claims.json``);
+5. ``analyze``  THEORY.md section 5 statistics on every head, trained and control;
+6. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
+7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length``;
+8. ``gather``   the figures' data (captures, synthetic heads);
+9. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint;
+10. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
    (SmolLM2's training length is beyond what 2 CPU cores can run);
-10. ``figures`` every figure, PDF and PNG, one and two columns;
+11. ``figures`` every figure, PDF and PNG, one and two columns;
 
 then ``run.json`` (model, text and token hashes, token count, seeds, stage
 times, package versions) and the rendering, ``index.html`` (self-contained)
@@ -73,6 +75,9 @@ class RunSettings:
     figure_tokens: int = 96  # tokens of figure 1's heatmaps and figure 4's heads
     control: bool = True  # also analyse the random-init twin
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
+    corpus: str | None = None  # the claims' passages: None, Python's language reference
+    passages: int = 12  # passages of claims 2-5 (the unit of replication; at least 8)
+    order_passages: int = 8  # passages of the word-order test, claim 1 (at least 8)
 
 
 @dataclass
@@ -180,6 +185,25 @@ def _protocol_stage(ctx: RunContext) -> dict[str, Any]:
                     seed=ctx.settings.seed)  # fmt: skip
 
 
+def _claims_ids(ctx: RunContext) -> Any:
+    """The claims' passages: None reads ``settings.corpus`` (``empirical.corpus``)."""
+    return None
+
+
+def _claims_stage(ctx: RunContext) -> dict[str, Any]:
+    """Every claim's pre-registered primary test over the corpus (``ropesplit claims``)."""
+    from tqdm import tqdm
+
+    from ropesplit.empirical.claims_run import run_claims
+
+    s = ctx.settings
+    with tqdm(total=s.passages + s.order_passages, desc="passages", unit="passage",
+              file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
+        return run_claims(ctx.loaded, corpus=s.corpus, tokens=s.tokens, passages=s.passages,
+                          order_passages=s.order_passages, seed=s.seed,
+                          passage_ids=_claims_ids(ctx), on_passage=bar.update)  # fmt: skip
+
+
 def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
     return _perturb(ctx.loaded, ctx.ids, ctx.settings)
 
@@ -240,6 +264,8 @@ ANALYZE = Stage("analyze", "every head, trained and control", _analyze_stage)
 PROTOCOL = Stage("protocol", "r_split per reference, kbar, tokens, layers; controls",
                  _protocol_stage)  # fmt: skip
 PERTURB = Stage("perturb", "every experiment of the registry", _perturb_stage)
+CLAIMS = Stage("claims", "each claim's primary test over a corpus, trained and controls",
+               _claims_stage)  # fmt: skip
 GATHER = Stage("gather", "figure data from captures and synthetic heads", _gather_stage)
 FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figures_stage)
 
@@ -250,8 +276,8 @@ REPORT_PERTURB = Stage("perturb", "every experiment of the registry but length",
                        _report_perturb_stage)  # fmt: skip
 LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
                _length_stage)  # fmt: skip
-STAGES: list[Stage] = [DERIVE, BOUND, LOAD, ANALYZE, PROTOCOL, REPORT_PERTURB, GATHER, TRAIN,
-                       LENGTH, FIGURES]  # fmt: skip
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, ANALYZE, PROTOCOL, REPORT_PERTURB, GATHER,
+                       TRAIN, LENGTH, FIGURES]  # fmt: skip
 
 
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
