@@ -303,6 +303,15 @@ def test_position_judge_and_verdict():
     assert position.verdict(falls).outcome == "disagrees"
 
 
+def test_position_rows_are_judged_on_a_statistic_a_model_can_fail():
+    """Issue 18: tightness <= 1 and layer 0's g are theorems; g_share decides the row."""
+    row = _position_row(4, 1.0, 1.01)
+    assert position.judge(row).outcome == "agrees"
+    moved = position.judge(row | {"g_share": 0.6})
+    assert moved.outcome == "disagrees" and "g carries 0.60" in moved.reason
+    assert position.judge(row | {"g_share": float("nan")}).outcome == "inconclusive"
+
+
 def test_distance_judge():
     row = {"distance": 16, "key_corr": 0.95, "visible_change": 0.03, "query_share": 0.2}
     assert distance.judge(row).outcome == "agrees"  # query_share is shown only (issue 18)
@@ -574,3 +583,33 @@ def test_distance_judges_a_nearly_exact_head_with_kbar_in_slow_pairs_as_agreeing
 
 
 THRESHOLD_OLD = 0.9  # the old query_share line
+
+
+def _two_layer_capture(q, k, theta, positions):
+    import dataclasses
+
+    layers = [dataclasses.replace(fake_layer(q, k, theta), layer=index) for index in (0, 1)]
+    n = q.shape[1]
+    return Capture(layers=layers, input_ids=torch.arange(n), positions=torch.as_tensor(positions))
+
+
+def test_g_share_is_zero_when_q_and_k_do_not_move_and_grows_as_keys_change():
+    """Known truth for claim 5's statistic (issue 18): in the perturbed run's own capture,
+    ``g`` moves only through changed q, k of layers >= 1; unchanged q, k at moved positions
+    give g_share = 0 exactly, a changed key deviation moves it up, monotonically."""
+    rng = np.random.default_rng(7)
+    n = 20
+    theta = 10.0 ** (-np.arange(P) / 2)
+    q = rng.normal(size=(2, n, D_HEAD))
+    k = rng.normal(size=(1, n, D_HEAD))
+    before = np.arange(n)
+    after = before + rng.integers(-2, 3, size=n)
+    after[0] = 0
+    after = after - after.min()
+    text = _two_layer_capture(q, k, theta, before)
+    shares = []
+    for noise in (0.0, 0.1, 1.0):
+        moved = k + noise * rng.normal(size=k.shape)
+        own = _two_layer_capture(q, moved, theta, after)
+        shares.append(position.run_view(text, own, budget=500)["g_share"])
+    assert shares[0] == 0.0 and 0 < shares[1] < shares[2]

@@ -156,6 +156,11 @@ def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
         assert fmt(first["mean"]) in row and fmt(first["low"]) in row
     row2 = re.search(r"2\. Attention logits split.*?</tr>", claims).group(0)
     assert "reference zero" in row2
+    # the length experiment is routed by what each check is about: loss under 1, f/g under 5
+    one = html[html.index('<h2 id="claim-1">'):html.index('<h2 id="claim-2">')]
+    five = html[html.index('<h2 id="claim-5">'):html.index('<h2 id="theory">')]
+    assert "vanilla rises" in one and "LM-Infinite near" in one and "g in range" not in one
+    assert "g in range" in five and "f goes with the rise" in five and "vanilla rises" not in five
 
 
 def test_prose_is_left_aligned_numbers_right_and_wide_tables_scroll(report):

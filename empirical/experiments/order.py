@@ -13,8 +13,9 @@ draws each; the loss is the model's mean next-token loss on the last 25%
 .. math:: \mathrm{ratio}(r) = \frac{1}{S}\sum_{s=1}^{S}
           \frac{L(\pi_{r,s}(x_{<c}),\, x_{\ge c})}{L(x)}
 
-with a 95% percentile-bootstrap interval over the seeds
-(:func:`.forward.seed_summary`). ``moved`` is measured: the share of context
+with a 95% t interval over the draws (:func:`.forward.seed_summary`). Descriptive: claim
+1's verdict is the nested, per-passage test of ``ropesplit.claims``
+(:mod:`.order_passages`). ``moved`` is measured: the share of context
 positions whose token id changed, mean over seeds.
 """
 
@@ -52,11 +53,14 @@ from ropesplit.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 __all__ = ["EXPERIMENT", "ORDER_RATES", "TOLERANCE", "judge", "order_inputs", "verdict"]
 
 ORDER_RATES = (0.02, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.20)  # target shares moved
-TOLERANCE = 0.05  # "barely moves": the loss ratio stays within 1 +- 5%
+# "barely moves": the loss ratio stays within 1 +- 5%; the toolkit's reading of "barely", not a
+# number from the paper (the claim's verdict is the nested test of ropesplit.claims, issue 18)
+TOLERANCE = 0.05
 
 PREDICTION = (
     f"Moving up to {PAPER_ORDER_HARMLESS:.0%} of the context's tokens barely moves the "
-    f"continuation loss (the ratio's 95% bootstrap interval stays below {1 + TOLERANCE:g}); "
+    f"continuation loss (the ratio's 95% t interval over draws stays below {1 + TOLERANCE:g}, "
+    "the toolkit's line for 'barely', not the paper's); "
     f"moving {PAPER_ORDER_HARMFUL:.0%} or more hurts (the interval lies above {1 + TOLERANCE:g}), "
     f"and the {PAPER_ORDER_HARMLESS:.0%} and {PAPER_ORDER_HARMFUL:.0%} intervals do not overlap "
     "(claim 1)"

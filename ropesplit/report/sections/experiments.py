@@ -55,7 +55,8 @@ def _sections(stage: str, perturb: Mapping[str, Any]) -> list[Section]:
         subject = perturb.get("header", {}).get("subject")
         text = ([f"Subject: {subject}."] if subject else []) + [
                 f"Prediction (stated before the run): {about['prediction']}.",
-                f"Verdict: {about['verdict']}. {about['reason']}",
+                f"Verdict (descriptive, on one text: the claims' verdicts are their primary "
+                f"tests above): {about['verdict']}. {about['reason']}",
                 f"Needs: {about['needs']}; captured from their own forward pass: "
                 f"{', '.join(about.get('own_capture') or []) or 'none'}."]  # fmt: skip
         sections.append(Section(f"Experiment: {about['title']}", text, [table],

@@ -7,8 +7,10 @@ passages (and the paired difference against the random-init twin), the
 number of passages, the verdict. Each line links to the claim's detail
 section: every condition, the nulls beside the primary, the positive
 control where there is one, and the secondary statistics (one-sided,
-Holm-corrected, shown only). The experiment sections further down are
-descriptive: none of their checks decides a claim.
+Holm-corrected, shown only) and, under claims 1 and 5, the length
+experiment's checks (loss behaviour under 1, f/g behaviour under 5). The
+experiment sections further down are descriptive: none of their checks
+decides a claim.
 """
 
 from __future__ import annotations
@@ -44,7 +46,25 @@ def claim_cells(claim: Mapping[str, Any]) -> list[str]:
             f"{numbers}; n = {claim['n']} {claim['unit']}", claim["verdict"]]  # fmt: skip
 
 
-def _detail(claim: Mapping[str, Any]) -> Section:
+# the length experiment (one text, the model the report trains) is shown under the claim each of
+# its checks is about, descriptively: its loss behaviour under claim 1, its f/g behaviour under 5
+LENGTH_ROUTES = {1: ("vanilla rises", "LM-Infinite near"),
+                 5: ("f goes with the rise", "g in range")}
+
+
+def _length_rows(claim: int, records: Mapping[str, Any]) -> list[list[str]]:
+    from ropesplit.empirical.experiments.length import claims as length_claims
+
+    record = records.get("length") or records.get("perturb") or {}
+    rows = record.get("length")
+    if not rows or claim not in LENGTH_ROUTES:
+        return []
+    judged = length_claims(rows)
+    return [[f"descriptive (length experiment, one text): {name}", judged[name].reason, "-",
+             judged[name].outcome] for name in LENGTH_ROUTES[claim]]  # fmt: skip
+
+
+def _detail(claim: Mapping[str, Any], records: Mapping[str, Any]) -> Section:
     rows = [[("primary: " if c["compare"] == "level" else "primary, paired: ") + c["why"],
              _condition_text(c), str(c["n"]), c["outcome"]] for c in claim["conditions"]]
     if claim.get("gate"):
@@ -54,6 +74,7 @@ def _detail(claim: Mapping[str, Any]) -> Section:
              for n in claim["nulls"]]  # fmt: skip
     rows += [[f"secondary: {s['what']}", _condition_text(s) + f" (Holm p {fmt(s['p_holm'])})",
               str(s["n"]), "shown"] for s in claim["secondary"]]  # fmt: skip
+    rows += _length_rows(int(claim["claim"]), records)
     table = Table(["test", "95% t interval over passages", "n", "outcome"], rows,
                   f"claim {claim['claim']}: conditions fixed in ropesplit.claims before the run; "
                   "the verdict is the intersection-union test of the primary conditions")
@@ -77,7 +98,7 @@ def build(inputs: ReportInputs) -> list[Section]:
              f"its random-init twin (seeds {', '.join(map(str, head['control_seeds']))}). "
              f"Power: {head['power']}.")  # fmt: skip
     return [Section("The paper's claims at a glance", [intro], [table], anchor=SECTION.anchor),
-            *(_detail(c) for c in claims)]
+            *(_detail(c, inputs.records) for c in claims)]
 
 
 SECTION = SectionSpec("claims", ("claims",), build)
