@@ -155,7 +155,7 @@ def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
         first = claim["conditions"][0]["interval"]
         assert fmt(first["mean"]) in row and fmt(first["low"]) in row
     row2 = re.search(r"2\. Attention logits split.*?</tr>", claims).group(0)
-    assert "reference zero" in row2
+    assert "reference distance 0" in row2  # the paper's split
     # the length experiment is routed by what each check is about: loss under 1, f/g under 5
     one = html[html.index('<h2 id="claim-1">'):html.index('<h2 id="claim-2">')]
     five = html[html.index('<h2 id="claim-5">'):html.index('<h2 id="theory">')]

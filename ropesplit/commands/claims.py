@@ -44,12 +44,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ropesplit.claims import MIN_PASSAGES
     from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.corpus import corpus_from_spec
     from ropesplit.empirical.models import load_model
+    from ropesplit.errors import RopesplitError
     from ropesplit.io import output_path, write_json
 
+    # bad input fails now, before the model loads (about 20 s)
+    for flag, value in (("--passages", args.passages), ("--order-passages", args.order_passages)):
+        if value < MIN_PASSAGES:
+            raise RopesplitError(f"{flag} must be at least {MIN_PASSAGES}, got {value}")
+    if args.tokens < 16:
+        raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
+    corpus_from_spec(args.corpus)
     if args.json:
-        output_path(args.json)  # a bad output folder fails now, not after the model ran
+        output_path(args.json)
     start = time.perf_counter()
     print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
@@ -79,7 +89,7 @@ def claim_line(claim: dict[str, Any]) -> str:
     for c in claim["conditions"]:
         what = c["measure"] if c["compare"] == "level" else f"{c['measure']} - {c['null']}"
         side = ">" if c["direction"] == "above" else "<"
-        parts.append(f"{what} {_interval(c['interval'])} {side} {c['threshold']:g}")
+        parts.append(f"{what} {_interval(c['interval'])} (predicted {side} {c['threshold']:g})")
     nulls = ", ".join(f"{n['measure']} {_interval(n['interval'])}" for n in claim["nulls"])
     line = (f"claim {claim['claim']}: {claim['verdict'].upper()} (n = {claim['n']} "
             f"{claim['unit']}): " + "; ".join(parts))  # fmt: skip

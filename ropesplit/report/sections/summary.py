@@ -35,14 +35,13 @@ def interval_text(interval: Mapping[str, Any] | None) -> str:
 def _condition_text(c: Mapping[str, Any]) -> str:
     what = c["measure"] if c["compare"] == "level" else f"{c['measure']} - {c['null']}"
     side = ">" if c["direction"] == "above" else "<"
-    return f"{what} {interval_text(c['interval'])} {side} {c['threshold']:g}"
+    return f"{what} {interval_text(c['interval'])} (predicted {side} {c['threshold']:g})"
 
 
 def claim_cells(claim: Mapping[str, Any]) -> list[str]:
     """The first screen's cells: claim, primary test, this run's numbers, verdict."""
-    split = f" (reference {claim['split']})" if claim["split"] else ""
     numbers = "; ".join(_condition_text(c) for c in claim["conditions"])
-    return [f"{claim['claim']}. {claim['statement']}", f"{claim['statistic']}{split}",
+    return [f"{claim['claim']}. {claim['statement']}", claim["statistic"],
             f"{numbers}; n = {claim['n']} {claim['unit']}", claim["verdict"]]  # fmt: skip
 
 

@@ -1,0 +1,41 @@
+"""``ropesplit claims`` (issue 18): bad input is one line and exit 2, before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from ropesplit.cli import main
+from ropesplit.commands.claims import claim_line
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--passages", "4"], "--passages must be at least 8, got 4"),
+        (["--order-passages", "7"], "--order-passages must be at least 8, got 7"),
+        (["--tokens", "8"], "--tokens must be at least 16, got 8"),
+        (["--corpus", "/nonexistent/texts"], "corpus path /nonexistent/texts does not exist"),
+        (["--json", "/nonexistent/claims.json"], "cannot write /nonexistent/claims.json: folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(flags, message, capsys):
+    assert main(["claims", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"ropesplit claims: error: {message}")
+
+
+def test_a_claim_line_names_each_condition_its_interval_and_the_verdict():
+    claim = {"claim": 2, "verdict": "disagrees", "n": 12, "unit": "passages",
+             "conditions": [
+                 {"measure": "r_split", "compare": "level", "null": None, "direction": "above",
+                  "threshold": 0.9, "interval": {"mean": 0.896, "low": 0.893, "high": 0.898}},
+                 {"measure": "r_split", "compare": "paired", "null": "r_split_control",
+                  "direction": "above", "threshold": 0.0,
+                  "interval": {"mean": 0.073, "low": 0.061, "high": 0.086}}],
+             "nulls": [{"measure": "r_split_control",
+                        "interval": {"mean": 0.823, "low": 0.811, "high": 0.834}}]}  # fmt: skip
+    line = claim_line(claim)
+    assert line.startswith("claim 2: DISAGREES (n = 12 passages): ")
+    assert "r_split 0.896 [0.893, 0.898] (predicted > 0.9)" in line
+    assert "r_split - r_split_control 0.073 [0.061, 0.086] (predicted > 0)" in line
+    assert "null: r_split_control 0.823 [0.811, 0.834]" in line
