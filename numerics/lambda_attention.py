@@ -70,7 +70,9 @@ __all__ = [
     "lambda_attention",
     "lambda_mask",
     "logit_elements",
+    "outside_query_range",
     "outside_share",
+    "positional_range",
     "rank_correlation",
     "relative_change",
 ]
@@ -460,6 +462,55 @@ def component_range(values: Any, low: float, high: float) -> dict[str, float]:
     tau = RANGE_RTOL * (high - low) if high > low else None
     return {"outside": outside_share(x, low, high, tol=tau), "lo": float((q_lo - mid) / half),
             "hi": float((q_hi - mid) / half)}  # fmt: skip
+
+
+def positional_range(
+    q: Any, kbar: Any, theta: Any, scale: float, length: int, *, layout: str = "half",
+    rotary_dim: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Each query's own trained range of ``f``: min and max over the distances ``0..L``.
+
+    .. math:: f(q_i, \Delta) = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde{\bar k}_l}
+              \,e^{i\theta_l\Delta},\qquad
+              [\mathrm{lo}_i, \mathrm{hi}_i] = [\min_{0\le\Delta\le L} f,\ \max_{0\le\Delta\le L} f]
+
+    ``q (N, d)`` pre-RoPE queries, ``kbar (d,)``; returns ``lo, hi`` ``(N,)``.
+    ``f`` at distance ``Delta`` depends on the query and ``Delta`` only, so the
+    range the model met in training is known for every query, also one beyond
+    ``L``: a value outside it is an angle the model never used for that query
+    (unlike one range pooled over pairs, which a fresh sample of the same
+    distribution leaves with probability about ``2/(n+1)``, issue 18).
+    """
+    from ropesplit.numerics.rope import to_pairs
+
+    qc = to_pairs(np.asarray(q, dtype=np.float64), layout, rotary_dim)  # (N, P)
+    kc = to_pairs(np.asarray(kbar, dtype=np.float64), layout, rotary_dim)  # (P,)
+    th = np.asarray(theta, dtype=np.float64)  # (P,)
+    if length < 0:
+        raise RopesplitError(f"length must be >= 0, got {length}")
+    turn = np.exp(1j * np.outer(th, np.arange(length + 1)))  # (P, L + 1)
+    f = float(scale) * np.real((qc * np.conj(kc)) @ turn)  # (N, L + 1)
+    return f.min(axis=1), f.max(axis=1)
+
+
+def outside_query_range(values: Any, lo: Any, hi: Any, mask: Any) -> float:
+    r"""Share of the ``mask`` pairs whose ``values (N, N)`` leave their row's ``[lo_i, hi_i]``.
+
+    .. math:: \frac{\#\{(i, j) \in \mathcal M : x_{ij} < lo_i - \tau_i \lor
+              x_{ij} > hi_i + \tau_i\}}{|\mathcal M|},\quad
+              \tau_i = \mathrm{RANGE\_RTOL}\,\max(hi_i - lo_i, 10^{-12})
+
+    (float32 activations that differ from an end by rounding are not outside); 0
+    for an empty mask.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    low, high = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    if not m.any():
+        return 0.0
+    tau = RANGE_RTOL * np.maximum(high - low, 1e-12)  # (N,)
+    out = (x < (low - tau)[:, None]) | (x > (high + tau)[:, None])  # (N, N)
+    return float(out[m].mean())
 
 
 def relative_change(values: Any, reference: Any) -> float:

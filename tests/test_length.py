@@ -69,6 +69,8 @@ def test_the_periodic_model_rises_only_without_the_cap(rows):
     assert by(rows, "LM-Infinite", "8x")["ratio"] < 1.05
     # f = A cos(pi Delta / L) never leaves [-A, A], the range seen at distances <= L
     assert all(r["f_outside"] == 0.0 for r in rows)
+    assert all(r["f_outside_query"] == 0.0 for r in rows)  # per query too: the range is [-A, A]
+    assert all(0.0 <= r["g_outside_null"] <= 1.0 for r in rows)
 
 
 def test_the_verdict_reports_what_happened(rows):
@@ -83,17 +85,18 @@ def test_the_verdict_reports_what_happened(rows):
     assert judge(by(rows, "vanilla", "8x")).outcome == "agrees"
 
 
-def _row(setting, bucket, start, ratio, f_out, g_out=0.0):
+def _row(setting, bucket, start, ratio, f_out, g_out=0.0, g_null=0.0):
     return {"setting": setting, "bucket": bucket, "start": start, "L": 10, "ratio": ratio,
-            "f_outside": f_out, "g_outside": g_out}  # fmt: skip
+            "f_outside": f_out, "f_outside_query": f_out, "g_outside": g_out,
+            "g_outside_null": g_null}  # fmt: skip
 
 
-def _table(vanilla, lminf, mask=(1.0, 0.2), cap=(1.0, 0.0), g_out=0.0):
+def _table(vanilla, lminf, mask=(1.0, 0.2), cap=(1.0, 0.0), g_out=0.0, g_null=0.0):
     out = []
     for setting, (ratio, f_out) in (("vanilla", vanilla), ("cap only", cap),
                                     ("mask only", mask), ("LM-Infinite", lminf)):  # fmt: skip
         out.append(_row(setting, "1x", 0, 1.0, 0.0))
-        out.append(_row(setting, "2x", 10, ratio, f_out, g_out))
+        out.append(_row(setting, "2x", 10, ratio, f_out, g_out, g_null))
     return out
 
 
@@ -108,6 +111,8 @@ def _table(vanilla, lminf, mask=(1.0, 0.2), cap=(1.0, 0.0), g_out=0.0):
                                           "LM-Infinite near": "disagrees",
                                           "f goes with the rise": "disagrees"}),
         (_table((2.0, 0.5), (1.0, 0.0), g_out=0.2), {"g in range": "disagrees"}),
+        # issue 18: g judged against its in-length null, not against 0
+        (_table((2.0, 0.5), (1.0, 0.0), g_out=0.2, g_null=0.195), {"g in range": "agrees"}),
     ],
 )  # fmt: skip
 def test_each_claim_can_go_either_way(table, expected):

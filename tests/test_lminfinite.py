@@ -444,3 +444,33 @@ def test_in_length_windows_restore_bos_as_the_model_was_trained():
             logits = loaded.model(input_ids=window[None]).logits[0].double()
         expected = -torch.log_softmax(logits[at], dim=-1)[ids[pos + 1]].item()
         assert got[pos] == pytest.approx(expected, abs=1e-5), pos
+
+
+def test_positional_range_is_each_querys_own_range_over_trained_distances():
+    """Issue 18: f(q_i, Delta) over Delta = 0..L per query (loop twin), and a pooled range that
+    hides what one query never met: query 0's f beyond L leaves its own range, not the pool's."""
+    from ropesplit.numerics.lambda_attention import outside_query_range, positional_range
+
+    rng = np.random.default_rng(3)
+    d, n, length = 8, 5, 6
+    theta = 1.0 / 10.0 ** (np.arange(d // 2) / 2)
+    q, kbar = rng.normal(size=(n, d)), rng.normal(size=d)
+    lo, hi = positional_range(q, kbar, theta, 0.5, length)
+    for i in range(n):  # float64 loop twin over (Delta, l), half layout
+        values = []
+        for delta in range(length + 1):
+            total = 0.0
+            for pair in range(d // 2):
+                a, b = q[i, pair], q[i, pair + d // 2]
+                c, e = kbar[pair], kbar[pair + d // 2]
+                phi = theta[pair] * delta
+                total += (a * c + b * e) * np.cos(phi) + (a * e - b * c) * np.sin(phi)
+            values.append(0.5 * total)
+        assert lo[i] == pytest.approx(min(values), abs=1e-12)
+        assert hi[i] == pytest.approx(max(values), abs=1e-12)
+    values = np.zeros((2, 2))
+    values[0, 0] = hi[0] + 0.5 * (hi[1] - hi[0]) if hi[1] > hi[0] else hi[0] + 1.0
+    values[1, 1] = (lo[1] + hi[1]) / 2  # inside its own range
+    mask = np.eye(2, dtype=bool)
+    assert outside_query_range(values, lo[:2], hi[:2], mask) == 0.5
+    assert outside_query_range(values, lo[:2], hi[:2], np.zeros((2, 2), bool)) == 0.0
