@@ -85,11 +85,19 @@ class Analysis:
     heads: list[dict[str, Any]]  # one row per (layer, head): ids, rope_base, STATISTICS
     seconds: dict[str, float] = field(default_factory=dict)  # "capture", "analysis"
     validation: dict[str, float] = field(default_factory=dict)  # Capture.validation(): logit level
+    dtype: str = "float32"  # the model's; the statistics are float64 whatever it is
 
     @property
     def summary(self) -> dict[str, float]:
         """Mean of each statistic over all heads."""
         return _means(self.heads)
+
+    def __repr__(self) -> str:
+        """One line: model, tokens, heads, split and mean r_split (not every head)."""
+        split = self.heads[0]["reference"] if self.heads else "-"
+        mean = self.summary.get("r_split", math.nan) if self.heads else math.nan
+        return (f"Analysis({self.model!r}, tokens={len(self.token_ids)}, heads={len(self.heads)}, "
+                f"reference {split}, mean r_split {mean:.3f})")  # fmt: skip
 
     def layer_summary(self) -> list[dict[str, float]]:
         """Mean of each statistic over the heads of each layer, in layer order."""
@@ -111,6 +119,7 @@ class Analysis:
             "model": self.model,
             "tokens": len(self.token_ids),
             "token_ids": self.token_ids,
+            "dtype": self.dtype,
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
             **self.validation,
             "heads": self.heads,
@@ -206,7 +215,8 @@ def analyze(
         reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
         heads=rows,
         seconds={"capture": captured - start, "analysis": done - captured},
-        validation=cache.validation(),  # logit-level numbers for the JSON record
+        validation=cache.validation(),  # logit-level numbers and tolerances for the JSON record
+        dtype=str(loaded.model.dtype).removeprefix("torch."),
     )
 
 

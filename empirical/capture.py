@@ -54,6 +54,9 @@ __all__ = [
     "LOGIT_TOL",
     "RECONSTRUCTION_TOL",
     "ROPE_TOL",
+    "THETA_TOL",
+    "Tolerances",
+    "tolerances",
     "Capture",
     "LayerCapture",
     "allowed_pairs",
@@ -67,6 +70,55 @@ __all__ = [
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
 LOGIT_TOL = 1e-5  # max |W - W_model| / max |W_model| over attended pairs (float32: ~1e-7)
 ROPE_TOL = 1e-5  # max |R q - (R q)_model| / max |(R q)_model|, queries and keys
+THETA_TOL = 1e-4  # max relative difference of the derived theta from the config's rope_theta
+HALF_TOL_EPS = 4.0  # half precision: RoPE and logit checks within this many of the dtype's eps
+HALF_PROBS_EPS = 16.0  # and the probabilities within this many (softmax amplifies the rounding)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What the capture's checks accept, for one model dtype (recorded in every JSON record).
+
+    float32 and float64 models: the constants above (float32 rounding is about
+    1e-7). float16 and bfloat16 models round q, k, the cos/sin tables and the
+    logits to 2^-11 and 2^-8: the RoPE and logit checks accept
+    :data:`HALF_TOL_EPS` times the dtype's eps (bfloat16: 3.1e-2, float16:
+    3.9e-3; SmolLM2-135M in bfloat16 at 512 tokens measured 7.1e-3 and
+    6.9e-3), the probabilities :data:`HALF_PROBS_EPS` times (measured 2.5e-2:
+    the softmax amplifies the logits' rounding), theta the larger of
+    :data:`THETA_TOL` and one eps. The statistics never run in the
+    model's dtype: captures are read in float64 (numerics), and where the
+    config states the base of a default RoPE its exact frequencies replace
+    the ones derived from a half-precision table.
+    """
+
+    rope: float = ROPE_TOL
+    logit: float = LOGIT_TOL
+    probs: float = RECONSTRUCTION_TOL
+    theta: float = THETA_TOL
+
+    @property
+    def half(self) -> bool:
+        """Whether these are a half-precision model's (looser than float32's)."""
+        return self.theta > THETA_TOL
+
+    def as_dict(self) -> dict[str, float]:
+        """``tolerance_rope``, ``tolerance_logit``, ``tolerance_probs``, ``tolerance_theta``."""
+        return {f"tolerance_{f.name}": float(getattr(self, f.name)) for f in fields(self)}
+
+
+def tolerances(dtype: Any) -> Tolerances:
+    """The :class:`Tolerances` of a model whose weights are ``dtype`` (a torch dtype or name).
+
+    >>> tolerances("float32").rope, round(tolerances("bfloat16").rope, 4)
+    (1e-05, 0.0312)
+    """
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dt not in (torch.float16, torch.bfloat16):
+        return Tolerances()
+    eps = float(torch.finfo(dt).eps)
+    return Tolerances(rope=HALF_TOL_EPS * eps, logit=HALF_TOL_EPS * eps,
+                      probs=HALF_PROBS_EPS * eps, theta=max(THETA_TOL, eps))  # fmt: skip
 BLOCK_ELEMENTS = 2**17  # logits rebuilt at once during validation (512 KiB float32: cache-sized)
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
@@ -118,6 +170,7 @@ class Capture:
     input_ids: torch.Tensor  # (N,)
     positions: torch.Tensor  # (N,) the position ids applied
     logits: torch.Tensor | None = field(default=None, repr=False)  # (N, vocab) if kept
+    tolerances: Tolerances = field(default_factory=Tolerances)  # the model dtype's
 
     @property
     def reconstruction_max_abs_diff(self) -> float:
@@ -142,6 +195,7 @@ class Capture:
             "logit_max_abs_diff": max(layer.logit_max_abs_diff for layer in self.layers),
             "logit_scale": max(layer.logit_scale for layer in self.layers),
             "rope_max_rel_diff": self.rope_max_rel_diff,
+            **self.tolerances.as_dict(),
         }
 
     @property
@@ -232,13 +286,34 @@ def _detect_layout(cos: np.ndarray, sin: np.ndarray) -> str:
     raise RopesplitError("cos/sin table is neither half-split nor interleaved RoPE")
 
 
-def _rope_base(config: Any, layer_type: str | None) -> tuple[float | None, str]:
-    """(base, rope_type) from ``config.rope_parameters`` (per layer type for Gemma 3)."""
+def _rope_params(config: Any, layer_type: str | None) -> dict[str, Any]:
+    """``config.rope_parameters`` (per layer type for Gemma 3), or ``{}``."""
     params = getattr(config, "rope_parameters", None) or {}
     if layer_type is not None and isinstance(params.get(layer_type), dict):
         params = params[layer_type]
+    return params if isinstance(params, dict) else {}
+
+
+def _rope_base(config: Any, layer_type: str | None) -> tuple[float | None, str]:
+    """(base, rope_type) from ``config.rope_parameters`` (per layer type for Gemma 3)."""
+    params = _rope_params(config, layer_type)
     base = params.get("rope_theta", getattr(config, "rope_theta", None))
     return (float(base) if base is not None else None), str(params.get("rope_type", "default"))
+
+
+_COMPUTED_ROPE = ("default", "linear", "llama3")  # rope types numerics.rope.frequencies codes
+
+
+def _config_theta(config: Any, layer_type: str | None, r: int) -> np.ndarray | None:
+    """The frequencies ``(r/2,)`` the config states, where ``numerics.rope`` can compute them."""
+    from ropesplit.numerics.rope import frequencies
+
+    base, rope_type = _rope_base(config, layer_type)
+    if base is None or rope_type not in _COMPUTED_ROPE:
+        return None
+    params = _rope_params(config, layer_type)
+    scaling = None if rope_type == "default" else {**params, "type": rope_type}
+    return frequencies(r, base, scaling=scaling)
 
 
 # --------------------------------------------------------------------------- rebuild
@@ -431,6 +506,7 @@ class _CaptureState:
     loaded: LoadedModel
     positions: np.ndarray  # (N,)
     keep_probs: bool
+    tol: Tolerances = field(default_factory=Tolerances)
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: dict[int, LayerCapture] = field(default_factory=dict)
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float, float]] = field(
@@ -528,14 +604,16 @@ def _finish_layer(
     if layer_type is None and getattr(state.loaded.config, "layer_types", None):
         layer_type = state.loaded.config.layer_types[layer]
     base, rope_type = _rope_base(state.loaded.config, layer_type)
-    if base is not None and rope_type == "default":
-        expected = base ** (-np.arange(r // 2) * 2.0 / r)  # (r/2,)
+    expected = _config_theta(state.loaded.config, layer_type, r)  # (r/2,) or None
+    if expected is not None:
         err = float(np.max(np.abs(theta_r / expected - 1.0)))
-        if err > 1e-4:
+        if err > state.tol.theta:
             raise ValidationError(
-                f"theta of layer {layer} does not match rope_theta {base:g} "
-                f"(relative error {err:.1e})"
+                f"theta of layer {layer} does not match rope_theta {base:g} ({rope_type}; "
+                f"relative error {err:.1e}, tolerance {state.tol.theta:.1e})"
             )
+        if state.tol.half:  # a half-precision table: the config's exact frequencies
+            theta_r = expected
     theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
     attn_scale = arguments.get("scaling")
     if attn_scale is None:
@@ -591,7 +669,8 @@ def capture(
     check_positions(loaded, pos)
     if loaded.model.config._attn_implementation != "eager":
         raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
-    state = _CaptureState(loaded, pos[0].cpu().numpy(), keep_probs)
+    state = _CaptureState(loaded, pos[0].cpu().numpy(), keep_probs,
+                          tolerances(loaded.model.dtype))  # fmt: skip
     with taps(loaded, on_rope=_on_rope(state), on_attention=_on_attention(state),
               on_logits=_on_logits(state)), torch.no_grad():  # fmt: skip
         # an explicit all-ones mask keeps the mask causal by index: without it,
@@ -607,6 +686,7 @@ def capture(
         input_ids=ids[0].cpu(),
         positions=pos[0].cpu(),
         logits=out.logits[0].float() if keep_logits else None,
+        tolerances=state.tol,
     )
     if validate:
         check_reconstruction(result)
@@ -615,10 +695,11 @@ def capture(
 
 def check_reconstruction(cache: Capture) -> None:
     """Raise ``ValidationError`` when any rebuild misses its tolerance (one line, all numbers)."""
+    tol = cache.tolerances
     checks = (
-        ("reconstruction_max_abs_diff", cache.reconstruction_max_abs_diff, RECONSTRUCTION_TOL),
-        ("logit_max_rel_diff", cache.logit_max_rel_diff, LOGIT_TOL),
-        ("rope_max_rel_diff", cache.rope_max_rel_diff, ROPE_TOL),
+        ("reconstruction_max_abs_diff", cache.reconstruction_max_abs_diff, tol.probs),
+        ("logit_max_rel_diff", cache.logit_max_rel_diff, tol.logit),
+        ("rope_max_rel_diff", cache.rope_max_rel_diff, tol.rope),
     )
     if all(value <= tol for _, value, tol in checks):
         return

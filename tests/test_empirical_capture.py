@@ -436,3 +436,63 @@ def test_tokenize_refuses_more_tokens_than_the_context():
     loaded = load_model(ARCHS["llama"][0], seed=0)  # max_position_embeddings = 96
     with pytest.raises(RopesplitError, match="^--tokens 97 exceeds the model's context of 96"):
         tokenize(loaded, "any text", 97)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_models_capture_and_match_their_float32_twin(dtype):
+    """Issue 19: a bf16/fp16 model passes the capture's checks at its dtype's tolerances
+    (recorded in the JSON) and its statistics agree with its float32 twin within one eps of
+    the dtype (measured: 5e-4 for bf16, 6e-5 for fp16, where eps is 7.8e-3 and 9.8e-4)."""
+    import copy
+
+    import transformers as T
+    from ropesplit.empirical.analyze import analyze
+    from ropesplit.empirical.capture import THETA_TOL, tolerances
+
+    config = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                           num_hidden_layers=2, intermediate_size=64, vocab_size=128,
+                           max_position_embeddings=256)  # fmt: skip
+    full = load_model(config, seed=0)
+    ids = torch.randint(0, 128, (96,), generator=torch.Generator().manual_seed(0))
+    half = load_model(copy.deepcopy(full.model).to(dtype))
+    a, b = analyze(full, ids), analyze(half, ids)
+    tol = tolerances(dtype)
+    eps = torch.finfo(dtype).eps
+    assert tol.rope == tol.logit == pytest.approx(4 * eps) and tol.theta >= THETA_TOL
+    assert tol.probs == pytest.approx(16 * eps)
+    record = b.to_dict()
+    assert record["dtype"] == str(dtype).removeprefix("torch.")
+    assert record["tolerance_logit"] == tol.logit and record["logit_max_rel_diff"] <= tol.logit
+    assert a.to_dict()["tolerance_logit"] == 1e-5  # float32 keeps its own
+    for x, y in zip(a.heads, b.heads, strict=True):
+        for stat in ("r_split", "r_split_rowcentred", "remainder_share", "lowfreq_share_k"):
+            assert abs(x[stat] - y[stat]) <= eps, (stat, x[stat], y[stat])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+     "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+])  # fmt: skip
+def test_scaled_rope_is_checked_against_the_config_and_exact_in_half_precision(rope, dtype):
+    """The derived theta matches numerics.rope.frequencies for the config's scaling (checked
+    in every dtype); a half-precision model gets those exact frequencies (issue 19)."""
+    import copy
+
+    import transformers as T
+    from ropesplit.numerics.rope import frequencies
+
+    config = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                           num_hidden_layers=1, intermediate_size=64, vocab_size=128,
+                           max_position_embeddings=256, rope_parameters=rope)  # fmt: skip
+    full = load_model(config, seed=0)
+    loaded = full if dtype == torch.float32 else load_model(copy.deepcopy(full.model).to(dtype))
+    cache = capture(loaded, torch.arange(48) % 128)
+    scaling = {**rope, "type": rope["rope_type"]}
+    want = frequencies(16, rope["rope_theta"], scaling=scaling)
+    got = cache.layers[0].theta
+    if dtype == torch.float32:
+        np.testing.assert_allclose(got, want, rtol=1e-4)
+    else:
+        np.testing.assert_array_equal(got, want)
