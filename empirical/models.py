@@ -83,6 +83,18 @@ class LoadedModel:
         """The model's (text) config."""
         return self.model.config
 
+    def __repr__(self) -> str:
+        """One line: name, layers, heads, head dim, dtype, device (not the module tree)."""
+        cfg = self.config
+        heads = getattr(cfg, "num_attention_heads", "?")
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        dim = getattr(cfg, "head_dim", None) or (
+            cfg.hidden_size // heads if isinstance(heads, int) and heads else "?")
+        dtype = str(getattr(self.model, "dtype", "?")).removeprefix("torch.")
+        return (f"LoadedModel({self.name!r}, layers={self.n_layers}, heads={heads}/{kv} KV, "
+                f"head_dim={dim}, {dtype}, {self.device}"
+                + (", random init" if self.random_init else "") + ")")  # fmt: skip
+
     @property
     def n_layers(self) -> int:
         return len(self.attn)

@@ -170,7 +170,8 @@ def layer_statistics(
     r"""The section 5 statistics of every query head of a layer, batched.
 
     ``q (H, N, d)`` and ``k (Hkv, N, d)`` are pre-RoPE (numpy or CPU torch);
-    head ``h`` reads KV head ``kv_map[h]``; ``kbar (Hkv, d)`` defaults to each
+    head ``h`` reads KV head ``kv_map[h]`` (``None``: ``h // (H / Hkv)``, grouped-query
+    attention's layout); ``kbar (Hkv, d)`` defaults to each
     KV head's mean key; ``positions`` is ``(N,)`` or ``(positions_q,
     positions_k)``; ``pair_budget`` is the number of causal pairs per head
     whose bound is checked (None, the default: every pair; a smaller number:
@@ -191,6 +192,10 @@ def layer_statistics(
         raise RopesplitError(f"k must have shape (Hkv, {n}, {d}) like q, got {k.shape}")
     if n < 1:
         raise RopesplitError("need at least one token, got 0")
+    if kv_map is None:  # grouped queries read KV head h // (H / Hkv): the usual GQA layout
+        if h % hkv:
+            raise RopesplitError(f"kv_map=None needs H a multiple of Hkv, got {h} and {hkv}")
+        kv_map = np.arange(h) // (h // hkv)
     kv = np.asarray(kv_map, dtype=np.int64)
     if kv.shape != (h,) or (kv < 0).any() or (kv >= hkv).any():
         raise RopesplitError(f"kv_map must be {h} indices into {hkv} KV heads, got {kv.tolist()}")

@@ -186,3 +186,24 @@ def test_default_model_capture_and_statistics(smollm2):
     assert {r["rope_base"] for r in result.heads} == {100000.0}
     assert all(r["tightness_max"] <= 1.0 for r in result.heads)
     assert all(np.isfinite(r[name]) for r in result.heads for name in STATISTICS)
+
+
+def test_reprs_are_one_line_and_kv_map_none_is_grouped_query_attention():
+    """Issue 19: repr(LoadedModel) printed the module tree twice, repr(Analysis) every head;
+    layer_statistics(kv_map=None) raised a raw TypeError."""
+    from ropesplit.numerics.stats import layer_statistics
+
+    loaded = load_model(CONFIGS["llama"], seed=1)
+    text = repr(loaded)
+    assert "\n" not in text and text.startswith("LoadedModel(") and "layers=" in text
+    result = analyze(loaded, IDS, seed=0)
+    text = repr(result)
+    assert "\n" not in text and f"heads={len(result.heads)}" in text and "r_split" in text
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(4, 12, 8)), rng.normal(size=(2, 12, 8))
+    theta = 10.0 ** -np.arange(4)
+    implicit = layer_statistics(q, k, None, theta, 0.3)
+    explicit = layer_statistics(q, k, [0, 0, 1, 1], theta, 0.3)
+    assert [s.r_split for s in implicit] == [s.r_split for s in explicit]
+    with pytest.raises(RopesplitError, match="^kv_map=None needs H a multiple of Hkv, got 4 and 3"):
+        layer_statistics(q, rng.normal(size=(3, 12, 8)), None, theta, 0.3)
