@@ -20,6 +20,7 @@ from ropesplit.empirical.analyze import Analysis, analyze
 from ropesplit.empirical.capture import Capture, LayerCapture, capture
 from ropesplit.empirical.experiments import EXPERIMENTS, run_experiments
 from ropesplit.empirical.models import LoadedModel, continuation_loss, forward, load_model
+from ropesplit.empirical.raw import analyze_qk
 from ropesplit.empirical.text import default_text, read_text, tokenize
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "LayerCapture",
     "LoadedModel",
     "analyze",
+    "analyze_qk",
     "capture",
     "continuation_loss",
     "default_text",

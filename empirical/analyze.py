@@ -86,6 +86,7 @@ class Analysis:
     seconds: dict[str, float] = field(default_factory=dict)  # "capture", "analysis"
     validation: dict[str, float] = field(default_factory=dict)  # Capture.validation(): logit level
     dtype: str = "float32"  # the model's; the statistics are float64 whatever it is
+    n_tokens: int | None = None  # tokens when there are no token ids (raw q/k: analyze_qk)
 
     @property
     def summary(self) -> dict[str, float]:
@@ -96,7 +97,8 @@ class Analysis:
         """One line: model, tokens, heads, split and mean r_split (not every head)."""
         split = self.heads[0]["reference"] if self.heads else "-"
         mean = self.summary.get("r_split", math.nan) if self.heads else math.nan
-        return (f"Analysis({self.model!r}, tokens={len(self.token_ids)}, heads={len(self.heads)}, "
+        tokens = self.n_tokens if self.n_tokens is not None else len(self.token_ids)
+        return (f"Analysis({self.model!r}, tokens={tokens}, heads={len(self.heads)}, "
                 f"reference {split}, mean r_split {mean:.3f})")  # fmt: skip
 
     def layer_summary(self) -> list[dict[str, float]]:
@@ -117,7 +119,7 @@ class Analysis:
         """The issue's JSON record (without the control)."""
         return {
             "model": self.model,
-            "tokens": len(self.token_ids),
+            "tokens": self.n_tokens if self.n_tokens is not None else len(self.token_ids),
             "token_ids": self.token_ids,
             "dtype": self.dtype,
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
@@ -239,8 +241,6 @@ def analyze_capture(
     :math:`\theta_l` are assigned to the pairs in a seeded random order.
     ``layers`` restricts the layers (default: all).
     """
-    from ropesplit.numerics.stats import layer_statistics  # after the validated capture
-
     if kbar not in KBARS:
         raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
     positions = cache.positions.numpy()
@@ -248,33 +248,61 @@ def analyze_capture(
     for layer in cache.layers:
         if layers is not None and layer.layer not in layers:
             continue
-        q = layer.q.double().numpy()  # (H, N, d)
-        k = layer.k.double().numpy()  # (Hkv, N, d)
         theta = np.asarray(layer.theta, dtype=np.float64)  # (P,)
         if shuffle_frequencies is not None:
             rng = np.random.default_rng([shuffle_frequencies, layer.layer])
             theta = theta[rng.permutation(theta.size)]
-        stats = layer_statistics(
-            q, k, layer.kv_map, theta, layer.scale,
-            positions=positions, layout=layer.layout, rotary_dim=layer.rotary_dim,
-            window=layer.window, seed=seed, pair_budget=pair_budget,
-            kbar=k[:, 1:].mean(axis=1) if kbar == "mean-skip-first" else None,
-            reference=reference, references=references,
+        rows += layer_rows(
+            layer.layer, layer.q.double().numpy(), layer.k.double().numpy(), layer.kv_map,
+            theta, layer.scale, positions=positions, layout=layer.layout,
+            rotary_dim=layer.rotary_dim, window=layer.window, rope_base=layer.rope_base,
+            seed=seed, pair_budget=pair_budget, kbar=kbar, reference=reference,
+            references=references,
         )  # fmt: skip
-        for head, head_stats in enumerate(stats):
-            row = {
-                "layer": layer.layer,
-                "head": head,
-                "kv_head": int(layer.kv_map[head]),
-                "rope_base": layer.rope_base,
-            }
-            row |= {name: float(getattr(head_stats, name)) for name in STATISTICS}
-            # tightness is exact unless a pair budget asked for a sample: say which
-            row |= {"n_pairs": head_stats.n_pairs, "sampled_pairs": head_stats.sampled_pairs}
-            row |= {"reference": head_stats.reference, "by_reference": head_stats.by_reference}
-            rows.append(row)
         if on_layer is not None:
             on_layer(1)
+    return rows
+
+
+def layer_rows(
+    layer: int,
+    q: np.ndarray,
+    k: np.ndarray,
+    kv_map: Any,
+    theta: np.ndarray,
+    scale: float,
+    *,
+    positions: Any,
+    layout: str,
+    rotary_dim: int | None,
+    window: int | None,
+    rope_base: float | None,
+    seed: int,
+    pair_budget: int | None,
+    kbar: str,
+    reference: str,
+    references: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """One row per query head of one layer's float64 ``q (H, N, d)``, ``k (Hkv, N, d)``
+    (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
+    from ropesplit.numerics.stats import layer_statistics
+
+    stats = layer_statistics(
+        q, k, kv_map, theta, scale, positions=positions, layout=layout, rotary_dim=rotary_dim,
+        window=window, seed=seed, pair_budget=pair_budget,
+        kbar=k[:, 1:].mean(axis=1) if kbar == "mean-skip-first" else None,
+        reference=reference, references=references,
+    )  # fmt: skip
+    kv = np.asarray(kv_map if kv_map is not None else
+                    np.arange(q.shape[0]) // (q.shape[0] // k.shape[0]))  # fmt: skip
+    rows = []
+    for head, head_stats in enumerate(stats):
+        row = {"layer": layer, "head": head, "kv_head": int(kv[head]), "rope_base": rope_base}
+        row |= {name: float(getattr(head_stats, name)) for name in STATISTICS}
+        # tightness is exact unless a pair budget asked for a sample: say which
+        row |= {"n_pairs": head_stats.n_pairs, "sampled_pairs": head_stats.sampled_pairs}
+        row |= {"reference": head_stats.reference, "by_reference": head_stats.by_reference}
+        rows.append(row)
     return rows
 
 

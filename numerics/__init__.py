@@ -9,6 +9,8 @@ Modules, one idea each:
     fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
+    spec        RopeSpec: one layer's RoPE geometry; pre/post-RoPE detection (section 1)
+    intervals   t intervals over replicates and the claims' decisions
     synthetic   queries and keys that satisfy, ignore or violate the pattern
 
 Shapes::
@@ -24,10 +26,12 @@ Imports numpy and torch, never transformers.
 from ropesplit.numerics.fit import three_axis_fit
 from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
 from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import HeadSplit, split_head
 from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
 
 __all__ = [
+    "RopeSpec",
     "HeadSplit",
     "HeadStats",
     "Reference",

@@ -1,0 +1,174 @@
+r"""A head's RoPE geometry as one object: frequencies, scale, layout, rotary dim, window, KV map.
+
+THEORY.md section 1: a head of dimension ``d`` has ``P = d/2`` pairs with
+frequencies :math:`\theta_l` (0 for non-rotating pairs), a pair layout
+(``"half"``: coordinate ``l`` with ``l + r/2``; ``"interleaved"``: ``2l``
+with ``2l + 1``), ``r = rotary_dim`` rotating coordinates, a logit scale
+``s`` and, for a layer, the query-head to KV-head map and any sliding window.
+:class:`RopeSpec` holds them together, built once from a base (with any
+scaling), a Hugging Face config, a TransformerLens config (any object with
+``d_head``, ``rotary_base``, ``rotary_dim``, ``rotary_adjacent_pairs``,
+``n_heads``, ``n_key_value_heads``) or by hand.
+
+:func:`looks_rotated` tells pre-RoPE keys from post-RoPE ones: a key's
+near-constant part (``kbar``, which the fast pairs carry when the split
+holds) survives averaging over positions before the rotation, and is turned
+away by it after:
+
+.. math::
+    \rho_{\mathrm{as\ given}} = \frac{|\mathrm{mean}_j \tilde k_{jl}|}
+                                     {\mathrm{rms}_j |\tilde k_{jl}|},\qquad
+    \rho_{\mathrm{unrotated}} = \frac{|\mathrm{mean}_j \tilde k_{jl} e^{-i\theta_l p_j}|}
+                                     {\mathrm{rms}_j |\tilde k_{jl}|}
+
+over the fast pairs (at least ``4`` turns over the positions), energy-weighted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ropesplit.numerics.rope import frequencies, to_pairs
+
+from ropesplit.errors import RopesplitError
+
+__all__ = ["LAYOUTS", "RopeSpec", "looks_rotated"]
+
+LAYOUTS = ("half", "interleaved")
+_FAST_TURNS = 4.0  # a pair is "fast" when it turns at least this many times over the positions
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """The RoPE geometry of one layer's heads (see the module docstring)."""
+
+    theta: tuple[float, ...]  # (P,) one frequency per pair, 0 for non-rotating pairs
+    scale: float  # the logit scale s (usually 1/sqrt(d))
+    layout: str = "half"  # "half" (Hugging Face, GPT-NeoX) or "interleaved" (GPT-J, Meta)
+    rotary_dim: int | None = None  # rotating coordinates r (None: all d)
+    window: int | None = None  # sliding window (None: full causal attention)
+    kv_map: tuple[int, ...] | None = None  # query head -> KV head (None: h // (H / Hkv))
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise RopesplitError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise RopesplitError(f"scale must be a finite number > 0, got {self.scale}")
+        th = np.asarray(self.theta, dtype=np.float64)
+        if th.ndim != 1 or th.size == 0 or not np.all(np.isfinite(th)) or (th < 0).any():
+            raise RopesplitError(f"theta must be P >= 1 finite frequencies >= 0, got {th.shape}")
+        if self.rotary_dim is not None and (self.rotary_dim % 2 or not
+                                            0 < self.rotary_dim <= self.head_dim):  # fmt: skip
+            raise RopesplitError(
+                f"rotary_dim must be even and in (0, {self.head_dim}], got {self.rotary_dim}"
+            )
+        if self.window is not None and self.window < 1:
+            raise RopesplitError(f"window must be at least 1, got {self.window}")
+
+    @property
+    def head_dim(self) -> int:
+        """``d = 2 P``."""
+        return 2 * len(self.theta)
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        """``theta`` as a float64 array ``(P,)``."""
+        return np.asarray(self.theta, dtype=np.float64)
+
+    def kv_heads(self, n_heads: int, n_kv: int) -> np.ndarray:
+        """The KV head each of ``n_heads`` query heads reads, ``(H,)``, checked."""
+        if self.kv_map is not None:
+            kv = np.asarray(self.kv_map, dtype=np.int64)
+            if kv.shape != (n_heads,) or (kv < 0).any() or (kv >= n_kv).any():
+                raise RopesplitError(f"kv_map must be {n_heads} indices into {n_kv} KV heads, "
+                                     f"got {list(self.kv_map)}")  # fmt: skip
+            return kv
+        if n_heads % n_kv:
+            raise RopesplitError(f"{n_heads} query heads cannot share {n_kv} KV heads evenly; "
+                                 "give kv_map")  # fmt: skip
+        return np.arange(n_heads) // (n_heads // n_kv)
+
+    @classmethod
+    def from_base(
+        cls,
+        head_dim: int,
+        base: float,
+        *,
+        scale: float | None = None,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        scaling: dict[str, Any] | None = None,
+        window: int | None = None,
+        kv_map: Any = None,
+    ) -> RopeSpec:
+        r"""``theta_l = b^{-2l/r}`` (``numerics.rope.frequencies``, any scaling), ``s = d^{-1/2}``.
+
+        >>> RopeSpec.from_base(4, 100.0).theta
+        (1.0, 0.1)
+        """
+        if head_dim < 2 or head_dim % 2:
+            raise RopesplitError(f"head_dim must be even, got {head_dim}")
+        theta = frequencies(head_dim, base, rotary_dim=rotary_dim, scaling=scaling)
+        return cls(tuple(float(t) for t in theta), head_dim**-0.5 if scale is None else scale,
+                   layout, rotary_dim, window,
+                   None if kv_map is None else tuple(int(h) for h in kv_map))  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config: Any) -> RopeSpec:
+        """From a Hugging Face config or a TransformerLens ``HookedTransformerConfig``."""
+        if hasattr(config, "rotary_base") and hasattr(config, "d_head"):  # TransformerLens
+            if getattr(config, "positional_embedding_type", "rotary") != "rotary":
+                raise RopesplitError("the TransformerLens config has no rotary embedding "
+                                     f"({config.positional_embedding_type})")  # fmt: skip
+            d = int(config.d_head)
+            layout = "interleaved" if getattr(config, "rotary_adjacent_pairs", False) else "half"
+            rotary = getattr(config, "rotary_dim", None)
+            n_heads = int(config.n_heads)
+            n_kv = int(getattr(config, "n_key_value_heads", None) or n_heads)
+            return cls.from_base(d, float(config.rotary_base), layout=layout,
+                                 rotary_dim=int(rotary) if rotary else None,
+                                 kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
+        params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+        params = params if isinstance(params, dict) else {}
+        base = params.get("rope_theta", getattr(config, "rope_theta", None))
+        if base is None:
+            raise RopesplitError(f"{type(config).__name__} states no rope_theta: not a RoPE model")
+        n_heads = int(config.num_attention_heads)
+        d = int(getattr(config, "head_dim", None) or config.hidden_size // n_heads)
+        partial = getattr(config, "partial_rotary_factor", None)
+        rotary = int(d * partial) if partial and partial < 1 else None
+        kind = str(params.get("rope_type", params.get("type", "default")))
+        scaling = None if kind == "default" else {**params, "type": kind}
+        n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
+        window = getattr(config, "sliding_window", None)
+        return cls.from_base(d, float(base), rotary_dim=rotary, scaling=scaling,
+                             window=int(window) if window else None,
+                             kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
+
+
+def looks_rotated(k: Any, spec: RopeSpec, positions: Any = None) -> tuple[float, float]:
+    r"""``(rho_as_given, rho_unrotated)`` of the module docstring for keys ``k (..., N, d)``.
+
+    Pre-RoPE keys give ``rho_as_given >= rho_unrotated``; keys already rotated
+    by RoPE give the reverse. Both are near 0 (no verdict possible) when the
+    keys have no constant part in the fast pairs. NaN when no pair is fast.
+    """
+    x = np.asarray(k, dtype=np.float64)
+    n = x.shape[-2]
+    p = np.arange(n, dtype=np.float64) if positions is None else np.asarray(positions, float)
+    z = to_pairs(x, spec.layout, spec.rotary_dim).reshape(-1, n, len(spec.theta))  # (B, N, P)
+    th = spec.frequencies
+    fast = th * (p.max() - p.min() if n > 1 else 0.0) >= 2 * np.pi * _FAST_TURNS  # (P,)
+    if not fast.any():
+        return math.nan, math.nan
+    z = z[..., fast]  # (B, N, F)
+    rms = np.sqrt(np.mean(np.abs(z) ** 2, axis=1))  # (B, F)
+    back = z * np.exp(-1j * p[:, None] * th[fast])  # (B, N, F): un-rotated
+    weight = rms**2 / max(float((rms**2).sum()), 1e-300)  # energy weights
+    with np.errstate(invalid="ignore", divide="ignore"):
+        given = np.where(rms > 0, np.abs(z.mean(axis=1)) / rms, 0.0)
+        unrot = np.where(rms > 0, np.abs(back.mean(axis=1)) / rms, 0.0)
+    return float((weight * given).sum()), float((weight * unrot).sum())
