@@ -47,11 +47,20 @@ from ropesplit.empirical.perturb import movable_positions, perturbed_positions
 
 from ropesplit.claims import CONTROL_SEEDS, PAPER_SPLIT, SENSITIVITY_SPLIT, TOOLKIT_SPLIT
 
-__all__ = ["JITTER", "PAIR_BUDGET", "control_seed", "measure_passage", "measure_passages"]
+__all__ = [
+    "JITTER",
+    "MOMENTS",
+    "PAIR_BUDGET",
+    "control_seed",
+    "measure_passage",
+    "measure_passages",
+    "pooled_over_passages",
+]
 
 JITTER = 4  # position ids move by up to this many places (claim 5)
 PAIR_BUDGET = 2048  # causal pairs per layer for e_share
 _TRAINED_REFS = (PAPER_SPLIT, SENSITIVITY_SPLIT, TOOLKIT_SPLIT)
+MOMENTS = ("w_mean", "w_var", "fg_mean", "fg_var", "w_fg_cov")  # per head, after n_pairs
 _REF_KEYS = {PAPER_SPLIT: "r_split", SENSITIVITY_SPLIT: "r_split_distance1000",
              TOOLKIT_SPLIT: "r_split_mean"}  # fmt: skip
 
@@ -74,6 +83,10 @@ def _split_means(cache: Capture, refs: Sequence[str], **kwargs: Any) -> dict[str
                                                    for r in rows]) for spec in refs}  # fmt: skip
     out["lowfreq_share_k"] = _mean([r["lowfreq_share_k"] for r in rows])
     out["heads_r_split"] = [float(r["by_reference"][refs[0]]["r_split"]) for r in rows]
+    # each head's additive pair moments under the paper's split: n and the five moments that
+    # numerics.stats.pooled_correlation combines, so passages pool exactly (and shards merge)
+    out["heads_moments"] = [[int(r["n_pairs"]), *(float(r["by_reference"][refs[0]][m])
+                                                  for m in MOMENTS)] for r in rows]  # fmt: skip
     out["n_heads"] = len(rows)
     return out
 
@@ -162,6 +175,28 @@ def measure_passage(
     return row
 
 
+def pooled_over_passages(rows: Sequence[dict[str, Any]]) -> list[float]:
+    r"""Each head's ``r_split`` pooled over the passages' causal pairs, from their moments.
+
+    .. math:: r_h = \mathrm{corr}\big(W, f + g\big) \text{ over } \textstyle\bigcup_p
+              \text{pairs}_p \quad(\texttt{numerics.stats.pooled_correlation} \text{ of the
+              per-passage moments of head } h)
+
+    Exact: the moments are additive, so shards merge into the same numbers.
+    """
+    from ropesplit.numerics.stats import pooled_correlation
+
+    if not rows:
+        return []
+    heads = len(rows[0]["heads_moments"])
+    out = []
+    for h in range(heads):
+        parts = [row["heads_moments"][h] for row in rows]
+        moments = [dict(zip(MOMENTS, part[1:], strict=True)) for part in parts]
+        out.append(float(pooled_correlation(moments, [part[0] for part in parts])))
+    return out
+
+
 def measure_passages(
     loaded: LoadedModel,
     controls: dict[int, LoadedModel],
@@ -170,18 +205,21 @@ def measure_passages(
     *,
     seed: int = 0,
     layers: Sequence[int] | None = None,
+    first: int = 0,
     on_passage: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per passage of ``ids (P, N)``, paired with its control twin (:func:`control_seed`).
 
-    Each row starts with ``passage`` (index), ``name`` and ``control_seed``;
-    ``on_passage(1)`` follows the progress.
+    Each row starts with ``passage`` (its index in the corpus run: ``first`` plus
+    its place here, so a shard measures exactly what the whole run would),
+    ``name`` and ``control_seed``; ``on_passage(1)`` follows the progress.
     """
     rows = []
-    for p, name in enumerate(names):
+    for local, name in enumerate(names):
+        p = first + local
         cs = control_seed(p)
         row = {"passage": p, "name": name, "control_seed": cs}
-        row |= measure_passage(loaded, controls[cs], ids[p], seed=seed + p, layers=layers)
+        row |= measure_passage(loaded, controls[cs], ids[local], seed=seed + p, layers=layers)
         rows.append(row)
         if on_passage is not None:
             on_passage(1)

@@ -24,7 +24,6 @@ into the same table. No statistic is computed here.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,13 +64,9 @@ def _pandas() -> Any:
 def _as_record(result: Any) -> dict[str, Any]:
     """A record dict from a record, an ``Analysis``, or a path to its JSON."""
     if isinstance(result, str | Path):
-        path = Path(result)
-        if not path.is_file():
-            raise RopesplitError(f"result file {path} does not exist")
-        try:
-            result = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise RopesplitError(f"result file {path} is not JSON: {exc}") from None
+        from ropesplit.io import read_json
+
+        result = read_json(result, "result file")
     elif hasattr(result, "to_dict") and not isinstance(result, Mapping):
         result = result.to_dict()
     if not isinstance(result, Mapping):

@@ -10,6 +10,23 @@ from typing import Any
 from ropesplit.errors import RopesplitError
 
 
+def read_json(path: str | Path, what: str = "file") -> Any:
+    """The JSON value in ``path``, or a one-line error naming ``what`` it should be.
+
+    >>> read_json("/nonexistent/x.json", "record")
+    Traceback (most recent call last):
+    ...
+    ropesplit.errors.RopesplitError: record /nonexistent/x.json does not exist
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise RopesplitError(f"{what} {p} does not exist")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RopesplitError(f"{what} {p} is not JSON: {exc}") from None
+
+
 def output_path(path: str | Path) -> Path:
     """Return ``path`` as a Path whose parent folder exists, or raise.
 

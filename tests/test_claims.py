@@ -163,7 +163,8 @@ def test_secondaries_are_holm_corrected_and_never_decide():
 
 
 @pytest.fixture(scope="module")
-def tiny_claims():
+def tiny_run():
+    """A tiny model, its control twins and 8 given passages: ``run(shard=None)`` runs them."""
     from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.corpus import PassageIds
 
@@ -173,8 +174,69 @@ def tiny_claims():
     ids = torch.randint(0, TINY_VOCAB, (8, 96), generator=gen)
     given = PassageIds(names=[f"p{k}" for k in range(8)], ids=ids, n_tokens=96, skipped=0,
                        sha256="test")  # fmt: skip
-    return run_claims(loaded, tokens=96, passages=8, order_passages=8, controls=controls,
-                      passage_ids=given)  # fmt: skip
+
+    def run(shard=None):
+        return run_claims(loaded, tokens=96, passages=8, order_passages=8, controls=controls,
+                          passage_ids=given, shard=shard)  # fmt: skip
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def tiny_claims(tiny_run):
+    return tiny_run()
+
+
+def _json(record):
+    """The record as written (NaN as null), for exact comparisons."""
+    import json
+
+    from ropesplit.io import _jsonable
+
+    return json.loads(json.dumps(_jsonable(record)))
+
+
+def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
+    """Issue 19: disjoint shards (a SLURM array, torchrun processes) merge into the run."""
+    from ropesplit.empirical.claims_run import merge_records
+
+    shards = [tiny_run((0, 3)), tiny_run((3, 5)), tiny_run((5, 8))]
+    assert [r["header"]["shards"] for r in shards] == [[[0, 3]], [[3, 5]], [[5, 8]]]
+    assert all(c["verdict"] == "inconclusive" for c in shards[0]["claims"])  # 3 < 8 passages
+    merged = _json(merge_records(shards[::-1]))  # any order
+    single = _json(tiny_claims)
+    assert merged["header"]["shards"] == [[0, 3], [3, 5], [5, 8]]
+    for key in ("passages", "order", "claims", "pooled"):
+        assert merged[key] == single[key], key
+    # pooled over passages from the additive moments, against one concatenated correlation
+    assert len(merged["pooled"]["r_split"]) == merged["passages"][0]["n_heads"]
+    with pytest.raises(RopesplitError, match="^shards 0:3 and 2:5 overlap"):
+        merge_records([shards[0], tiny_run((2, 5))])
+    other = _json(shards[1])
+    other["header"]["seed"] = 7
+    with pytest.raises(RopesplitError, match="^record 2 is not a shard of the same run"):
+        merge_records([shards[0], other])
+
+
+def test_pooled_r_split_is_the_correlation_over_all_passages_pairs():
+    """Known truth for pooled_over_passages: two passages' moments pool into the correlation
+    of their pairs concatenated (float64 twin)."""
+    from ropesplit.empirical.passages import pooled_over_passages
+
+    rng = np.random.default_rng(9)
+    rows = []
+    w_all, fg_all = [], []
+    for n in (30, 50):
+        w = rng.normal(size=n)
+        fg = 0.8 * w + 0.3 * rng.normal(size=n) + rng.normal()
+        w_all.append(w)
+        fg_all.append(fg)
+        moments = [n, w.mean(), w.var(), fg.mean(), fg.var(), np.mean((w - w.mean()) *
+                                                                      (fg - fg.mean()))]
+        rows.append({"heads_moments": [moments]})
+    (pooled,) = pooled_over_passages(rows)
+    want = np.corrcoef(np.concatenate(w_all), np.concatenate(fg_all))[0, 1]
+    assert pooled == pytest.approx(want, rel=1e-12)
 
 
 def test_the_run_writes_every_claim_with_its_units_and_recomputes_from_its_rows(tiny_claims):
@@ -197,3 +259,30 @@ def test_the_run_refuses_too_few_passages():
 
     with pytest.raises(RopesplitError, match="^passages must be at least 8, got 4"):
         run_claims(tiny_llama(1), tokens=32, passages=4)
+
+
+def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_claims, tmp_path,
+                                                            capsys):  # fmt: skip
+    from ropesplit.cli import main
+    from ropesplit.io import write_json
+
+    paths = []
+    for k, shard in enumerate(((0, 4), (4, 8), (3, 6))):
+        paths.append(tmp_path / f"shard-{k}.json")
+        write_json(paths[-1], tiny_run(shard))
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(paths[0]), str(paths[1]), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}" in printed and "passages measured here 0:4, 4:8" in printed
+    import json
+
+    assert json.loads(out.read_text())["claims"] == _json(tiny_claims)["claims"]
+    bad = tmp_path / "bad.json"
+    for argv, message in (([str(paths[0]), str(paths[2])], "shards 0:4 and 3:6 overlap"),
+                          ([str(paths[0])], "merge needs at least 2 records, got 1"),
+                          ([str(paths[0]), str(tmp_path / "none.json")], "record "),
+                          ):  # fmt: skip
+        assert main(["merge", *argv, "--json", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ropesplit merge: error: {message}")
+        assert not bad.exists()

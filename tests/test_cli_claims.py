@@ -16,6 +16,8 @@ from ropesplit.commands.claims import claim_line
         (["--tokens", "8"], "--tokens must be at least 16, got 8"),
         (["--corpus", "/nonexistent/texts"], "corpus path /nonexistent/texts does not exist"),
         (["--json", "/nonexistent/claims.json"], "cannot write /nonexistent/claims.json: folder"),
+        (["--shard", "3"], "--shard must be A:B (passage indices), got '3'"),
+        (["--shard", "5:20"], "--shard must be A:B with 0 <= A < B <= 12, got 5:20"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(flags, message, capsys):

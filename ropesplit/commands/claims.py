@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--order-passages", type=int, default=8,
                         help="passages for the word-order test, claim 1 (default 8, at least 8)")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every draw (default 0)")
+    parser.add_argument("--shard", metavar="A:B",
+                        help="measure only the run's passages A..B-1 (one job of a SLURM array "
+                        "or one torchrun process); 'ropesplit merge' joins the shards")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
@@ -57,17 +60,24 @@ def run(args: argparse.Namespace) -> int:
             raise RopesplitError(f"{flag} must be at least {MIN_PASSAGES}, got {value}")
     if args.tokens < 16:
         raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
+    shard = _shard(args.shard)
+    need = max(args.passages, args.order_passages)
+    if shard is not None and not 0 <= shard[0] < shard[1] <= need:
+        raise RopesplitError(f"--shard must be A:B with 0 <= A < B <= {need}, got {args.shard}")
     corpus_from_spec(args.corpus)
     if args.json:
         output_path(args.json)
     start = time.perf_counter()
     print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
-    with tqdm(total=args.passages + args.order_passages, desc="passages", unit="passage",
+    lo, hi = shard or (0, need)
+    total = len(range(lo, min(hi, args.passages))) + len(range(lo, min(hi, args.order_passages)))
+    with tqdm(total=total, desc="passages", unit="passage",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
         record = run_claims(loaded, corpus=args.corpus, tokens=args.tokens,
                             passages=args.passages, order_passages=args.order_passages,
-                            seed=args.seed, batch_size=args.batch_size, on_passage=bar.update,
+                            seed=args.seed, batch_size=args.batch_size, shard=shard,
+                            on_passage=bar.update,
                             on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
     record["header"]["seconds"] = round(time.perf_counter() - start, 1)
     print(summary(record))
@@ -75,6 +85,17 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, record)
         print(f"wrote {args.json}")
     return 0
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    from ropesplit.errors import RopesplitError
+
+    if text is None:
+        return None
+    a, sep, b = text.partition(":")
+    if not (sep and a.strip().isdigit() and b.strip().isdigit()):
+        raise RopesplitError(f"--shard must be A:B (passage indices), got {text!r}")
+    return int(a), int(b)
 
 
 def _interval(entry: dict[str, Any] | None) -> str:
@@ -98,8 +119,10 @@ def claim_line(claim: dict[str, Any]) -> str:
 
 def summary(record: dict[str, Any]) -> str:
     head = record["header"]
+    shards = ", ".join(f"{a}:{b}" for a, b in head.get("shards", []))
     lines = [f"{head['model']}: corpus {head['corpus']}, {head['passages']} passages of "
              f"{head['tokens']} tokens ({head['order_passages']} for word order), control "
-             f"seeds {head['control_seeds']}", f"power: {head['power']}"]  # fmt: skip
+             f"seeds {head['control_seeds']}; passages measured here {shards}",
+             f"power: {head['power']}"]  # fmt: skip
     lines += [claim_line(c) for c in record["claims"]]
     return "\n".join(lines)

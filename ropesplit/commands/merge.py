@@ -1,0 +1,44 @@
+"""``ropesplit merge``: shards of one ``ropesplit claims`` run joined into the run's record.
+
+Each shard (``ropesplit claims --shard A:B --json shard-K.json``, one per
+SLURM array task or ``torchrun``/``accelerate launch`` process) measures
+its passages exactly as the whole run would (global passage indices, seeds
+and control twins); the merge concatenates their per-passage rows and
+recomputes every claim's test and each head's pooled ``r_split`` from them,
+so the merge of shards covering the run equals the single run. Records of
+different runs or overlapping shards are refused (exit 2, no file written).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "join the shards of one 'ropesplit claims' run into that run's claims.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("records", nargs="+", metavar="SHARD.json",
+                        help="claims.json records of disjoint shards of one run")  # fmt: skip
+    parser.add_argument("--json", metavar="PATH", help="write the merged claims.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ropesplit.commands.claims import summary
+    from ropesplit.empirical.claims_run import merge_records
+    from ropesplit.errors import RopesplitError
+    from ropesplit.io import output_path, read_json, write_json
+
+    if args.json:
+        output_path(args.json)
+    records = []
+    for name in args.records:
+        record = read_json(name, "record")
+        if not isinstance(record, dict) or "shards" not in record.get("header", {}):
+            raise RopesplitError(f"record {name} is not a 'ropesplit claims' record")
+        records.append(record)
+    merged = merge_records(records)
+    print(summary(merged))
+    if args.json:
+        write_json(args.json, merged)
+        print(f"wrote {args.json}")
+    return 0
