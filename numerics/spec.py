@@ -128,8 +128,18 @@ class RopeSpec:
             rotary = getattr(config, "rotary_dim", None)
             n_heads = int(config.n_heads)
             n_kv = int(getattr(config, "n_key_value_heads", None) or n_heads)
-            return cls.from_base(d, float(config.rotary_base), layout=layout,
-                                 rotary_dim=int(rotary) if rotary else None,
+            scaling = None
+            if getattr(config, "use_NTK_by_parts_rope", False):  # Llama-3's scaled RoPE
+                scaling = {"type": "llama3", "factor": config.NTK_by_parts_factor,
+                           "low_freq_factor": config.NTK_by_parts_low_freq_factor,
+                           "high_freq_factor": config.NTK_by_parts_high_freq_factor,
+                           "original_max_position_embeddings": config.NTK_original_ctx_len}
+            attn_scale = float(getattr(config, "attn_scale", -1.0))
+            scale = d**-0.5 if attn_scale <= 0 else 1.0 / attn_scale  # TL divides by attn_scale
+            if not getattr(config, "use_attn_scale", True):
+                scale = 1.0
+            return cls.from_base(d, float(config.rotary_base), layout=layout, scale=scale,
+                                 rotary_dim=int(rotary) if rotary else None, scaling=scaling,
                                  kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
         params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
         params = params if isinstance(params, dict) else {}
