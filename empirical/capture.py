@@ -55,16 +55,17 @@ __all__ = [
     "RECONSTRUCTION_TOL",
     "ROPE_TOL",
     "THETA_TOL",
-    "Tolerances",
-    "tolerances",
     "Capture",
     "LayerCapture",
+    "Tolerances",
     "allowed_pairs",
     "capture",
     "check_reconstruction",
     "derive_theta",
     "rebuild_logits",
     "rebuild_probs",
+    "table_geometry",
+    "tolerances",
 ]
 
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
@@ -266,6 +267,31 @@ def derive_theta(
         np.abs(amplitude * np.sin(p[:, None] * theta) - s),
     )
     return theta, amplitude, float(fit.max())
+
+
+def table_geometry(
+    cos: torch.Tensor, sin: torch.Tensor, positions: np.ndarray, what: str = "cos/sin table"
+) -> tuple[str, np.ndarray, float]:
+    r"""Layout, ``theta (r/2,)`` and amplitude behind an applied table ``(N, r)``, checked.
+
+    The one place that reads RoPE's geometry off a model's own tables (the
+    capture and LM-Infinite's attention both call it): :func:`derive_theta`
+    in the detected layout; an amplitude within rounding of 1 is 1; the fit
+    must be within the table's rounding, ``a eps (8 + 2 max|p theta|)`` with
+    ``eps`` that of float32 or the table's dtype, whichever is coarser
+    (transformers computes the angles in float32 whatever the model's
+    dtype), else ``ValidationError`` naming ``what``.
+    """
+    cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
+    layout = _detect_layout(cos_np, sin_np)
+    theta, amplitude, fit = derive_theta(cos_np, sin_np, positions, layout=layout)
+    eps = max(float(torch.finfo(cos.dtype).eps), float(torch.finfo(torch.float32).eps))
+    if abs(amplitude - 1.0) <= 4 * eps:  # no attention factor: 1 up to the table's rounding
+        amplitude = 1.0
+    max_angle = float(np.abs(positions).max() * theta.max())
+    if fit > amplitude * eps * (8.0 + 2.0 * max_angle):
+        raise ValidationError(f"{what} fits no single frequency per pair ({fit:.2e})")
+    return layout, theta, amplitude
 
 
 def _pair_columns(table: np.ndarray, layout: str) -> np.ndarray:
@@ -509,9 +535,9 @@ class _CaptureState:
     tol: Tolerances = field(default_factory=Tolerances)
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: dict[int, LayerCapture] = field(default_factory=dict)
-    tables: dict[tuple[int, int], tuple[str, np.ndarray, float, float]] = field(
+    tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(
         default_factory=dict
-    )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude, fit: one derivation per table
+    )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude: one derivation per table
 
 
 def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
@@ -553,15 +579,12 @@ def _on_attention(state: _CaptureState) -> Any:
 
 
 def _table(
-    state: _CaptureState, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[str, np.ndarray, float, float]:
-    """Layout, ``theta (r/2,)``, amplitude and fit of one cos/sin table (derived once per table)."""
+    state: _CaptureState, cos: torch.Tensor, sin: torch.Tensor, layer: int
+) -> tuple[str, np.ndarray, float]:
+    """:func:`table_geometry` of one cos/sin table, derived once per table."""
     key = (cos.data_ptr(), sin.data_ptr())
     if key not in state.tables:
-        cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
-        layout = _detect_layout(cos_np, sin_np)
-        theta, amplitude, fit = derive_theta(cos_np, sin_np, state.positions, layout=layout)
-        state.tables[key] = (layout, theta, amplitude, fit)
+        state.tables[key] = table_geometry(cos, sin, state.positions, f"cos/sin of layer {layer}")
     return state.tables[key]
 
 
@@ -591,15 +614,7 @@ def _finish_layer(
     (r,) = cos.shape[-1:]
     if r % 2 or r > d:
         raise RopesplitError(f"rotary_dim must be even and at most head_dim {d}, got {r}")
-    layout, theta_r, amplitude, fit = _table(state, cos, sin)
-    eps = float(torch.finfo(cos.dtype).eps)
-    if abs(amplitude - 1.0) <= 4 * eps:  # no attention factor: 1 up to the table's rounding
-        amplitude = 1.0
-    max_angle = float(np.abs(state.positions).max() * theta_r.max())
-    if fit > amplitude * eps * (8.0 + 2.0 * max_angle):
-        raise ValidationError(
-            f"cos/sin of layer {layer} fit no single frequency per pair ({fit:.2e})"
-        )
+    layout, theta_r, amplitude = _table(state, cos, sin, layer)
     layer_type = getattr(module, "layer_type", None)
     if layer_type is None and getattr(state.loaded.config, "layer_types", None):
         layer_type = state.loaded.config.layer_types[layer]

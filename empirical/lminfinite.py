@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import ROPE_TOL, _detect_layout, _max_rel, _rotate, derive_theta
+from ropesplit.empirical.capture import ROPE_TOL, _max_rel, _rotate, table_geometry
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
@@ -111,20 +111,11 @@ def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
 
 
 def _table(state: _State, cos: torch.Tensor, sin: torch.Tensor, positions: np.ndarray) -> Any:
-    """Layout, ``theta (r/2,)`` and amplitude of one ``cos``/``sin`` table ``(N, r)``, once."""
+    """Layout, ``theta (r/2,)`` and amplitude of one ``cos``/``sin`` table ``(N, r)``, once
+    (``capture.table_geometry``: the capture's own derivation and check)."""
     key = (cos.data_ptr(), sin.data_ptr())
     if key not in state.tables:
-        cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
-        layout = _detect_layout(cos_np, sin_np)
-        theta, amplitude, fit = derive_theta(cos_np, sin_np, positions, layout=layout)
-        # transformers computes the angles in float32 whatever the model's dtype
-        eps = max(float(torch.finfo(cos.dtype).eps), float(torch.finfo(torch.float32).eps))
-        if abs(amplitude - 1.0) <= 4 * eps:
-            amplitude = 1.0
-        max_angle = float(np.abs(positions).max() * theta.max())
-        if fit > amplitude * eps * (8.0 + 2.0 * max_angle):  # the capture's own criterion
-            raise ValidationError(f"cos/sin table fits no single frequency per pair ({fit:.2e})")
-        state.tables[key] = (layout, theta, amplitude)
+        state.tables[key] = table_geometry(cos, sin, positions)
     return state.tables[key]
 
 

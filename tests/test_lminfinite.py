@@ -474,3 +474,18 @@ def test_positional_range_is_each_querys_own_range_over_trained_distances():
     mask = np.eye(2, dtype=bool)
     assert outside_query_range(values, lo[:2], hi[:2], mask) == 0.5
     assert outside_query_range(values, lo[:2], hi[:2], np.zeros((2, 2), bool)) == 0.0
+
+
+def test_lm_infinite_reads_the_rope_geometry_as_the_capture_does():
+    """Issue 19: lminfinite copied capture's table helpers and drifted (another eps); both
+    now call capture.table_geometry, so layout, theta and scale agree exactly."""
+    from ropesplit.empirical.capture import capture
+
+    loaded = tiny("float32")
+    run = run_setting(loaded, IDS[:32], LambdaSpec(), layers=[0, 1])
+    cache = capture(loaded, IDS[:32])
+    for index in (0, 1):
+        mine, theirs = run.layers[index], cache.layers[index]
+        assert mine.layout == theirs.layout
+        np.testing.assert_array_equal(mine.theta, theirs.theta)
+        assert mine.scale == theirs.scale
