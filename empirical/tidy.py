@@ -31,7 +31,7 @@ from typing import Any
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["Records", "experiment_names", "from_json", "tidy", "to_json", "untidy"]
+__all__ = ["Records", "experiment_names", "from_json", "long", "tidy", "to_json", "untidy"]
 
 RUN = "run"  # the column that tells a model's rows from its control's
 TRAINED, CONTROL = "trained", "control"
@@ -123,10 +123,10 @@ def tidy(result: Any, experiment: str | None = None, *, frame: bool | None = Non
     if _kind(record) == "analysis":
         if experiment is not None:
             raise RopesplitError(f"an analysis record has no experiments, got {experiment!r}")
-        rows = [{RUN: TRAINED, **row} for row in attrs.pop("heads")]
+        rows = [{RUN: TRAINED, **_flat(row)} for row in attrs.pop("heads")]
         control = attrs.get("control")
         if isinstance(control, dict) and "heads" in control:
-            rows += [{RUN: CONTROL, **row} for row in control.pop("heads")]
+            rows += [{RUN: CONTROL, **_flat(row)} for row in control.pop("heads")]
         attrs["result"] = "analysis"
         return _table(rows, attrs, frame)
     names = experiment_names(record)
@@ -146,6 +146,69 @@ def tidy(result: Any, experiment: str | None = None, *, frame: bool | None = Non
     about = attrs.pop("experiments", {}).get(experiment, {})  # title, prediction, verdict, ...
     attrs = {"result": "experiment", "experiment": experiment, "about": about, **attrs}
     return _table(rows, attrs, frame)
+
+
+def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A head's row with ``by_reference`` as flat columns ``NAME[SPEC]`` (as the CSV has them)."""
+    out = {k: v for k, v in row.items() if k != "by_reference"}
+    for spec, stats in (row.get("by_reference") or {}).items():
+        out |= {f"{name}[{spec}]": value for name, value in stats.items()}
+    return out
+
+
+def _nested(row: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_flat`: ``NAME[SPEC]`` columns back into ``by_reference``."""
+    out: dict[str, Any] = {}
+    by: dict[str, dict[str, Any]] = {}
+    for key, value in row.items():
+        name, bracket, spec = key.partition("[")
+        if bracket and spec.endswith("]"):
+            by.setdefault(spec[:-1], {})[name] = value
+        else:
+            out[key] = value
+    if by:
+        out["by_reference"] = by
+    return out
+
+
+def long(result: Any, *, frame: bool | None = None) -> Any:
+    r"""An analysis in long format: one row per (run, layer, head, reference, statistic).
+
+    Columns ``run, layer, head, kv_head, reference, statistic, value``: the
+    split statistics (and the pair moments) under every reference of
+    ``by_reference``, the others once, with the reference of the row's
+    columns for the tightness (which depends on it) and ``None`` for those
+    that do not (``r_3axis``, ``lowfreq_share_k``, ``lowfreq_share_q``).
+    """
+    record = _as_record(result)
+    if _kind(record) != "analysis":
+        raise RopesplitError("long takes an analysis record (heads), not an experiment record")
+    runs = [(TRAINED, record["heads"])]
+    control = record.get("control")
+    if isinstance(control, Mapping) and "heads" in control:
+        runs.append((CONTROL, control["heads"]))
+    rows: list[dict[str, Any]] = []
+    for run, heads in runs:
+        for head in heads:
+            key = {RUN: run, "layer": head["layer"], "head": head["head"],
+                   "kv_head": head.get("kv_head")}  # fmt: skip
+            by = head.get("by_reference") or {}
+            split = set().union(*(stats.keys() for stats in by.values())) if by else set()
+            for name in _LONG_STATISTICS:
+                if name in head and name not in split:
+                    ref = head.get("reference") if name.startswith("tightness") else None
+                    rows.append({**key, "reference": ref, "statistic": name, "value": head[name]})
+            for spec, stats in by.items():
+                rows += [{**key, "reference": spec, "statistic": name, "value": value}
+                         for name, value in stats.items()]  # fmt: skip
+    attrs = {k: v for k, v in record.items() if k not in ("heads", "control")}
+    return _table(rows, {"result": "long", **attrs}, frame)
+
+
+# analyze.STATISTICS (a test pins it), without importing torch
+_LONG_STATISTICS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share",
+                    "tightness_max", "tightness_median", "lowfreq_share_k",
+                    "lowfreq_share_q")  # fmt: skip
 
 
 def _plain(value: Any) -> Any:
@@ -171,7 +234,7 @@ def untidy(table: Any) -> dict[str, Any]:
     if kind == "analysis":
         split: dict[str, list[dict[str, Any]]] = {TRAINED: [], CONTROL: []}
         for row in rows:
-            split[row.pop(RUN)].append(row)
+            split[row.pop(RUN)].append(_nested(row))
         record = attrs
         if "control" in record:
             record["control"]["heads"] = split[CONTROL]

@@ -128,3 +128,33 @@ def test_experiment_records_round_trip(rows, seed):
     table = tidy(record, frame=False)
     assert table.attrs["about"] == {"verdict": "holds"} and list(table) == rows
     assert untidy(table) == record
+
+
+def test_by_reference_is_flat_columns_and_the_long_table_has_one_row_per_statistic(records):
+    """Issue 19: tidy() kept by_reference as a column of nested dicts while the CSV flattened
+    it; the long table is one row per (run, layer, head, reference, statistic)."""
+    from ropesplit.empirical.tidy import _LONG_STATISTICS, long
+
+    record = records["analysis"]
+    table = tidy(record)
+    assert "by_reference" not in table.columns
+    first = record["heads"][0]
+    for spec, stats in first["by_reference"].items():
+        assert table.loc[0, f"r_split[{spec}]"] == stats["r_split"]
+    assert untidy(table)["heads"][0]["by_reference"] == first["by_reference"]  # round trip
+    assert _LONG_STATISTICS == STATISTICS
+    rows = long(record)
+    key = ["run", "layer", "head", "reference", "statistic"]
+    assert not rows.duplicated(key).any()  # each value once
+    specs = list(first["by_reference"])
+    mine = rows[(rows["run"] == "trained") & (rows["layer"] == first["layer"])
+                & (rows["head"] == first["head"])]  # fmt: skip
+    r = mine[mine["statistic"] == "r_split"].set_index("reference")["value"]
+    assert sorted(r.index) == sorted(specs)
+    assert all(r[spec] == first["by_reference"][spec]["r_split"] for spec in specs)
+    low = mine[mine["statistic"] == "lowfreq_share_k"]
+    assert len(low) == 1 and low["reference"].isna().all()
+    assert low["value"].item() == first["lowfreq_share_k"]
+    assert set(rows["run"]) == {"trained", "control"}
+    with pytest.raises(RopesplitError, match="^long takes an analysis record"):
+        long(records["experiments"])
