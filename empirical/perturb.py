@@ -155,7 +155,12 @@ def subset_reorder(
 
 
 def nested_adjacent_swaps(
-    n: int, rates: Sequence[float], rng: np.random.Generator, movable: Any = None
+    n: int,
+    rates: Sequence[float],
+    rng: np.random.Generator,
+    movable: Any = None,
+    *,
+    ids: Any = None,
 ) -> list[np.ndarray]:
     r"""Adjacent swaps at every rate of ``rates``, nested: one permutation ``(n,)`` per rate.
 
@@ -177,7 +182,9 @@ def nested_adjacent_swaps(
     Each rate on its own is distributed as :func:`adjacent_transpositions`
     (with the same ``rng`` state and a single rate, the two are equal). The
     first token and the positions ``movable`` excludes never move. When every
-    ``k(r)`` is 0 nothing is drawn from ``rng``.
+    ``k(r)`` is 0 nothing is drawn from ``rng``. With the token ``ids (n,)``,
+    a site whose two tokens are the same is no candidate: swapping them would
+    move nothing, and the measured share would fall short of ``r``.
     """
     ok = _movable(n, movable)
     for rate in rates:
@@ -186,7 +193,11 @@ def nested_adjacent_swaps(
     perms = [np.arange(n) for _ in counts]
     if max(counts, default=0) == 0:
         return perms
-    starts = np.flatnonzero(ok[:-1] & ok[1:])  # (n_candidates,): a with a, a + 1 movable
+    starts = ok[:-1] & ok[1:]  # (n - 1,): a with a, a + 1 movable
+    if ids is not None:
+        tokens = np.asarray(ids).reshape(-1)  # (n,)
+        starts &= tokens[:-1] != tokens[1:]  # a swap of equal tokens moves nothing
+    starts = np.flatnonzero(starts)  # (n_candidates,)
     used = np.zeros(n, dtype=bool)
     kept: list[int] = []  # disjoint sites, in the drawn order
     for a in rng.permutation(starts):

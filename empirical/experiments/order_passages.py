@@ -197,7 +197,8 @@ def order_passage(
     keys = [rate_key(r) for r in levels]
     inputs = [clean]
     for d in range(int(draws)):
-        perms = nested_adjacent_swaps(n, levels, np.random.default_rng([seed, d]), movable)
+        perms = nested_adjacent_swaps(n, levels, np.random.default_rng([seed, d]), movable,
+                                      ids=clean)  # fmt: skip
         inputs.extend(clean[perm] for perm in perms)  # (N,) each, in the order of levels
     losses = token_losses(loaded, np.stack(inputs), batch_size=batch_size,
                           on_forward=on_forward)  # fmt: skip  # (1 + 3 draws, N - 1)
