@@ -41,3 +41,18 @@ def test_a_claim_line_names_each_condition_its_interval_and_the_verdict():
     assert "r_split 0.896 [0.893, 0.898] (predicted > 0.9)" in line
     assert "r_split - r_split_control 0.073 [0.061, 0.086] (predicted > 0)" in line
     assert "null: r_split_control 0.823 [0.811, 0.834]" in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--passages", "5"], "--passages must be at least 8, got 5"),
+        (["--corpus", "/nonexistent/texts"], "corpus path /nonexistent/texts does not exist"),
+    ],
+)
+def test_report_takes_the_claims_flags_and_refuses_bad_ones_first(flags, message, tmp_path,
+                                                                  capsys):  # fmt: skip
+    out = tmp_path / "new"
+    assert main(["report", *flags, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"ropesplit report: error: {message}")
+    assert not out.exists()
