@@ -9,8 +9,13 @@ apart from the statistics of all heads. Printed, all measured in this run
 ``capture/fwd``, ``analysis/fwd`` (statistics, the issue 9 target <= 2 at
 N = 1024) and ``total/fwd`` (capture + statistics), with the capture's
 validation numbers (largest logit difference over the logit scale; largest
-probability difference) and the peak resident memory (target within 6 GB at
-N = 2048).  The allocator is made steady first (:func:`steady_allocator`):
+probability difference), the peak resident memory (target within 6 GB at
+N = 2048) and beside it what ``check_memory`` predicts for that N
+(``analyze.memory_estimate``: the weights and what capture and analysis
+allocate; the process peak also holds the interpreter, its libraries and the
+GGUF loader's transient, about 0.6 GiB here, so compare how each grows with N:
+one run gave peaks 1.21 and 1.57 GiB at 512 and 1024 tokens against
+predictions 0.82 and 1.16).  The allocator is made steady first (:func:`steady_allocator`):
 with glibc's default the forward pass alone varied by 1.6x within one run.
 
     .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--json PATH]
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from ropesplit.empirical import default_text, forward, load_model, tokenize
-    from ropesplit.empirical.analyze import analyze
+    from ropesplit.empirical.analyze import analyze, memory_estimate
 
     from ropesplit.io import write_json
 
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "
           f"{'capture/fwd':>12} {'analysis/fwd':>13} {'total/fwd':>10} {'logit rel':>10} "
-          f"{'probs abs':>10} {'peak GiB':>9}")  # fmt: skip
+          f"{'probs abs':>10} {'peak GiB':>9} {'predicted':>10}")  # fmt: skip
     for n_tokens in sorted(args.tokens):
         ids = tokenize(loaded, text, n_tokens)
         forward(loaded, ids)  # warm-up: allocator, kernels
@@ -105,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_over_forward": (result.seconds["capture"] + result.seconds["analysis"]) / fwd,
             "exact_tightness": all(h["sampled_pairs"] is None for h in result.heads),
             "peak_rss_gib": peak_rss_gib(),  # peak so far; N only grows, so this N's peak
+            "predicted_gib": memory_estimate(loaded, n_tokens) / 2**30,  # check_memory's
             "reconstruction_max_abs_diff": result.reconstruction_max_abs_diff,
             **result.validation,
         }
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['analysis_s']:11.2f} {row['capture_over_forward']:12.2f} "
               f"{row['analysis_over_forward']:13.2f} {row['total_over_forward']:10.2f} "
               f"{row['logit_max_rel_diff']:10.1e} {row['reconstruction_max_abs_diff']:10.1e} "
-              f"{row['peak_rss_gib']:9.2f}")  # fmt: skip
+              f"{row['peak_rss_gib']:9.2f} {row['predicted_gib']:10.2f}")  # fmt: skip
         sys.stdout.flush()
     if args.json:
         write_json(args.json, {"model": loaded.name, "steady_allocator": steady, "rows": rows})
