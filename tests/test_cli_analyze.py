@@ -141,7 +141,11 @@ BAD_INPUT = [
     ("context", lambda f: ["--model", f["llama"], "--tokens", "65"], 2, "--tokens 65 exceeds"),
     ("short-text", lambda f: ["--model", f["llama"], "--text", f["short"]], 2, "text has only 9"),
     ("missing-text", lambda f: ["--text", "/nonexistent.txt"], 2, "text file /nonexistent.txt"),
-    ("tokens", lambda f: ["--tokens", "1"], 2, "--tokens must be at least 2, got 1"),
+    ("tokens", lambda f: ["--tokens", "1"], 2, "--tokens must be at least 16, got 1"),
+    # issue 22: 3 tokens printed r_3axis = 1.000 beside the paper's number
+    ("few-tokens", lambda f: ["--tokens", "3"], 2, "--tokens must be at least 16, got 3"),
+    ("negative-distance", lambda f: ["--reference", "distance:-5"], 2,
+     "--reference distance:C needs C >= 0 (a causal distance), got distance:-5"),
     ("out-folder", lambda f: ["--json", "/nonexistent/x.json"], 2, "cannot write /nonexistent"),
 ]
 

@@ -89,6 +89,7 @@ def test_a_violation_exits_1(monkeypatch, capsys, kernel, planted, budget):
     [
         (["--d", "63"], "head_dim must be even and positive, got 63"),
         (["--tokens", "0"], "must be at least 1, got 0"),
+        (["--tokens", "1"], "--tokens must be at least 16, got 1"),  # issue 22: all-NaN tables
         (["--base", "1"], "base must be a finite number above 1"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
     ],

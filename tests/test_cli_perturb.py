@@ -105,6 +105,9 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
         (["--text", "/nonexistent.txt"], "text file /nonexistent.txt does not exist"),
         (["--tokens", "70", "--experiment", "length"], "--tokens 70 exceeds the model's context"),
+        # issue 22: refused before the experiment's forward passes, not after 42 s of them
+        (["--tokens", "32", "--experiment", "length"],
+         "--experiment length needs text beyond the training length 64, got --tokens 32"),
     ],
 )
 def test_bad_input_is_one_line(tiny_loader, capsys, argv, message):

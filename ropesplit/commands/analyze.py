@@ -33,6 +33,20 @@ _TABLE = (
 )
 
 
+MIN_TOKENS = 16  # below it r_3axis is 1 by construction (as many parameters as pairs, nearly)
+
+
+def check_reference_distance(spec: str) -> None:
+    """A reference distance C must be a causal distance, ``C >= 0`` (one-line error)."""
+    from ropesplit.errors import RopesplitError
+    from ropesplit.numerics.reference import parse_reference
+
+    kind, c = parse_reference(spec)
+    if kind == "distance" and c is not None and c < 0:
+        raise RopesplitError(f"--reference distance:C needs C >= 0 (a causal distance), "
+                             f"got {spec}")  # fmt: skip
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
     parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
@@ -89,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.errors import RopesplitError
     from ropesplit.io import output_path, write_json, write_text
 
-    if args.tokens < 2:
-        raise RopesplitError(f"--tokens must be at least 2, got {args.tokens}")
+    if args.tokens < MIN_TOKENS:  # fewer pairs than the fits have parameters: trivially 1
+        raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
     for path in (args.json, args.csv):
         if path:
             output_path(path)  # a bad output folder fails now, not after the model ran
@@ -98,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.numerics.reference import canonical
 
     reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
+    check_reference_distance(reference)
     text = read_text(args.text) if args.text else default_text()
     loaded = load_model(
         args.model, args.gguf_file, device=args.device, dtype=args.dtype,

@@ -87,6 +87,15 @@ def run(args: argparse.Namespace) -> int:
     text = read_text(args.text) if args.text else default_text()
     start = time.perf_counter()
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
+    if args.experiment == "length":  # refuse before its forward passes, not after them
+        from ropesplit.empirical.experiments.length import training_length
+
+        length = training_length(loaded)
+        if length is not None and args.tokens <= length:
+            raise RopesplitError(
+                f"--experiment length needs text beyond the training length {length}, got "
+                f"--tokens {args.tokens} (use a model trained here: ropesplit train)"
+            )
     ids = tokenize(loaded, text, args.tokens)
     chosen = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     with tqdm(total=forward_count(chosen, settings), desc="forward passes", unit="input",
