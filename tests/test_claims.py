@@ -272,8 +272,8 @@ def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_clai
         write_json(paths[-1], tiny_run(shard))
     out = tmp_path / "merged.json"
     assert main(["merge", str(paths[0]), str(paths[1]), "--json", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert f"wrote {out}" in printed and "passages measured here 0:4, 4:8" in printed
+    printed = capsys.readouterr()
+    assert f"wrote {out}" in printed.err and "passages measured here 0:4, 4:8" in printed.out
     import json
 
     assert json.loads(out.read_text())["claims"] == _json(tiny_claims)["claims"]

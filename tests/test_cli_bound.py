@@ -102,3 +102,12 @@ def test_bad_input_is_one_line_exit_2(args, message, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("ropesplit bound: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_written_file_is_announced_on_stderr(tmp_path, capsys):
+    """Issue 22: --json printed no 'wrote PATH'; stdout keeps the tables alone."""
+    out = tmp_path / "b.json"
+    assert main(["bound", "--pattern", "random", "--tokens", "32", "--d", "8", "--json",
+                 str(out)]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert captured.err.strip().endswith(f"wrote {out}") and "wrote" not in captured.out

@@ -59,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="random-init",
         help="the comparison model (default: same architecture at random initialisation)",
     )
-    parser.add_argument("--no-control", dest="control", action="store_const", const="none")
+    parser.add_argument("--no-control", dest="control", action="store_const", const="none",
+                        help="skip the random-init control (half the time; no trained-minus-"
+                        "control numbers)")  # fmt: skip
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
     parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
@@ -150,8 +152,10 @@ def run(args: argparse.Namespace) -> int:
         print(protocol_table(record["protocol"]))
     if args.json:
         write_json(args.json, record)
+        print(f"wrote {args.json}", file=sys.stderr)
     if args.csv:
         write_text(args.csv, _csv(trained, control, STATISTICS))
+        print(f"wrote {args.csv}", file=sys.stderr)
     return 0
 
 

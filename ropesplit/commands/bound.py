@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 HELP = "check the remainder bound and the split statistics on synthetic queries and keys"
 
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     print(_reference_table(references))
     if args.json is not None:
         write_json(args.json, {"cases": cases, "violations": total, "references": references})
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0 if total == 0 else 1
 
 

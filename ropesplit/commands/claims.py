@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     print(summary(record))
     if args.json:
         write_json(args.json, record)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -11,6 +11,7 @@ writes the derivation as Markdown with LaTeX math; ``--json`` writes
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "derive and machine-check every step of THEORY.md (sympy); write the derivation"
 
@@ -56,9 +57,11 @@ def run(args: argparse.Namespace) -> int:
     all_checked = bool(results) and all(r.checked for r in results.values())
     if args.out is not None:
         write_text(args.out, derivation_markdown(results))
+        print(f"wrote {args.out}", file=sys.stderr)
     total = sum(r.seconds for r in results.values()) if results else None
     if args.json is not None:
         write_json(args.json, {"steps": rows, "all_checked": all_checked, "seconds": total})
+        print(f"wrote {args.json}", file=sys.stderr)
     if not args.check:
         return 0
     n_ok = sum(r.checked for r in results.values())

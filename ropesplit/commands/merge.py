@@ -12,6 +12,7 @@ different runs or overlapping shards are refused (exit 2, no file written).
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "join the shards of one 'ropesplit claims' run into that run's claims.json"
 
@@ -40,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
     print(summary(merged))
     if args.json:
         write_json(args.json, merged)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0

@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     print(tables(record))
     if args.json:
         write_json(args.json, record)
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -13,6 +13,7 @@ input.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 HELP = "train a small RoPE LM here; measure the split at log-spaced checkpoints"
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     print(report_text(record))
     if args.json:
         write_json(args.json, record)
+        print(f"wrote {args.json}", file=sys.stderr)
     if args.figures:
         from ropesplit.commands.figures import prepare_out
         from ropesplit.figures.emergence import emergence_data

@@ -1,4 +1,4 @@
-"""The eight figures by number and name, and the writer of their PDF/PNG files.
+"""The twelve figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
 (plain arrays and JSON rows, as :mod:`ropesplit.figures.gather` returns
