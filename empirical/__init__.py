@@ -1,10 +1,10 @@
 r"""ropesplit.empirical: real model activations in, the split measured per head.
 
-The bridge from THEORY.md to real models: load a Hugging Face causal LM with
+The bridge from docs/theory.md to real models: load a Hugging Face causal LM with
 RoPE (:func:`load_model`; default the embedded SmolLM2-135M-Instruct),
 capture every layer's pre-RoPE queries and keys where the model rotates them
 (:func:`capture`, validated against the model's own attention), measure
-the statistics of THEORY.md section 5 on every head (:func:`analyze`), and
+the statistics of docs/theory.md section 5 on every head (:func:`analyze`), and
 run the paper's experiments (:func:`run_experiments`).
 
     >>> loaded = load_model()                                  # doctest: +SKIP

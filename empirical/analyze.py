@@ -1,4 +1,4 @@
-r"""The statistics of THEORY.md section 5, measured on every head of a real model.
+r"""The statistics of docs/theory.md section 5, measured on every head of a real model.
 
 For each layer the captured pre-RoPE queries ``(H, N, d)`` and keys
 ``(Hkv, N, d)`` go through ``ropesplit.numerics.stats.layer_statistics`` with
@@ -13,7 +13,7 @@ derived from the model itself; nothing here recomputes a statistic. Per head:
 - ``lowfreq_share_k`` / ``_q``: share of key (query) deviation energy in the
   lower-frequency half of the pairs: the pattern training is claimed to learn.
 
-Every head is also measured under each reference rotation of THEORY.md
+Every head is also measured under each reference rotation of docs/theory.md
 section 6 (``reference.COMPARED``: ``zero``, ``distance:256``,
 ``distance:1000``, ``mean``): ``by_reference`` in each row, means with
 bootstrap 95% intervals over heads in the record.  ``reference`` chooses the
@@ -58,7 +58,7 @@ __all__ = [
 # the split of the columns (every reference is in by_reference anyway): the paper's own,
 # reference distance 0, the same default as numerics.stats (issue 18: the split that judges the
 # paper is fixed before the data, not the one that scores best on it). The mean rotation, the
-# toolkit's best Delta-free term (THEORY.md 6), stays one --reference away and in by_reference.
+# toolkit's best Delta-free term (docs/theory.md 6), stays one --reference away and in by_reference.
 DEFAULT_REFERENCE = "zero"
 KBARS = ("mean", "mean-skip-first")  # the reference key: mean key, or without the first token
 
@@ -213,7 +213,7 @@ def analyze(
     kbar: str = "mean",
     on_layer: Callable[[int], Any] | None = None,
 ) -> Analysis:
-    r"""Capture (validated) and measure every head: THEORY.md sections 5-6 per head.
+    r"""Capture (validated) and measure every head: docs/theory.md sections 5-6 per head.
 
     Each layer's heads go through ``numerics.stats.layer_statistics`` at once
     with the captured ``theta``, ``s = scale a^2``, ``kv_map``, layout,

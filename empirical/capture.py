@@ -9,14 +9,14 @@ arguments and probabilities. So it records exactly what the model rotates
 included), and the scale, soft-cap and window it uses, without
 re-implementing any model.
 
-From the captured ``cos``/``sin`` the frequencies of THEORY.md section 1 are
+From the captured ``cos``/``sin`` the frequencies of docs/theory.md section 1 are
 derived, ``cos[n, l] = a cos(p_n theta_l)``, ``sin[n, l] = a sin(p_n theta_l)``
 (``a`` a constant attention factor, folded into the scale as ``s a^2``).
 
 Validation (what it checks, and no more): from the captured tensors alone,
 the capture rebuilds, per layer, (1) the rotated queries and keys, compared
 with the tensors the model's RoPE produced, relative to their largest entry
-(:data:`ROPE_TOL`); (2) the pre-softmax logits ``W`` of THEORY.md section 2
+(:data:`ROPE_TOL`); (2) the pre-softmax logits ``W`` of docs/theory.md section 2
 (then soft-cap), compared with the model's own on every attended pair,
 relative to the largest logit (:data:`LOGIT_TOL`); (3) the probabilities
 after mask and softmax, compared absolutely (:data:`RECONSTRUCTION_TOL`).
@@ -136,7 +136,7 @@ class LayerCapture:
     theta: np.ndarray  # (d/2,) float64; 0 for non-rotating pairs
     rope_amplitude: float  # a in cos = a cos(p theta); 1 unless an attention factor
     attn_scale: float  # the module's own scale (scaling argument)
-    scale: float  # s = attn_scale * a^2, the scale of W in THEORY.md section 2
+    scale: float  # s = attn_scale * a^2, the scale of W in docs/theory.md section 2
     kv_map: np.ndarray  # (H,) int: KV head read by each query head
     window: int | None  # sliding window (i - j < window) or None
     softcap: float | None  # logit soft-cap (Gemma 2) or None
@@ -385,7 +385,7 @@ def rebuild_logits(
 
     .. math:: W_{ij} = c \tanh\big(s\, (R_i q_i)^\top (R_j k_j) / c\big)
 
-    (THEORY.md section 2; no ``tanh`` without a soft-cap ``c``); returns
+    (docs/theory.md section 2; no ``tanh`` without a soft-cap ``c``); returns
     ``(len(heads), len(rows), len(cols))`` for the query heads, query rows
     and key columns selected (default all). The mask is not applied: see
     :func:`allowed_pairs`. ``rotated`` = ``(R q (H, N, d), R k (H, N, d))``

@@ -1,6 +1,6 @@
 r"""The emergence experiment: train at chosen RoPE bases and seeds, measure, compare with theory.
 
-THEORY.md section 3 bounds the remainder by
+docs/theory.md section 3 bounds the remainder by
 :math:`|E_{ij}| \le s\sum_l |\tilde q_{i,l}|\,|\tilde\delta_{j,l}|\,2|\sin(\theta_l\Delta/2)|`:
 key deviation is cheap only in pairs that turn little over the distances that
 matter, here :math:`\Delta < L_\mathrm{train}`. So before any training the
@@ -73,7 +73,7 @@ def prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:
             f"all leave {few['slow_pairs']} at L_train = {cfg.seq_len}"
         )
     record |= {"many": many["rope_base"], "few": few["rope_base"], "statement": (
-        f"theory (THEORY.md section 3): at L_train = {cfg.seq_len}, base {many['rope_base']:g} "
+        f"theory (docs/theory.md 3): at L_train = {cfg.seq_len}, base {many['rope_base']:g} "
         f"leaves {many['slow_pairs']} of {many['pairs']} pairs slow (theta_l L_train < 1; "
         f"low-half mean bound weight {many['low_half_bound_weight']:.3f}), base "
         f"{few['rope_base']:g} leaves {few['slow_pairs']} (weight "

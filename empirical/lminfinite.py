@@ -1,6 +1,6 @@
 r"""LM-Infinite's attention inside a real model, and each setting's own capture.
 
-THEORY.md section 4 (length extrapolation) on real forward passes: the
+docs/theory.md section 4 (length extrapolation) on real forward passes: the
 formulas (Lambda mask, distance cap, blockwise attention with one shared
 softmax) are :func:`ropesplit.numerics.lambda_attention.lambda_attention`;
 this module only installs them in a model, through the one patching module

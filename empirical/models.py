@@ -1,10 +1,10 @@
 r"""Loading a causal language model with RoPE, trained or at random initialisation.
 
-The empirical layer measures THEORY.md section 5 on real activations; this
+The empirical layer measures docs/theory.md section 5 on real activations; this
 module only gets the model into memory in the one form the capture needs:
 eager attention (so the model's own attention probabilities exist to validate
 against) and every attention module applying rotary embeddings through its
-modeling module's ``apply_rotary_pos_emb`` (THEORY.md section 1).
+modeling module's ``apply_rotary_pos_emb`` (docs/theory.md section 1).
 
 Sources of a model:
 
@@ -414,7 +414,7 @@ def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> to
 
     ``position_ids`` (default ``0..N-1``) may be any non-negative integers
     below the context: the RoPE angle of token ``n`` is ``position_ids[n]
-    theta_l`` (THEORY.md section 1); the causal mask stays by index.
+    theta_l`` (docs/theory.md section 1); the causal mask stays by index.
     """
     import torch
 

@@ -1,4 +1,4 @@
-r"""Perturbation schemes for the word-order and position experiments (THEORY.md section 4).
+r"""Perturbation schemes for the word-order and position experiments (docs/theory.md section 4).
 
 Pure functions of an integer length, a ``numpy.random.Generator`` and the
 positions that may move (``movable``, default every position but the first):
@@ -25,7 +25,7 @@ larger one (a paired comparison of rates on the same draw).
 
 - ``"jitter"``: ``p_n = n + u_n`` with ``u_n`` uniform in ``{-t..t}`` (the
   caller adds a common offset, invisible to RoPE, whose logits depend on
-  ``p_i - p_j`` only, THEORY.md section 2);
+  ``p_i - p_j`` only, docs/theory.md section 2);
 - ``"swap"``: disjoint transpositions of the position ids of movable tokens
   at most ``t`` apart, drawn left to right.
 

@@ -4,7 +4,7 @@ The paper reports one number and not how it was measured.  Each choice below
 is a protocol decision a reader of the paper cannot see; the table measures
 ``r_split`` under every combination, with a bootstrap 95% interval over heads:
 
-    reference   zero, distance:256, distance:1000, mean   (THEORY.md section 6)
+    reference   zero, distance:256, distance:1000, mean   (docs/theory.md section 6)
     kbar        mean key, mean key without the first token (the attention sink)
     tokens      512, 1024, 2048 (the first N tokens of the text)
     layers      all, middle (layers L/4 <= l < 3L/4)

@@ -6,7 +6,7 @@ TransformerLens' ``hook_q``/``hook_k`` layout ``(batch, pos, head, d_head)``
 (``order="tl"``), the batch of size 1 or left out, plus a
 :class:`~ropesplit.numerics.spec.RopeSpec`, and returns the rows
 :func:`~ropesplit.empirical.analyze.analyze` gives for a captured layer
-(THEORY.md sections 5-6, ``numerics.stats.layer_statistics``)::
+(docs/theory.md sections 5-6, ``numerics.stats.layer_statistics``)::
 
     >>> spec = RopeSpec.from_base(64, 10000.0)                 # doctest: +SKIP
     >>> result = analyze_qk(cache["blocks.3.attn.hook_q"],     # doctest: +SKIP

@@ -8,11 +8,11 @@ transformers' ``AttentionInterface``. Inside a :func:`taps` block:
 
 - ``apply_rotary_pos_emb`` is a pass-through wrapper that hands the running
   layer, the bound arguments (``q, k, cos, sin, unsqueeze_dim``) and the
-  model's own result ``(R q, R k)`` to ``on_rope`` (THEORY.md section 1: the
+  model's own result ``(R q, R k)`` to ``on_rope`` (docs/theory.md section 1: the
   rotation ``R(p_n theta)`` exactly as the model applies it);
 - ``eager_attention_forward`` is a pass-through wrapper that hands its bound
   arguments and its result ``(out, probs)`` to ``on_attention``; with
-  ``on_logits`` it also reads the model's own pre-softmax logits (THEORY.md
+  ``on_logits`` it also reads the model's own pre-softmax logits (docs/theory.md
   section 2, ``W`` after any soft-cap, mask added), the tensor the model's
   code hands to ``torch.nn.functional.softmax``;
 - ``attention=(name, function)`` registers ``function`` in

@@ -1,8 +1,8 @@
 r"""Tidy tables of results: one row per head (or setting), one column per statistic.
 
-The records are the JSON of ``ropesplit analyze --json`` (THEORY.md section 5
+The records are the JSON of ``ropesplit analyze --json`` (docs/theory.md section 5
 statistics per head, with the random-init control) and of ``ropesplit perturb
---json`` (THEORY.md section 4 experiments). :func:`tidy` turns one into a
+--json`` (docs/theory.md section 4 experiments). :func:`tidy` turns one into a
 table, with everything that is not a row (model, tokens, seed, summary,
 prediction, verdict, ...) attached as metadata:
 

@@ -1,7 +1,7 @@
 r"""Train a small RoPE language model here and keep log-spaced checkpoints (issue 11).
 
 The paper's claim is that training creates the pattern behind the split
-(THEORY.md section 5: key deviations in the slow pairs, ``lowfreq_share_k``
+(docs/theory.md section 5: key deviations in the slow pairs, ``lowfreq_share_k``
 high, ``r_split`` near 1) and that random initialisation lacks it. This
 module trains a ``transformers`` ``LlamaForCausalLM`` whose training length
 ``L_train`` and RoPE base ``b`` (:math:`\theta_l = b^{-2l/d}`) we choose, on

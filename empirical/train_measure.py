@@ -1,4 +1,4 @@
-r"""Measure a training checkpoint: validation loss and THEORY.md section 5 on held-out text.
+r"""Measure a training checkpoint: validation loss and docs/theory.md section 5 on held-out text.
 
 For each checkpoint folder (loaded with :func:`load_model`, exactly as
 ``ropesplit analyze --model`` loads it):

@@ -1,4 +1,4 @@
-r"""ropesplit.numerics: THEORY.md sections 1-5 as vectorised numpy/torch code.
+r"""ropesplit.numerics: docs/theory.md sections 1-5 as vectorised numpy/torch code.
 
 Modules, one idea each:
 

@@ -1,6 +1,6 @@
 r"""Percentile bootstrap confidence interval of a mean (model-wide means over heads).
 
-THEORY.md section 5 defines the statistics per head; a model's value is their
+docs/theory.md section 5 defines the statistics per head; a model's value is their
 mean over heads. Its uncertainty comes from resampling the heads with
 replacement (Efron's percentile bootstrap):
 

@@ -1,4 +1,4 @@
-r"""The remainder of the split and its bound, pair by pair (THEORY.md section 3).
+r"""The remainder of the split and its bound, pair by pair (docs/theory.md section 3).
 
 For a query pair :math:`\tilde q_l`, a key-deviation pair :math:`\tilde\delta_l`
 (the key minus the reference key) and the distance :math:`\Delta`:
@@ -8,7 +8,7 @@ For a query pair :math:`\tilde q_l`, a key-deviation pair :math:`\tilde\delta_l`
     |E| &\le s\sum_l |\tilde q_l|\,|\tilde\delta_l|\,2|\sin(\theta_l\Delta/2)|
        \le s\sum_l |\tilde q_l|\,|\tilde\delta_l|\,\min(2, \theta_l|\Delta|)
 
-Under a reference rotation :math:`m_l` (THEORY.md section 6, :mod:`.reference`)
+Under a reference rotation :math:`m_l` (docs/theory.md section 6, :mod:`.reference`)
 :math:`e^{i\theta_l\Delta} - 1` becomes :math:`e^{i\theta_l\Delta} - m_l
 = (e^{i\theta_l\Delta} - 1) + (1 - m_l)`, with ``1 - m`` supplied without
 cancellation, and the bound :math:`s\sum_l |\tilde q_l||\tilde\delta_l|

@@ -1,4 +1,4 @@
-r"""What watching the pattern emerge in training needs beyond section 5 (THEORY.md sections 3, 5).
+r"""What watching the pattern emerge in training needs beyond section 5 (docs/theory.md 3, 5).
 
 - :func:`pair_energy`: the per-pair deviation energy of every head, the
   summand of ``lowfreq_share`` (section 5):

@@ -1,4 +1,4 @@
-r"""Additive least-squares fits on the masked pairs (THEORY.md sections 4-5).
+r"""Additive least-squares fits on the masked pairs (docs/theory.md sections 4-5).
 
 The three-axis fit :math:`W_{ij} \approx a_{i-j} + b_i + c_j` and the
 two-axis fit :math:`W_{ij} \approx u_i + v_j` (a query effect plus a key

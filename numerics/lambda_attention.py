@@ -1,6 +1,6 @@
-r"""LM-Infinite's Lambda-shaped attention with the distance cap (THEORY.md section 4).
+r"""LM-Infinite's Lambda-shaped attention with the distance cap (docs/theory.md section 4).
 
-THEORY.md section 4, length extrapolation: beyond the training length ``L``
+docs/theory.md section 4, length extrapolation: beyond the training length ``L``
 only ``f`` (and ``E``) meet unseen angles; capping the distance,
 ``Delta -> min(Delta, L)``, keeps ``f`` inside its trained range. LM-Infinite
 (Han et al., NAACL 2024) adds a Lambda-shaped mask. This module follows the

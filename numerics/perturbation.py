@@ -1,4 +1,4 @@
-r"""The experiments' measures on known arrays: dummy distances and moved positions (THEORY.md 3-4).
+r"""The experiments' measures on arrays: dummy distances and moved positions (docs/theory.md 3-4).
 
 Everything works on one layer's complex pairs ``qc, kc (H, N, P)`` (query
 head ``h`` beside the key head it reads), frequencies ``theta (P,)`` and the
@@ -6,7 +6,7 @@ scale ``s``; ``kbar`` is each head's mean key unless given ``(H, P)``, and
 ``delta~_j = k~_j - kbar~``.
 
 **Controlled distance** (the paper's claim 3). The same pairs at one dummy
-distance ``D`` for every pair, and the split of THEORY.md section 3:
+distance ``D`` for every pair, and the split of docs/theory.md section 3:
 
 .. math::
     W^D_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}e^{i\theta_l D}
@@ -37,7 +37,7 @@ of ``v_j[g]``: :func:`weighted_key_corr` averages ``key_corr`` over heads with
 it as the weight, so a head whose key effect is nearly constant (any
 ``key_corr`` is then arbitrary) counts for little.
 
-**Moved positions** (THEORY.md section 4, position perturbation). Positions
+**Moved positions** (docs/theory.md section 4, position perturbation). Positions
 ``p -> p'`` change pair ``(i, j)``'s distance by
 ``tau_ij = (p'_i - p'_j) - (p_i - p_j)`` (jitter by up to ``2t``); with the
 same ``q``, ``k``:

@@ -1,4 +1,4 @@
-r"""The reference rotation :math:`m_l` of the split (THEORY.md section 6).
+r"""The reference rotation :math:`m_l` of the split (docs/theory.md section 6).
 
 A position-free semantic term replaces each pair's rotation :math:`e^{i\theta_l\Delta}`
 by a constant :math:`m_l` (:math:`|m_l| \le 1`):

@@ -1,4 +1,4 @@
-r"""RoPE frequencies, pair layouts and rotation (THEORY.md section 1).
+r"""RoPE frequencies, pair layouts and rotation (docs/theory.md section 1).
 
 A head's ``d`` real coordinates form ``P = d/2`` complex pairs
 :math:`\tilde x_l = x_{\mathrm{re}(l)} + i\,x_{\mathrm{im}(l)}`; position ``m``
@@ -58,7 +58,7 @@ def frequencies(
 
     .. math:: \theta_l = b^{-2l/r},\ l < r/2;\qquad \theta_l = 0,\ r/2 \le l < d/2
 
-    ``scaling`` (THEORY.md section 1: scaled RoPE only changes ``theta``):
+    ``scaling`` (docs/theory.md section 1: scaled RoPE only changes ``theta``):
     ``{"type": "linear", "factor": a}`` divides every :math:`\theta_l` by ``a``;
     ``{"type": "ntk", "factor": a}`` uses the base :math:`b\,a^{r/(r-2)}`;
     ``{"type": "llama3", "factor": a, "low_freq_factor": 1, "high_freq_factor": 4,

@@ -1,6 +1,6 @@
 r"""A head's RoPE geometry as one object: frequencies, scale, layout, rotary dim, window, KV map.
 
-THEORY.md section 1: a head of dimension ``d`` has ``P = d/2`` pairs with
+docs/theory.md section 1: a head of dimension ``d`` has ``P = d/2`` pairs with
 frequencies :math:`\theta_l` (0 for non-rotating pairs), a pair layout
 (``"half"``: coordinate ``l`` with ``l + r/2``; ``"interleaved"``: ``2l``
 with ``2l + 1``), ``r = rotary_dim`` rotating coordinates, a logit scale

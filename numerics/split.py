@@ -1,4 +1,4 @@
-r"""The additive split of one head's logits, as dense matrices (THEORY.md sections 2-3).
+r"""The additive split of one head's logits, as dense matrices (docs/theory.md sections 2-3).
 
 .. math::
     W_{ij} &= s\,\langle R(p_i)q_i, R(p'_j)k_j\rangle
@@ -15,7 +15,7 @@ bounds take the same :math:`\Delta_{ij}`; ``cap`` :math:`L` is the map
 :math:`\min(p_i - p'_j, L)` of LM-Infinite, as matrix products (the pairs beyond
 the cap rotate by :math:`L`: :math:`W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}
 e^{i\theta_l L}\overline{\tilde k_{jl}}`, :math:`f_{ij}` is row ``i``'s value at :math:`L`).
-Under a reference rotation :math:`m_l` (``reference=``, THEORY.md section 6,
+Under a reference rotation :math:`m_l` (``reference=``, docs/theory.md section 6,
 :mod:`.reference`) ``g`` and ``E`` become
 :math:`g_m = s\,\mathrm{Re}\sum_l \tilde q_l\overline{\tilde\delta_l}m_l` and
 :math:`E_m = W - f - g_m`; ``zero`` (:math:`m_l = 1`) is the split above.

@@ -1,4 +1,4 @@
-r"""The THEORY.md section 5 statistics of a head, vectorised over the heads of a layer.
+r"""The docs/theory.md section 5 statistics of a head, vectorised over the heads of a layer.
 
 Over the causal pairs :math:`\mathcal M` (``j <= i``, and ``i - j < window``):
 
@@ -8,7 +8,7 @@ Over the causal pairs :math:`\mathcal M` (``j <= i``, and ``i - j < window``):
     r_\mathrm{3axis} &= \mathrm{corr}_{\mathcal M}(W, \hat a_{i-j} + \hat b_i + \hat c_j),\qquad
     \text{tightness}_{ij} = |E_{ij}| / B_{ij}
 
-Under a reference rotation :math:`m_l` (THEORY.md section 6, ``reference=``)
+Under a reference rotation :math:`m_l` (docs/theory.md section 6, ``reference=``)
 ``g`` and ``E`` become :math:`g_m`, :math:`E_m` (:mod:`.reference`) and the
 bound :math:`s\sum_l|\tilde q_l||\tilde\delta_l||e^{i\theta_l\Delta} - m_l|`;
 ``references=`` adds ``r_split``, ``r_split_rowcentred`` and
@@ -91,7 +91,7 @@ _ROUNDING = 1e-12  # a sum of squares about a mean below this share of the raw o
 
 @dataclass(frozen=True)
 class HeadStats:
-    """THEORY.md section 5 for one head; plain Python numbers (NaN where undefined)."""
+    """docs/theory.md section 5 for one head; plain Python numbers (NaN where undefined)."""
 
     r_split: float  # corr(W, f + g) over causal pairs
     r_split_rowcentred: float  # the same after removing each row's mean
@@ -177,7 +177,7 @@ def layer_statistics(
     whose bound is checked (None, the default: every pair; a smaller number:
     a seeded sample of that many, reported as ``sampled_pairs``); ``seed``
     fixes the pair sample.  ``reference`` (``"zero"``, ``"distance:C"``,
-    ``"mean"`` over this layer's causal pairs, THEORY.md section 6) sets the
+    ``"mean"`` over this layer's causal pairs, docs/theory.md section 6) sets the
     split of every field; ``references`` adds ``r_split``,
     ``r_split_rowcentred`` and ``remainder_share`` under each of those specs
     (``by_reference``, which also holds ``reference``'s own).

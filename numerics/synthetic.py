@@ -1,4 +1,4 @@
-r"""Synthetic queries and keys that satisfy, ignore or violate the pattern (THEORY.md section 3).
+r"""Synthetic queries and keys that satisfy, ignore or violate the pattern (docs/theory.md 3).
 
 The bound :math:`|E_{ij}| \le s\sum_l |\tilde q_l||\tilde\delta_l|\,2|\sin(\theta_l\Delta/2)|`
 is small when the key deviation :math:`\delta_j = k_j - \bar k` sits in slow
@@ -15,7 +15,7 @@ Deviation energy per token is ``d`` (that of a standard normal key), spread
 evenly over the pairs of each part; each pair's deviation is a circular complex
 normal.  ``sweep`` runs ``structured`` over ``high_share`` from 0 to 1;
 ``reference_sweep`` measures each pattern under each reference rotation of
-THEORY.md section 6 (``zero``, reference distances ``C``, the ``mean``).
+docs/theory.md section 6 (``zero``, reference distances ``C``, the ``mean``).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def reference_sweep(
     tokens: int = 512,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    r"""``r_split`` and the remainder under each reference, for each pattern (THEORY.md section 6).
+    r"""``r_split`` and the remainder under each reference, per pattern (docs/theory.md section 6).
 
     One row per (pattern, reference): ``pattern, reference, r_split,
     r_split_rowcentred, remainder_share`` and ``mean_square_remainder``

@@ -2,7 +2,7 @@
 
 Layers (dependencies point one way, left to right)::
 
-    ropesplit.theory     sympy derivations of THEORY.md, every step checked
+    ropesplit.theory     sympy derivations of docs/theory.md, every step checked
     ropesplit.numerics   the same formulas as vectorised numpy/torch code
     ropesplit.empirical  real model activations in, the split measured per head
     ropesplit.cli        the `ropesplit` command and its subcommands

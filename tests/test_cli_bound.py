@@ -31,7 +31,7 @@ def test_all_patterns_pass_and_order(tmp_path, capsys):
     assert lines[0].split()[0] == "pattern" and len(lines) == 10
     assert lines[4] == "0 bound violations on every causal pair"
     assert lines[6].split()[1:] == list(REFERENCES)
-    # THEORY.md section 6 on synthetic heads: one row per (pattern, reference)
+    # docs/theory.md section 6 on synthetic heads: one row per (pattern, reference)
     rows = {(row["pattern"], row["reference"]): row for row in data["references"]}
     assert set(rows) == {(p, r) for p in cases for r in REFERENCES}
     for pattern in cases:

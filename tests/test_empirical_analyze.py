@@ -3,7 +3,7 @@
 The strongest check of the bridge: the logits the numerics layer builds from
 the captured q/k with the derived ``theta``, scale, layout and rotary
 dimension are the model's own logits (recovered from its probabilities up to
-a per-row constant, the softmax's blind spot: THEORY.md section 4).
+a per-row constant, the softmax's blind spot: docs/theory.md section 4).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""numerics.fit: the three-axis least-squares fit a_{i-j} + b_i + c_j (issue 3, THEORY.md 4-5)."""
+"""numerics.fit: the three-axis least-squares fit a_{i-j} + b_i + c_j (docs/theory.md 4-5)."""
 
 from __future__ import annotations
 

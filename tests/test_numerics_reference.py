@@ -1,6 +1,6 @@
 """numerics.reference: the reference rotation m_l and what the mean reference is best at (issue 10).
 
-THEORY.md section 6.  What is exact, and tested here:
+docs/theory.md section 6.  What is exact, and tested here:
 
 (a) for one query ``q`` and one key deviation ``delta`` over any distance distribution ``D``,
     ``mean_D E_c^2 = mean_D E_m^2 + (g_m - g_c)^2`` with ``m`` the mean rotation over ``D``:

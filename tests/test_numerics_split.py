@@ -1,4 +1,4 @@
-"""numerics.split and numerics.bound: W = f + g + E and |E| <= bound (issue 3, THEORY.md 2-3)."""
+"""numerics.split and numerics.bound: W = f + g + E and |E| <= bound (docs/theory.md 2-3)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ LAYOUTS = ("half", "interleaved")
 
 def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None, distances=None,
                m=None):  # fmt: skip
-    """Reference twin: every (i, j, l) term of THEORY.md sections 3 and 6 in a plain float64 loop.
+    """Reference twin: every (i, j, l) term of docs/theory.md sections 3, 6 in a float64 loop.
 
     ``Delta_ij = pq[i] - pk[j]``, or ``distances[i, j]`` when a distance map is given;
     ``m (P,)`` the reference rotation (default 1).

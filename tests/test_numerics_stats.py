@@ -1,4 +1,4 @@
-"""numerics.stats: the THEORY.md section 5 statistics against a float64 loop twin (issue 3)."""
+"""numerics.stats: the docs/theory.md section 5 statistics against a float64 loop twin (issue 3)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ FLOATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightn
 
 def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", rotary_dim=None,
                     reference="zero"):  # fmt: skip
-    """Reference twin: THEORY.md sections 5-6 from the dense split, pair by pair, in float64."""
+    """Reference twin: docs/theory.md sections 5-6 from the dense split, pair by pair, float64."""
     sp = split_head(q, k, theta, s, positions=positions, window=window, layout=layout,
                     rotary_dim=rotary_dim, reference=reference)  # fmt: skip
     m = sp.mask

@@ -70,7 +70,7 @@ def test_remainder_kernel_equals_the_theory_on_one_pair(a, b, dc, de, theta, del
         get_step("remainder_bound").numeric(a, b, dc, de, theta, delta, s), rel=1e-12, abs=1e-300)
 
 
-# ------------------------------------------------------------- THEORY.md section 6
+# ------------------------------------------------------------- docs/theory.md section 6
 
 
 @settings(max_examples=25, deadline=None)

@@ -2,7 +2,7 @@
 
 Each identity's ``numeric`` summed over pairs must agree with plain numpy
 rotation matrices (or complex float64 twins) to 1e-9 relative to the natural
-scale ``s |q| |k|``; each bound and each optimality claim (THEORY.md section 6:
+scale ``s |q| |k|``; each bound and each optimality claim (docs/theory.md section 6:
 mean rotation, mean key) must never be beaten on random inputs.
 """
 
@@ -29,7 +29,7 @@ SETTINGS = settings(max_examples=40, deadline=None)  # local: never a global pro
 
 
 def frequencies(d: int, base: float) -> np.ndarray:
-    """theta_l = base^(-2l/d), l = 0 .. d/2 - 1 (THEORY.md section 1)."""
+    """theta_l = base^(-2l/d), l = 0 .. d/2 - 1 (docs/theory.md section 1)."""
     return base ** (-2.0 * np.arange(d // 2) / d)
 
 

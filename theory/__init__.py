@@ -1,4 +1,4 @@
-r"""ropesplit.theory: THEORY.md derived and machine-checked with sympy.
+r"""ropesplit.theory: docs/theory.md derived and machine-checked with sympy.
 
 Every result is a :class:`Step` (id, kind, statement in words and LaTeX, the
 lemmas an inequality rests on) whose ``check()`` really checks it and whose

@@ -1,4 +1,4 @@
-r"""Consequences of the split (THEORY.md section 4).
+r"""Consequences of the split (docs/theory.md section 4).
 
 .. math::
 

@@ -1,4 +1,4 @@
-r"""RoPE's relative property and the logit expansion (THEORY.md sections 1 and 2).
+r"""RoPE's relative property and the logit expansion (docs/theory.md sections 1 and 2).
 
 .. math::
 

@@ -1,4 +1,4 @@
-r"""The best reference rotation and the best reference key (THEORY.md section 6).
+r"""The best reference rotation and the best reference key (docs/theory.md section 6).
 
 For a fixed query and deviation, the deviation part of the logit is
 :math:`X(\Delta) = s\operatorname{Re}\sum_l h_l e^{i\theta_l\Delta}`,

@@ -1,4 +1,4 @@
-r"""The reference-rotation family of splits and its remainder bound (THEORY.md section 6).
+r"""The reference-rotation family of splits and its remainder bound (docs/theory.md section 6).
 
 .. math::
 

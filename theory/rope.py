@@ -1,4 +1,4 @@
-r"""Symbolic RoPE (THEORY.md section 1): rotations, pair layouts, complex pairs.
+r"""Symbolic RoPE (docs/theory.md section 1): rotations, pair layouts, complex pairs.
 
 .. math::
 
@@ -69,7 +69,7 @@ def rope_matrix(m: sp.Expr, theta: Sequence[sp.Expr], layout: Layout) -> sp.Matr
     r"""The d x d rotation :math:`R(m)`, pair ``l`` rotated by :math:`m\,\theta_l`.
 
     ``d = 2 len(theta)``; a pair with ``theta_l = 0`` is left untouched, which is
-    how partial rotary appears (THEORY.md section 1).
+    how partial rotary appears (docs/theory.md section 1).
     """
     return place_blocks([rot2(m * th) for th in theta], layout)
 

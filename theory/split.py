@@ -1,4 +1,4 @@
-r"""The additive split, its remainder bound and when it is exact (THEORY.md section 3).
+r"""The additive split, its remainder bound and when it is exact (docs/theory.md section 3).
 
 .. math::
 

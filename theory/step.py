@@ -1,4 +1,4 @@
-r"""The step object: one result of THEORY.md, its statement, its check, its numbers.
+r"""The step object: one result of docs/theory.md, its statement, its check, its numbers.
 
 A :class:`Step` carries a *claim*: a function that builds, from sympy symbols,
 the formula the statement asserts (the right-hand side of an identity, the
@@ -84,7 +84,7 @@ def _no_check(claim: Callable[..., Any]) -> Verdict:
 
 @dataclass(frozen=True)
 class Step:
-    r"""One named result of THEORY.md.
+    r"""One named result of docs/theory.md.
 
     ``claim(*symbols)`` builds the asserted formula from real sympy symbols
     named by ``numeric_args`` (in that order); ``verify(claim)`` checks it and

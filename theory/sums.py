@@ -1,4 +1,4 @@
-r"""Sums over a symbolic number of pairs (and of distances or keys): THEORY.md sections 1-3, 6.
+r"""Sums over a symbolic number of pairs (and of distances or keys): docs/theory.md sections 1-3, 6.
 
 A per-pair identity proved for a pair ``l`` with *indexed* symbols
 (:math:`a_l, b_l, \theta_l, \dots`) holds for the whole head with a symbolic

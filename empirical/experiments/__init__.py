@@ -6,7 +6,7 @@ and judges every row and itself from the measured numbers
 
     distance   the same query/key pairs at dummy distances (claim 3)
     order      word-order perturbation of the context (claim 1)
-    position   position-id perturbation (THEORY.md section 4)
+    position   position-id perturbation (docs/theory.md section 4)
     length     distances beyond the training length, LM-Infinite's cap
 
 :func:`run_experiments` runs any of them and returns the JSON record

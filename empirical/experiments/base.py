@@ -2,7 +2,7 @@ r"""What every experiment is: a prediction in words, a run, rows, and a verdict 
 
 An :class:`Experiment` is a frozen record of functions (no subclassing):
 
-- ``prediction``: what THEORY.md section 4 (and the paper) predict, in
+- ``prediction``: what docs/theory.md section 4 (and the paper) predict, in
   words, with the thresholds the verdict uses, fixed before anything runs;
 - ``needs``: the forward passes and captures it needs, in words;
 - ``run(context) -> rows``: flat dicts of measured numbers (JSON-ready);

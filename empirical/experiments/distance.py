@@ -1,7 +1,7 @@
 r"""Controlled distance (the paper's claim 3): the same query/key pairs at dummy distances.
 
 Every causal pair ``j <= i`` of a head's captured pre-RoPE queries and keys
-is re-evaluated at one dummy distance ``D`` (THEORY.md section 3):
+is re-evaluated at one dummy distance ``D`` (docs/theory.md section 3):
 
 .. math:: W^D_{ij} = s\,\langle R(D) q_i, k_j\rangle = f(q_i, D) + g(q_i, k_j) + E^D_{ij}
 

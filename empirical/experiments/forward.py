@@ -14,7 +14,7 @@ The position ids go to the model together with an all-ones attention mask:
 without one, transformers reads any step other than +1 in the position ids
 as the start of a new packed sequence and masks across it, which would turn
 a position perturbation into a different attention pattern. With the mask
-the attention stays causal by index, as THEORY.md section 2 assumes.
+the attention stays causal by index, as docs/theory.md section 2 assumes.
 """
 
 from __future__ import annotations

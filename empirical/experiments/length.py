@@ -1,6 +1,6 @@
 r"""Experiment 4, length: real text beyond the training length, with LM-Infinite's attention.
 
-THEORY.md section 4 (length extrapolation): beyond the training length ``L``
+docs/theory.md section 4 (length extrapolation): beyond the training length ``L``
 only ``f(q, Delta) = s <q, R(-Delta) kbar>`` (and ``E``) meet unseen angles,
 ``g(q, k) = s <q, delta>`` is position-free; LM-Infinite's cap
 ``Delta -> min(Delta, L)`` with its Lambda-shaped mask keeps ``f`` in its

@@ -1,7 +1,7 @@
 r"""Word order (the paper's claim 1): perturb the context, measure the loss on the continuation.
 
 The paper: shuffling up to about 5% of the tokens barely moves the loss,
-more than about 10% hurts. THEORY.md section 4 explains it: moving a token
+more than about 10% hurts. docs/theory.md section 4 explains it: moving a token
 moves ``f`` and ``E`` of its logits, never ``g``.
 
 The first 75% of the tokens (the context) are perturbed by a scheme of

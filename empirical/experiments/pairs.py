@@ -1,4 +1,4 @@
-r"""A captured layer's queries and keys as complex RoPE pairs (THEORY.md section 1).
+r"""A captured layer's queries and keys as complex RoPE pairs (docs/theory.md section 1).
 
 Pair ``l`` of a head vector is the complex number ``z_l = x + i y``; in the
 ``"half"`` layout ``(x, y) = (x_l, x_{l + r/2})``, in ``"interleaved"``

@@ -1,4 +1,4 @@
-r"""Position ids (THEORY.md section 4): move only the positions, beside the bound per pair.
+r"""Position ids (docs/theory.md section 4): move only the positions, beside the bound per pair.
 
 The tokens stay in order; the context's position ids are jittered by up to
 ``t`` or swapped between tokens at most ``t`` apart (the first token and

@@ -3,9 +3,9 @@
 Loads a RoPE causal LM (default: the embedded SmolLM2-135M-Instruct), reads
 the first ``--tokens`` tokens of a text, captures every layer's pre-RoPE
 queries and keys (validated against the model's own attention), and reports
-the statistics of THEORY.md section 5 per head, beside the same architecture
+the statistics of docs/theory.md section 5 per head, beside the same architecture
 at random initialisation (the control). Every head is measured under each
-reference rotation of THEORY.md section 6 (zero, distance:256, distance:1000,
+reference rotation of docs/theory.md section 6 (zero, distance:256, distance:1000,
 mean; ``--reference`` picks the split of the columns). ``--protocol`` adds the
 protocol table (reference x kbar x tokens x per-head/pooled x layers) and the
 controls (random init over seeds, shuffled frequency order, a second text).

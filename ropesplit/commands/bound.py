@@ -1,4 +1,4 @@
-"""``ropesplit bound``: the remainder bound checked on synthetic heads (THEORY.md section 3).
+"""``ropesplit bound``: the remainder bound checked on synthetic heads (docs/theory.md section 3).
 
 For each pattern (``structured``: key variation in slow pairs; ``random``;
 ``adversarial``: variation in the fastest pairs) one synthetic head is
@@ -7,7 +7,7 @@ generated and its section 5 statistics computed, the bound
 every causal pair (unless ``--pair-budget`` asks for a sample).  Prints one
 row per case; exits 1 if any pair violates the bound.  Then, per pattern,
 ``r_split`` and the mean-square remainder under each reference rotation of
-THEORY.md section 6 (``zero``, reference distances ``C``, the ``mean``).
+docs/theory.md section 6 (``zero``, reference distances ``C``, the ``mean``).
 ``--json`` writes ``{"cases": [...], "violations": int, "references": [...]}``.
 """
 

@@ -1,4 +1,4 @@
-"""``ropesplit derive``: check every step of THEORY.md with sympy and write the derivation.
+"""``ropesplit derive``: check every step of docs/theory.md with sympy and write the derivation.
 
 Without ``--check`` the steps are listed (id, kind, lemmas) and nothing is
 claimed checked; with ``--check`` every step's symbolic check runs, one line
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "derive and machine-check every step of THEORY.md (sympy); write the derivation"
+HELP = "derive and machine-check every step of docs/theory.md (sympy); write the derivation"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ Trains a Llama-architecture causal LM (byte-level tokenizer) on the default
 text (or ``--text``) at training length ``--seq-len`` and RoPE base
 ``--bases``, saves log-spaced checkpoints (step 0 = random init) that
 ``ropesplit analyze --model`` loads, and measures at each: validation loss
-and THEORY.md section 5 per head, with bootstrap intervals over heads. With
+and docs/theory.md section 5 per head, with bootstrap intervals over heads. With
 two or more bases the theory's prediction is printed before training and
 judged after it. Re-running with the same flags resumes. Exit code 2 on bad
 input.

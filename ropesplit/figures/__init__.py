@@ -8,7 +8,7 @@ PDF and PNG at one-column (3.3 in) and two-column (6.9 in) width, byte-
 identical on re-runs.
 
 =====  ================  ==========================================================
- no.   name              shows (THEORY.md)
+ no.   name              shows (docs/theory.md)
 =====  ================  ==========================================================
  1     decomposition     W, f, g, E of one head on one colour scale (section 3)
  2     r_split           r_split per layer and head, trained vs random init (5)

@@ -1,6 +1,6 @@
 r"""Figures 4 and 5: the remainder against its bound, and the synthetic sweep.
 
-Figure 4 (THEORY.md section 3, the bound): every sampled causal pair is a
+Figure 4 (docs/theory.md section 3, the bound): every sampled causal pair is a
 point ``(bound_ij, |E_ij|)`` with
 
 .. math::
@@ -11,7 +11,7 @@ so every point lies on or below the line ``|E| = bound``; real heads and the
 synthetic patterns (``random``, ``structured``, ``adversarial``) are drawn in
 their own colours.
 
-Figure 5 (THEORY.md section 3, the pattern): ``r_split`` against the share of
+Figure 5 (docs/theory.md section 3, the pattern): ``r_split`` against the share of
 key deviation energy placed in the high-frequency half of the pairs, one line
 per RoPE base ``b``: the less deviation in fast pairs, the better the split.
 """

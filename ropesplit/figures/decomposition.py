@@ -1,6 +1,6 @@
 r"""Figure 1: one head's logits and their split, side by side on one colour scale.
 
-THEORY.md section 3, the central result, drawn for one head:
+docs/theory.md section 3, the central result, drawn for one head:
 
 .. math::
 

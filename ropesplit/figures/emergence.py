@@ -2,7 +2,7 @@ r"""Figures 11 and 12: the split's pattern forming during training (``ropesplit 
 
 Figure 11 plots, against the training step (log axis; step 0, the random
 initialisation, drawn at the left edge and labelled "init"), the validation
-loss and the THEORY.md section 5 statistics ``r_split``,
+loss and the docs/theory.md section 5 statistics ``r_split``,
 ``remainder_share``, ``tightness_max``, ``lowfreq_share_k`` and
 ``lowfreq_share_q`` (model means over heads), one colour per RoPE base; the
 line is the mean over seeds and the band their range (with one seed: the

@@ -1,9 +1,9 @@
 r"""Collect each figure's data from the layers' APIs: captures, analyses, experiments, synthetic.
 
 Nothing here re-implements the maths: the split of one head is
-``numerics.split.split_head`` (THEORY.md section 3), the synthetic heads are
+``numerics.split.split_head`` (docs/theory.md section 3), the synthetic heads are
 ``numerics.synthetic``, pairs are ``numerics.rope.to_pairs``. The one
-quantity computed here is figure 3's per-pair deviation energy (THEORY.md
+quantity computed here is figure 3's per-pair deviation energy (docs/theory.md
 section 5, the summand of ``lowfreq_share``):
 
 .. math::
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 SYNTHETIC_PATTERNS = ("random", "structured", "adversarial")
-SWEEP_BASES = (1e4, 1e5, 1e6)  # Llama-2, SmolLM2, Gemma-3 global layers (THEORY.md section 1)
+SWEEP_BASES = (1e4, 1e5, 1e6)  # Llama-2, SmolLM2, Gemma-3 global layers (docs/theory.md section 1)
 
 
 def parse_head(text: str) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 r"""Figure 2: ``r_split`` for every layer and head, trained against the random-init control.
 
-THEORY.md section 5: ``r_split`` is the Pearson correlation of ``W`` with
+docs/theory.md section 5: ``r_split`` is the Pearson correlation of ``W`` with
 ``f + g`` over causal pairs; the seed paper reports 0.959 for a Llama-family
 model. Panel (a) maps it per ``(layer, head)`` for the trained model; panel
 (b) shows its distribution over heads for the trained model and for the same

@@ -1,6 +1,6 @@
 r"""Figure 8: length extrapolation with LM-Infinite's attention, four settings.
 
-THEORY.md section 4 (length extrapolation): beyond the training length ``L``
+docs/theory.md section 4 (length extrapolation): beyond the training length ``L``
 only ``f = s<q, R(-Delta) kbar>`` (and ``E``) meet unseen angles; ``g =
 s<q, delta>`` is position-free; LM-Infinite's Lambda mask and distance cap
 ``Delta -> min(Delta, L)`` keep ``f`` in its trained range. Drawn from the

@@ -1,6 +1,6 @@
 r"""Figure 3: where the deviation energy sits, per RoPE pair, against the bound's weight.
 
-THEORY.md section 3: with ``delta_j = k_j - kbar`` the remainder obeys
+docs/theory.md section 3: with ``delta_j = k_j - kbar`` the remainder obeys
 
 .. math::
 

@@ -1,6 +1,6 @@
 r"""Figure 6: word-order and position-id perturbation, the loss ratio beside the logit bound.
 
-THEORY.md section 4 (position perturbation): a pair whose distance changes
+docs/theory.md section 4 (position perturbation): a pair whose distance changes
 by ``tau`` moves its logit by at most
 
 .. math:: s\sum_l |\tilde q_l|\,|\tilde k_l|\; 2|\sin(\theta_l \tau/2)|,

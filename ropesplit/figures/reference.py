@@ -1,4 +1,4 @@
-r"""Figures 9 and 10: the split under each reference rotation (THEORY.md section 6).
+r"""Figures 9 and 10: the split under each reference rotation (docs/theory.md section 6).
 
 A position-free term replaces each pair's rotation :math:`e^{i\theta_l\Delta}` by a
 constant :math:`m_l`: ``zero`` (:math:`m_l = 1`), a reference distance ``C``

@@ -85,7 +85,7 @@ FIGURES = (
                "and g (c) per length in units of the range seen at distances <= L, with the "
                "share of pairs outside it.", length_figure),
     FigureSpec(9, "reference", "r_split under each reference rotation",
-               "Prediction (THEORY.md 6): the mean rotation m_l is the best Delta-free value for each query and key deviation, so it should raise r_split over m_l = 1 (zero) and fixed C. Measured: mean r_split over heads with its bootstrap 95% interval per reference, trained model and controls.", reference_figure),  # noqa: E501
+               "Prediction (docs/theory.md 6): the mean rotation m_l is the best Delta-free value for each query and key deviation, so it should raise r_split over m_l = 1 (zero) and fixed C. Measured: mean r_split over heads with its bootstrap 95% interval per reference, trained model and controls.", reference_figure),  # noqa: E501
     FigureSpec(10, "reference_pairs", "Mean rotation and key deviation per pair",
                "Per RoPE pair: the mean rotation's modulus |m_l| over the analysed causal pairs beside the share of key deviation energy (a; mean over layers), and the share the mean reference leaves in the remainder, energy x (1 - |m_l|^2) (b), trained against random init.", reference_pairs_figure),  # noqa: E501
     FigureSpec(11, *FIGURE_11),

@@ -5,12 +5,12 @@ prints one progress line on stderr (with tqdm bars inside the long ones) and
 may return a JSON record, which :func:`run_report` writes as ``NAME.json``
 and hands to the report's sections (:mod:`ropesplit.report.sections`):
 
-1. ``derive``   the sympy checks of THEORY.md (``ropesplit.theory.check_all``);
+1. ``derive``   the sympy checks of docs/theory.md (``ropesplit.theory.check_all``);
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
 4. ``claims``   every claim's pre-registered primary test (``ropesplit.claims``) over a
    corpus of passages, trained beside three random-init twins (``claims.json``);
-5. ``analyze``  THEORY.md section 5 statistics on every head, trained and control;
+5. ``analyze``  docs/theory.md section 5 statistics on every head, trained and control;
 6. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
 7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length``;
 8. ``gather``   the figures' data (captures, synthetic heads);
@@ -138,7 +138,7 @@ def _versions() -> dict[str, str]:
 
 
 def _derive(ctx: RunContext) -> dict[str, Any]:
-    """Every THEORY.md step checked (``theory.check_all``), in ``ropesplit derive``'s schema."""
+    """Every docs/theory.md step checked (``theory.check_all``), in ``ropesplit derive``'s schema."""
     from ropesplit.theory import STEPS, check_all
 
     results = check_all()

@@ -1,4 +1,4 @@
-r"""Empirical: THEORY.md section 5's statistics on every head, trained vs random init.
+r"""Empirical: docs/theory.md section 5's statistics on every head, trained vs random init.
 
 Per-layer means over heads and the model-wide row, all from ``analyze.json``.
 The paper's mean ``r_split`` is compared once, in the claims table

@@ -1,4 +1,4 @@
-r"""The protocol table: which measurement choices move ``r_split`` (THEORY.md section 6, issue 10).
+r"""The protocol table: which measurement choices move ``r_split`` (docs/theory.md section 6, issue 10).
 
 Reads ``protocol.json`` (``empirical.protocol.protocol``): per token count,
 reference key, layer set and reference rotation, the per-head mean and the
@@ -48,7 +48,7 @@ def build(inputs: ReportInputs) -> list[Section]:
                      "paired by (layer, head) [bootstrap 95% CI]")  # fmt: skip
     text = [
         "The paper reports one r_split and not how it was measured. Each column is a reference "
-        "rotation m_l of THEORY.md section 6 (zero: every pair read at distance 0; C: a "
+        "rotation m_l of docs/theory.md section 6 (zero: every pair read at distance 0; C: a "
         "reference distance; mean: the mean rotation over the causal pairs, the best "
         "Delta-free value for each query and key deviation); each row one choice of token "
         f"count, reference key (mean, or mean without the first token), layers (all, or the "

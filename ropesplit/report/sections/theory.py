@@ -1,4 +1,4 @@
-r"""Theory: every step of THEORY.md checked with sympy (the ``derive`` record)."""
+r"""Theory: every step of docs/theory.md checked with sympy (the ``derive`` record)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def build(inputs: ReportInputs) -> list[Section]:
     ]  # fmt: skip
     n_ok = sum(bool(s["checked"]) for s in steps)
     return [Section(
-        "Theory: every step of THEORY.md checked with sympy",
+        "Theory: every step of docs/theory.md checked with sympy",
         [f"{n_ok} of {len(steps)} steps checked symbolically "
          f"({'all checked' if derive.get('all_checked') else 'NOT all checked'})."],
         [Table(["step", "kind", "status", "seconds", "lemmas", "method"], rows)],
