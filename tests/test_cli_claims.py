@@ -56,3 +56,15 @@ def test_report_takes_the_claims_flags_and_refuses_bad_ones_first(flags, message
     assert main(["report", *flags, "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"ropesplit report: error: {message}")
     assert not out.exists()
+
+
+def test_report_and_figures_take_device_and_dtype():
+    """Issue 22: 'report' and 'figures' loaded the model without --device/--dtype."""
+    from ropesplit.cli import build_parser
+    from ropesplit.commands.figures import settings_from
+
+    for command in ("report", "figures"):
+        args = build_parser().parse_args([command, "--dtype", "bfloat16", "--device", "cpu"])
+        settings = settings_from(args)
+        assert (settings.device, settings.dtype) == ("cpu", "bfloat16")
+    assert main(["figures", "--dtype", "int8"]) == 2  # refused while parsing

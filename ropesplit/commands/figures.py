@@ -32,6 +32,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
                         help="figure 1's head (default: the head with median r_split)")
     parser.add_argument("--figure-tokens", type=int, default=96,
                         help="tokens in figure 1's heatmaps (default 96)")  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
     parser.add_argument("--out", default=out_default, help=f"output folder (default {out_default})")
 
 
@@ -59,7 +61,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
     return RunSettings(
         model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
         seed=args.seed, seeds=args.seeds, figure_tokens=args.figure_tokens,
-        head=parse_head(args.head) if args.head else None,
+        head=parse_head(args.head) if args.head else None, device=args.device, dtype=args.dtype,
     )  # fmt: skip
 
 

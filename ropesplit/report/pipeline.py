@@ -78,6 +78,8 @@ class RunSettings:
     corpus: str | None = None  # the claims' passages: None, Python's language reference
     passages: int = 12  # passages of claims 2-5 (the unit of replication; at least 8)
     order_passages: int = 8  # passages of the word-order test, claim 1 (at least 8)
+    device: str | None = None  # torch device of a model read from disk (None: cpu)
+    dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
 
 
 @dataclass
@@ -303,7 +305,8 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
 
     text = read_text(settings.text) if settings.text else default_text()
     loaded = load_model(settings.model, settings.gguf_file, tokenizer=settings.tokenizer,
-                        seed=settings.seed)  # fmt: skip
+                        seed=settings.seed, device=settings.device,
+                        dtype=settings.dtype)  # fmt: skip
     ids = tokenize(loaded, text, settings.tokens)  # (N,); refuses more than the context
     check_memory(loaded, settings.tokens)
     control = random_init_twin(loaded, settings.seed) if settings.control else None
