@@ -101,7 +101,7 @@ def test_analyze_writes_json_and_csv(folders, capsys, tmp_path, arch):
     assert summary["lowfreq_share_k_control"] == record["control"]["summary"]["lowfreq_share_k"]
     assert summary["r_split_paper"] == 0.959
     rows = list(csv.DictReader(cs.open()))
-    assert [r["model"] for r in rows] == ["trained"] * 4 + ["control"] * 4
+    assert [r["run"] for r in rows] == ["trained"] * 4 + ["control"] * 4
     assert float(rows[5]["r_split"]) == pytest.approx(record["control"]["heads"][1]["r_split"])
     assert "(paper 0.959, the same split)" in out and out.count("\n") >= 5
 

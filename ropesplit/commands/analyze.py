@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
     check_reference_distance(reference)
     text = read_text(args.text) if args.text else default_text()
+    if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
+        print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(
         args.model, args.gguf_file, device=args.device, dtype=args.dtype,
         device_map=args.device_map, seed=args.seed,
@@ -236,10 +238,10 @@ def _cells(row: dict[str, float], control: dict[str, float] | None) -> str:
 
 
 def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
-    """One row per head, trained then control, with a ``model`` column telling which."""
+    """One row per head, trained then control, with a ``run`` column telling which (as tidy)."""
     buffer = io.StringIO()
     specs = list(trained.heads[0]["by_reference"]) if trained.heads else []
-    columns = ["model", "layer", "head", "kv_head", "rope_base", *statistics, "n_pairs",
+    columns = ["run", "layer", "head", "kv_head", "rope_base", *statistics, "n_pairs",
                "sampled_pairs", "reference", *(f"r_split[{spec}]" for spec in specs)]  # fmt: skip
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
@@ -247,5 +249,5 @@ def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
         for row in analysis.heads if analysis is not None else []:
             flat = {k: v for k, v in row.items() if k != "by_reference"}
             flat |= {f"r_split[{spec}]": row["by_reference"][spec]["r_split"] for spec in specs}
-            writer.writerow({"model": label, **flat})
+            writer.writerow({"run": label, **flat})
     return buffer.getvalue()

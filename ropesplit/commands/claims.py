@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         output_path(args.json)
     start = time.perf_counter()
-    print("loading the model ...", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
+        print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
     lo, hi = shard or (0, need)
     total = len(range(lo, min(hi, args.passages))) + len(range(lo, min(hi, args.order_passages)))

@@ -86,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         output_path(args.json)  # a bad output folder fails now, not after the model ran
     text = read_text(args.text) if args.text else default_text()
     start = time.perf_counter()
+    if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
+        print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
     if args.experiment == "length":  # refuse before its forward passes, not after them
         from ropesplit.empirical.experiments.length import training_length

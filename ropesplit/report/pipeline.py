@@ -304,6 +304,8 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
     from ropesplit.empirical.text import default_text, read_text, tokenize
 
     text = read_text(settings.text) if settings.text else default_text()
+    if sys.stderr.isatty():  # progress for a person
+        print("  loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(settings.model, settings.gguf_file, tokenizer=settings.tokenizer,
                         seed=settings.seed, device=settings.device,
                         dtype=settings.dtype)  # fmt: skip
