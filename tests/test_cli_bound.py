@@ -28,9 +28,12 @@ def test_all_patterns_pass_and_order(tmp_path, capsys):
     r = [cases[p]["r_split"] for p in ("structured", "random", "adversarial")]
     assert r[0] > r[1] > r[2]
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[0] == "pattern" and len(lines) == 10
+    assert lines[0].split()[0] == "pattern" and len(lines) == 17
     assert lines[4] == "0 bound violations on every causal pair"
-    assert lines[6].split()[1:] == list(REFERENCES)
+    assert lines[5].startswith("r_rowcen: r_split on row-centred logits")  # the legend
+    short = [r.replace("distance:", "C=") for r in REFERENCES]
+    assert lines[8].split()[1:] == short and lines[13].split()[1:] == short
+    assert max(len(line) for line in lines) <= 100  # issue 22: the table was 132 wide
     # docs/theory.md section 6 on synthetic heads: one row per (pattern, reference)
     rows = {(row["pattern"], row["reference"]): row for row in data["references"]}
     assert set(rows) == {(p, r) for p in cases for r in REFERENCES}

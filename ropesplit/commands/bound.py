@@ -22,6 +22,9 @@ HELP = "check the remainder bound and the split statistics on synthetic queries 
 _COLUMNS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
             "tightness_median", "lowfreq_share_k")  # fmt: skip
 _TITLES = ("r_split", "r_rowcen", "r_3axis", "remainder", "tight_max", "tight_med", "lowfreq_k")
+LEGEND = ("r_rowcen: r_split on row-centred logits; remainder: ||E|| / ||W - mean W||; "
+          "tight_max, tight_med:\n|E| / bound, max and median; lowfreq_k: key-deviation energy "
+          "in the slower half of the pairs")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     checked = (f"on {sampled} sampled causal pairs of {cases[0]['n_pairs']} (--pair-budget)"
                if sampled is not None else "on every causal pair")  # fmt: skip
     print(f"{total} bound violations {checked}" + ("" if total == 0 else ": the bound FAILED"))
+    print(LEGEND)
     references = reference_sweep(patterns=patterns, d=args.d, base=args.base,
                                  tokens=args.tokens, seed=args.seed)  # fmt: skip
     print(_reference_table(references))
@@ -86,13 +90,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reference_table(rows: list[dict]) -> str:
-    """``r_split`` (and the mean-square remainder) per pattern under each reference."""
+    """``r_split``, then the mean-square remainder, per pattern under each reference: two
+    blocks of one column per reference, within 100 columns."""
     specs = list(dict.fromkeys(row["reference"] for row in rows))
-    lines = ["r_split (mean-square remainder) under each reference m_l:",
-             f"{'pattern':<12}" + "".join(f"{spec:>20}" for spec in specs)]  # fmt: skip
-    for pattern in dict.fromkeys(row["pattern"] for row in rows):
-        cells = {row["reference"]: row for row in rows if row["pattern"] == pattern}
-        lines.append(f"{pattern:<12}" + "".join(
-            f"{_cell(cells[s]['r_split']):>9} ({_cell(cells[s]['mean_square_remainder']):>8})"
-            for s in specs))  # fmt: skip
+    patterns = list(dict.fromkeys(row["pattern"] for row in rows))
+    cells = {(row["pattern"], row["reference"]): row for row in rows}
+    names = [s.replace("distance:", "C=") for s in specs]  # distance:C -> C=C
+    lines = []
+    for key, title in (("r_split", "r_split"), ("mean_square_remainder", "mean-square remainder")):
+        lines += [f"{title} under each reference m_l (C=c: reference distance c):",
+                  f"{'pattern':<12}" + "".join(f"{n:>10}" for n in names)]  # fmt: skip
+        lines += [f"{p:<12}" + "".join(f"{_cell(cells[p, s][key]):>10}" for s in specs)
+                  for p in patterns]  # fmt: skip
     return "\n".join(lines)
