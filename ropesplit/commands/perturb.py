@@ -116,20 +116,27 @@ def run(args: argparse.Namespace) -> int:
 def tables(record: dict[str, Any]) -> str:
     """Every experiment in the record: prediction, rows with verdicts, the verdict and why."""
     head = record["header"]
-    lines = [
+    lines = [_wrap(
         f"{head['model']}: {head['tokens']} tokens (context {head['context_tokens']}), "
         f"seed {head['seed']}, {head['seeds']} seeds, fitted layers {head['layers']}"
-    ]
+    )]
     for name, about in record.get("experiments", {}).items():
         rows = [r for r in record[name] if r.get("scope", "all") != "head"]  # means only
-        lines += ["", f"== {name}: {about['title']}", f"prediction: {about['prediction']}",
+        lines += ["", f"== {name}: {about['title']}", _wrap(f"prediction: {about['prediction']}"),
                   *_grid(rows),
-                  f"verdict: {about['verdict'].upper()}: {about['reason']}"]  # fmt: skip
+                  _wrap(f"verdict: {about['verdict'].upper()}: {about['reason']}")]  # fmt: skip
         if about.get("own_capture"):
-            lines.append(f"captured: {', '.join(about['own_capture'])}")
+            lines.append(_wrap(f"captured: {', '.join(about['own_capture'])}"))
         if len(rows) < len(record[name]):
             lines.append(f"({len(record[name]) - len(rows)} per-head rows in the JSON)")
     return "\n".join(lines)
+
+
+def _wrap(text: str) -> str:
+    """Prose at most :data:`WIDTH` columns wide, continuation lines indented."""
+    import textwrap
+
+    return textwrap.fill(text, WIDTH, subsequent_indent="    ", break_on_hyphens=False)
 
 
 def _cell(value: Any) -> str:
@@ -138,13 +145,33 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _grid(rows: list[dict[str, Any]]) -> list[str]:
-    """Every shown column of the rows (first-seen order) and the verdict, right-aligned."""
+WIDTH = 100  # the widest line printed; wider tables wrap into blocks of columns
+
+
+def _grid(rows: list[dict[str, Any]], width: int = WIDTH) -> list[str]:
+    """Every shown column of the rows (first-seen order) and the verdict, right-aligned, in
+    blocks no wider than ``width``: the first two columns (what the row is) start each block,
+    the verdict ends the last."""
     if not rows:
         return ["(no rows)"]
     columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in HIDDEN]
-    cells = [[_cell(r.get(c)) for c in columns] + [str(r.get("verdict", "-"))] for r in rows]
     columns.append("verdict")
-    widths = [max(len(c), *(len(r[k]) for r in cells)) for k, c in enumerate(columns)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return [fmt.format(*columns), *(fmt.format(*r) for r in cells)]
+    cells = {c: [_cell(r.get(c)) if c != "verdict" else str(r.get("verdict", "-")) for r in rows]
+             for c in columns}  # fmt: skip
+    size = {c: max(len(c), *(len(v) for v in cells[c])) for c in columns}
+    keys, rest = columns[:2], columns[2:]
+    blocks: list[list[str]] = []
+    for c in rest:
+        used = sum(size[k] + 2 for k in keys + (blocks[-1] if blocks else []))
+        if not blocks or used + size[c] > width:
+            blocks.append([])
+        blocks[-1].append(c)
+    lines: list[str] = []
+    for k, block in enumerate(blocks):
+        shown = keys + block
+        fmt = "  ".join(f"{{:>{size[c]}}}" for c in shown)
+        if k:
+            lines.append("")
+        lines.append(fmt.format(*shown))
+        lines += [fmt.format(*(cells[c][i] for c in shown)) for i in range(len(rows))]
+    return lines
