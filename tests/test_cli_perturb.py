@@ -47,7 +47,7 @@ def test_all_experiments_write_their_tables_and_json(tiny_loader, tmp_path, caps
     from ropesplit.empirical.experiments import EXPERIMENTS
 
     out = tmp_path / "x.json"
-    code = main(["perturb", "--tokens", "40", "--seeds", "2", "--json", str(out)])
+    code = main(["perturb", "--tokens", "40", "--draws", "2", "--json", str(out)])
     assert code == 0
     record = json.loads(out.read_text())
     assert list(record) == ["header", "experiments", *EXPERIMENTS]
@@ -81,7 +81,7 @@ def test_the_import_free_names_are_the_registry():
 
 def test_one_experiment_only(tiny_loader, tmp_path, capsys):
     out = tmp_path / "order.json"
-    code = main(["perturb", "--experiment", "order", "--tokens", "24", "--seeds", "1",
+    code = main(["perturb", "--experiment", "order", "--tokens", "24", "--draws", "1",
                  "--json", str(out)])  # fmt: skip
     assert code == 0
     assert list(json.loads(out.read_text())) == ["header", "experiments", "order"]
@@ -91,7 +91,7 @@ def test_one_experiment_only(tiny_loader, tmp_path, capsys):
 def test_same_seed_same_json(tiny_loader, tmp_path):
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
     for path in paths:
-        main(["perturb", "--experiment", "position", "--tokens", "24", "--seeds", "2",
+        main(["perturb", "--experiment", "position", "--tokens", "24", "--draws", "2",
               "--seed", "3", "--json", str(path)])  # fmt: skip
     first, second = (json.loads(p.read_text()) for p in paths)
     first["header"].pop("seconds"), second["header"].pop("seconds")
@@ -102,7 +102,7 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
     ("argv", "message"),
     [
         (["--tokens", "4"], "--tokens must be at least 8, got 4"),
-        (["--seeds", "0"], "argument --seeds: must be at least 1, got 0"),
+        (["--draws", "0"], "argument --draws: must be at least 1, got 0"),
         (["--layers", "1,x"], "--layers must be comma-separated integers, got '1,x'"),
         (["--layers", "5", "--tokens", "24"], "layers must lie in [0, 2), got [5]"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),

@@ -260,7 +260,7 @@ def test_missing_output_folder_is_a_one_line_error(command, capsys):
         (["--head", "3x"], "head must be LAYER.HEAD (e.g. 3.1), got '3x'"),
         (["--tokens", "8"], "--tokens must be at least 16, got 8"),
         (["--figure-tokens", "600"], "--figure-tokens must lie in [2, --tokens = 512], got 600"),
-        (["--seeds", "0"], "argument --seeds: must be at least 1, got 0"),
+        (["--draws", "0"], "argument --draws: must be at least 1, got 0"),
     ],
 )
 def test_bad_flags_fail_before_anything_is_created(flags, message, tmp_path, capsys):

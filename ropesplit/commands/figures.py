@@ -26,8 +26,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
     parser.add_argument("--seed", type=int, default=0, help="control weights, sampling, draws")
-    parser.add_argument("--seeds", type=int, default=2,
-                        help="perturbation seeds per scheme and rate (default 2)")  # fmt: skip
+    # a count of draws ('--seeds' is a list of training seeds in 'ropesplit train')
+    parser.add_argument("--draws", dest="seeds", type=int, default=2,
+                        help="perturbation draws per scheme and rate (default 2)")  # fmt: skip
     parser.add_argument("--head", metavar="LAYER.HEAD",
                         help="figure 1's head (default: the head with median r_split)")
     parser.add_argument("--figure-tokens", type=int, default=96,
@@ -57,7 +58,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
             f"--figure-tokens must lie in [2, --tokens = {args.tokens}], got {args.figure_tokens}"
         )
     if args.seeds < 1:
-        raise RopesplitError(f"--seeds must be at least 1, got {args.seeds}")
+        raise RopesplitError(f"--draws must be at least 1, got {args.seeds}")
     return RunSettings(
         model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
         seed=args.seed, seeds=args.seeds, figure_tokens=args.figure_tokens,

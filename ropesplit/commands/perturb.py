@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens of the text (default 512)")
-    parser.add_argument("--seeds", type=int, default=5,
+    # a count of draws ('--seeds' is a list of training seeds in 'ropesplit train')
+    parser.add_argument("--draws", dest="seeds", type=int, default=5,
                         help="perturbation draws per setting (default 5)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="base seed of every draw (default 0)")
     parser.add_argument(
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.errors import RopesplitError
     from ropesplit.io import output_path, write_json
 
-    for flag, value, low in (("--tokens", args.tokens, 8), ("--seeds", args.seeds, 1),
+    for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.seeds, 1),
                              ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value < low:
             raise RopesplitError(f"{flag} must be at least {low}, got {value}")
