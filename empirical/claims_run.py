@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_ORDER_PASSAGES",
     "DEFAULT_PASSAGES",
     "merge_records",
+    "passage_ranges",
     "power_statement",
     "run_claims",
 ]
@@ -48,6 +49,24 @@ def power_statement(n: int) -> str:
     effect = min_detectable_effect(n, level=LEVEL, power=0.8)
     return (f"with {n} passages a {LEVEL:.0%} t interval excludes the threshold with 80% power "
             f"when the true mean lies at least {effect:.2f} passage-SDs from it")  # fmt: skip
+
+
+def passage_ranges(
+    passages: int, order_passages: int, shard: tuple[int, int] | None = None, *, prefix: str = ""
+) -> tuple[range, range]:
+    """The passages of claims 2-5 and of the word-order test that ``shard`` (default: the
+    whole run) measures, the counts and the shard checked first (one-line errors naming the
+    options as ``prefix + name``: ``"--"`` for the command line)."""
+    from ropesplit.errors import RopesplitError
+
+    for name, value in (("passages", passages), ("order-passages", order_passages)):
+        if value < MIN_PASSAGES:
+            raise RopesplitError(f"{prefix}{name} must be at least {MIN_PASSAGES}, got {value}")
+    need = max(passages, order_passages)
+    lo, hi = shard or (0, need)
+    if not 0 <= lo < hi <= need:
+        raise RopesplitError(f"{prefix}shard must be A:B with 0 <= A < B <= {need}, got {lo}:{hi}")
+    return range(lo, min(hi, passages)), range(lo, min(hi, order_passages))
 
 
 def run_claims(
@@ -80,13 +99,9 @@ def run_claims(
 
     from ropesplit.errors import RopesplitError
 
-    for flag, value in (("passages", passages), ("order passages", order_passages)):
-        if value < MIN_PASSAGES:
-            raise RopesplitError(f"{flag} must be at least {MIN_PASSAGES}, got {value}")
+    measured, ordered = passage_ranges(passages, order_passages, shard)
     need = max(passages, order_passages)
-    lo, hi = (0, need) if shard is None else shard
-    if not 0 <= lo < hi <= need:
-        raise RopesplitError(f"shard must be A:B with 0 <= A < B <= {need}, got {lo}:{hi}")
+    lo, hi = shard or (0, need)
     if passage_ids is None:
         label, texts = corpus_from_spec(corpus)
         chosen = passage_ids_of(loaded, texts, tokens, count=need, min_count=need)
@@ -99,8 +114,6 @@ def run_claims(
     if controls is None:
         controls = {s: random_init_twin(loaded, s) for s in CONTROL_SEEDS}
     power = power_statement(order_passages)
-    measured = range(lo, min(hi, passages))  # this shard's passages of claims 2-5
-    ordered = range(lo, min(hi, order_passages))  # and of the word-order test
     if on_stage is not None:
         on_stage(f"passages: {len(measured)} x {tokens} tokens, trained and control")
     rows = measure_passages(loaded, controls, chosen.ids[measured.start : measured.stop],

@@ -214,13 +214,10 @@ def _leading_specials(tokenizer: Any) -> int:
 
 
 def _read(path: Path) -> str:
-    """A UTF-8 file's text, newlines normalised, with a one-line error when it cannot be read."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RopesplitError(f"corpus file {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise RopesplitError(f"cannot read corpus file {path}: {exc.strerror}") from None
+    """A corpus file's UTF-8 text (``text.read_text``, its errors naming a corpus file)."""
+    from ropesplit.empirical.text import read_text
+
+    return read_text(path, "corpus file")
 
 
 def _read_jsonl(path: Path, shown: str) -> list[Passage]:

@@ -51,17 +51,17 @@ def default_text(kind: str = "docs") -> str:
     return "\n\n".join(topics[key].strip() for key in sorted(topics))
 
 
-def read_text(path: str | Path) -> str:
-    """A UTF-8 text file's contents, with a one-line error when it cannot be read."""
+def read_text(path: str | Path, what: str = "text file") -> str:
+    """A UTF-8 file's contents, with a one-line error naming ``what`` when it cannot be read."""
     p = Path(path)
     if not p.is_file():
-        raise RopesplitError(f"text file {p} does not exist")
+        raise RopesplitError(f"{what} {p} does not exist")
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise RopesplitError(f"text file {p} is not UTF-8 text") from None
+        raise RopesplitError(f"{what} {p} is not UTF-8 text") from None
     except OSError as exc:
-        raise RopesplitError(f"cannot read text file {p}: {exc.strerror}") from None
+        raise RopesplitError(f"cannot read {what} {p}: {exc.strerror}") from None
 
 
 def check_context(loaded: LoadedModel, n_tokens: int) -> None:

@@ -25,15 +25,9 @@ HELP = "judge each claim of the paper by its pre-registered primary test over a 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
     parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
-    parser.add_argument("--corpus", metavar="PATH",
-                        help="a folder of .txt files, a .jsonl file or a text file "
-                        "(default: Python's language reference, a passage per topic)")  # fmt: skip
     parser.add_argument("--tokens", type=int, default=512,
                         help="tokens per passage (default 512)")  # fmt: skip
-    parser.add_argument("--passages", type=int, default=12,
-                        help="passages for claims 2-5 (default 12, at least 8)")  # fmt: skip
-    parser.add_argument("--order-passages", type=int, default=8,
-                        help="passages for the word-order test, claim 1 (default 8, at least 8)")
+    add_corpus_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="base seed of every draw (default 0)")
     parser.add_argument("--shard", metavar="A:B",
                         help="measure only the run's passages A..B-1 (one job of a SLURM array "
@@ -44,40 +38,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write claims.json (rows and tests)")
 
 
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The claims run's corpus and passage counts (``claims`` and ``report`` share them)."""
+    parser.add_argument("--corpus", metavar="PATH",
+                        help="a folder of .txt files, a .jsonl file or a text file "
+                        "(default: Python's language reference, a passage per topic)")  # fmt: skip
+    parser.add_argument("--passages", type=int, default=12,
+                        help="passages for claims 2-5 (default 12, at least 8)")  # fmt: skip
+    parser.add_argument("--order-passages", type=int, default=8,
+                        help="passages for the word-order test, claim 1 (default 8, at least 8)")
+
+
+def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:
+    """:func:`add_corpus_arguments`' flags (and ``--shard`` where given) checked before any
+    model loads; the passages the run measures (``claims_run.passage_ranges``)."""
+    from ropesplit.empirical.claims_run import passage_ranges
+    from ropesplit.empirical.corpus import corpus_from_spec
+
+    ranges = passage_ranges(args.passages, args.order_passages,
+                            _shard(getattr(args, "shard", None)), prefix="--")  # fmt: skip
+    corpus_from_spec(args.corpus)  # a bad corpus fails now, not after the model loaded
+    return ranges
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.claims import MIN_PASSAGES
     from ropesplit.empirical.claims_run import run_claims
-    from ropesplit.empirical.corpus import corpus_from_spec
     from ropesplit.empirical.models import load_model
     from ropesplit.errors import RopesplitError
     from ropesplit.io import output_path, write_json
 
     # bad input fails now, before the model loads (about 20 s)
-    for flag, value in (("--passages", args.passages), ("--order-passages", args.order_passages)):
-        if value < MIN_PASSAGES:
-            raise RopesplitError(f"{flag} must be at least {MIN_PASSAGES}, got {value}")
     if args.tokens < 16:
         raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
-    shard = _shard(args.shard)
-    need = max(args.passages, args.order_passages)
-    if shard is not None and not 0 <= shard[0] < shard[1] <= need:
-        raise RopesplitError(f"--shard must be A:B with 0 <= A < B <= {need}, got {args.shard}")
-    corpus_from_spec(args.corpus)
+    measured, ordered = check_corpus_arguments(args)
     if args.json:
         output_path(args.json)
     start = time.perf_counter()
     if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
         print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
-    lo, hi = shard or (0, need)
-    total = len(range(lo, min(hi, args.passages))) + len(range(lo, min(hi, args.order_passages)))
-    with tqdm(total=total, desc="passages", unit="passage",
+    with tqdm(total=len(measured) + len(ordered), desc="passages", unit="passage",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
         record = run_claims(loaded, corpus=args.corpus, tokens=args.tokens,
                             passages=args.passages, order_passages=args.order_passages,
-                            seed=args.seed, batch_size=args.batch_size, shard=shard,
+                            seed=args.seed, batch_size=args.batch_size,
+                            shard=_shard(args.shard),
                             on_passage=bar.update,
                             on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
     record["header"]["seconds"] = round(time.perf_counter() - start, 1)
