@@ -29,13 +29,14 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.numerics.reference import COMPARED
+from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.errors import RopesplitError, ValidationError
 from ropesplit.paper import PAPER_R_SPLIT
@@ -272,16 +273,15 @@ def analyze_capture(
     for layer in cache.layers:
         if layers is not None and layer.layer not in layers:
             continue
-        theta = np.asarray(layer.theta, dtype=np.float64)  # (P,)
+        spec = layer.spec
         if shuffle_frequencies is not None:
-            rng = np.random.default_rng([shuffle_frequencies, layer.layer])
-            theta = theta[rng.permutation(theta.size)]
+            order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
+                len(spec.theta))  # fmt: skip
+            spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
         rows += layer_rows(
-            layer.layer, layer.q.double().numpy(), layer.k.double().numpy(), layer.kv_map,
-            theta, layer.scale, positions=positions, layout=layer.layout,
-            rotary_dim=layer.rotary_dim, window=layer.window, rope_base=layer.rope_base,
-            seed=seed, pair_budget=pair_budget, kbar=kbar, reference=reference,
-            references=references,
+            layer.layer, layer.q.double().numpy(), layer.k.double().numpy(), spec,
+            positions=positions, rope_base=layer.rope_base, seed=seed, pair_budget=pair_budget,
+            kbar=kbar, reference=reference, references=references,
         )  # fmt: skip
         if on_layer is not None:
             on_layer(1)
@@ -292,14 +292,9 @@ def layer_rows(
     layer: int,
     q: np.ndarray,
     k: np.ndarray,
-    kv_map: Any,
-    theta: np.ndarray,
-    scale: float,
+    spec: RopeSpec,
     *,
     positions: Any,
-    layout: str,
-    rotary_dim: int | None,
-    window: int | None,
     rope_base: float | None,
     seed: int,
     pair_budget: int | None,
@@ -308,17 +303,15 @@ def layer_rows(
     references: tuple[str, ...],
 ) -> list[dict[str, Any]]:
     """One row per query head of one layer's float64 ``q (H, N, d)``, ``k (Hkv, N, d)``
-    (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
+    under ``spec`` (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
     from ropesplit.numerics.stats import layer_statistics
 
     stats = layer_statistics(
-        q, k, kv_map, theta, scale, positions=positions, layout=layout, rotary_dim=rotary_dim,
-        window=window, seed=seed, pair_budget=pair_budget,
+        q, k, spec, positions=positions, seed=seed, pair_budget=pair_budget,
         kbar=k[:, 1:].mean(axis=1) if kbar == "mean-skip-first" else None,
         reference=reference, references=references,
     )  # fmt: skip
-    kv = np.asarray(kv_map if kv_map is not None else
-                    np.arange(q.shape[0]) // (q.shape[0] // k.shape[0]))  # fmt: skip
+    kv = spec.kv_heads(q.shape[0], k.shape[0])
     rows = []
     for head, head_stats in enumerate(stats):
         row = {"layer": layer, "head": head, "kv_head": int(kv[head]), "rope_base": rope_base}

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import taps
+from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.errors import RopesplitError, ValidationError
 
@@ -157,6 +158,12 @@ class LayerCapture:
     @property
     def head_dim(self) -> int:
         return int(self.q.shape[-1])
+
+    @property
+    def spec(self) -> RopeSpec:
+        """The geometry derived here: theta, ``s``, layout, rotary dim, window, KV map."""
+        return RopeSpec.from_arrays(self.theta, self.scale, self.layout, self.rotary_dim,
+                                    self.window, self.kv_map)  # fmt: skip
 
 
 @dataclass

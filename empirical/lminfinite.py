@@ -47,6 +47,7 @@ from ropesplit.empirical.capture import ROPE_TOL, _max_rel, _rotate, table_geome
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
+from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.errors import RopesplitError, ValidationError
 
@@ -224,6 +225,12 @@ class LayerQK:
     layout: str
     rotary_dim: int
     rope_max_rel_diff: float  # rotated by the applied cos/sin vs the model's own R q, R k
+
+    @property
+    def spec(self) -> RopeSpec:
+        """The layer's geometry (full attention: LM-Infinite refuses windows)."""
+        return RopeSpec.from_arrays(self.theta, self.scale, self.layout, self.rotary_dim,
+                                    kv_map=self.kv_map)  # fmt: skip
 
 
 @dataclass(frozen=True)

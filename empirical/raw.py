@@ -24,6 +24,7 @@ pairs neither reading is possible and the input is taken as given.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -114,10 +115,9 @@ def analyze_qk(
         back = dict(layout=spec.layout, rotary_dim=spec.rotary_dim)
         qh = rotate(qh, -pos, spec.frequencies, **back)  # (H, N, d): R(-p) R(p) q = q
         kh = rotate(kh, -pos, spec.frequencies, **back)
-    rows = layer_rows(layer, qh, kh, kv, spec.frequencies, spec.scale, positions=pos,
-                      layout=spec.layout, rotary_dim=spec.rotary_dim, window=spec.window,
-                      rope_base=None, seed=seed, pair_budget=pair_budget, kbar=kbar,
-                      reference=reference, references=references)  # fmt: skip
+    rows = layer_rows(layer, qh, kh, replace(spec, kv_map=tuple(int(h) for h in kv)),
+                      positions=pos, rope_base=None, seed=seed, pair_budget=pair_budget,
+                      kbar=kbar, reference=reference, references=references)  # fmt: skip
     return Analysis(model=name, random_init=False, token_ids=[], heads=rows,
                     reconstruction_max_abs_diff=math.nan, dtype=dtype, n_tokens=n,
                     validation={"rotated_input": float(rotated), "rho_as_given": given,

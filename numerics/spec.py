@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ropesplit.numerics.rope import frequencies, to_pairs
+from ropesplit.numerics import _inputs
+from ropesplit.numerics.rope import LAYOUTS, _check_layout, frequencies, to_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "RopeSpec", "looks_rotated"]
+__all__ = ["LAYOUTS", "Geometry", "RopeSpec", "geometry", "looks_rotated"]
 
-LAYOUTS = ("half", "interleaved")
 _FAST_TURNS = 4.0  # a pair is "fast" when it turns at least this many times over the positions
 
 
@@ -53,8 +53,7 @@ class RopeSpec:
     kv_map: tuple[int, ...] | None = None  # query head -> KV head (None: h // (H / Hkv))
 
     def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise RopesplitError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        _check_layout(self.layout)
         if not (math.isfinite(self.scale) and self.scale > 0):
             raise RopesplitError(f"scale must be a finite number > 0, got {self.scale}")
         th = np.asarray(self.theta, dtype=np.float64)
@@ -92,6 +91,22 @@ class RopeSpec:
         return np.arange(n_heads) // (n_heads // n_kv)
 
     @classmethod
+    def from_arrays(
+        cls,
+        theta: Any,
+        scale: float,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        window: int | None = None,
+        kv_map: Any = None,
+    ) -> RopeSpec:
+        """From arrays as a capture holds them (``rotary_dim == d`` is stored as None)."""
+        th = tuple(float(t) for t in np.asarray(theta, dtype=np.float64))
+        rotary = None if rotary_dim is None or int(rotary_dim) == 2 * len(th) else int(rotary_dim)
+        return cls(th, float(scale), layout, rotary, window,
+                   None if kv_map is None else tuple(int(h) for h in kv_map))  # fmt: skip
+
+    @classmethod
     def from_base(
         cls,
         head_dim: int,
@@ -112,9 +127,8 @@ class RopeSpec:
         if head_dim < 2 or head_dim % 2:
             raise RopesplitError(f"head_dim must be even, got {head_dim}")
         theta = frequencies(head_dim, base, rotary_dim=rotary_dim, scaling=scaling)
-        return cls(tuple(float(t) for t in theta), head_dim**-0.5 if scale is None else scale,
-                   layout, rotary_dim, window,
-                   None if kv_map is None else tuple(int(h) for h in kv_map))  # fmt: skip
+        return cls.from_arrays(theta, head_dim**-0.5 if scale is None else scale, layout,
+                               rotary_dim, window, kv_map)  # fmt: skip
 
     @classmethod
     def from_config(cls, config: Any) -> RopeSpec:
@@ -157,6 +171,51 @@ class RopeSpec:
         return cls.from_base(d, float(base), rotary_dim=rotary, scaling=scaling,
                              window=int(window) if window else None,
                              kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the numerics read off a :class:`RopeSpec` for tensors of head dim ``d``, checked."""
+
+    theta: np.ndarray  # (d/2,) float64
+    scale: float
+    layout: str
+    rotary_dim: int | None
+    window: int | None
+    spec: RopeSpec | None  # the RopeSpec given (None: loose keywords)
+
+
+def geometry(
+    theta: Any,
+    scale: float | None,
+    d: int,
+    *,
+    layout: str | None = None,
+    rotary_dim: int | None = None,
+    window: int | None = None,
+) -> Geometry:
+    """The geometry of ``theta``: a :class:`RopeSpec` alone, or loose frequencies plus ``scale``.
+
+    The numerics take either form (``split_head(q, k, spec)`` or
+    ``split_head(q, k, theta, scale, layout=...)``); mixing them is refused,
+    as is a spec whose head dim is not ``d``.
+    """
+    if isinstance(theta, RopeSpec):
+        loose = {"scale": scale, "layout": layout, "rotary_dim": rotary_dim, "window": window}
+        given = [name for name, value in loose.items() if value is not None]
+        if given:
+            raise RopesplitError(f"give a RopeSpec or loose geometry, not both ({', '.join(given)} "
+                                 "given beside a RopeSpec)")  # fmt: skip
+        if theta.head_dim != d:
+            raise RopesplitError(f"the RopeSpec has head dim {theta.head_dim}, the tensors {d}")
+        return Geometry(theta.frequencies, theta.scale, theta.layout, theta.rotary_dim,
+                        theta.window, theta)  # fmt: skip
+    if scale is None:
+        raise RopesplitError("scale is required with loose frequencies (or pass a RopeSpec)")
+    if layout is not None:
+        _check_layout(layout)
+    return Geometry(_inputs.check_theta(theta, d), _inputs.check_scale(scale), layout or "half",
+                    rotary_dim, _inputs.check_window(window), None)  # fmt: skip
 
 
 def looks_rotated(k: Any, spec: RopeSpec, positions: Any = None) -> tuple[float, float]:

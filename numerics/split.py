@@ -43,6 +43,7 @@ from ropesplit.numerics import _inputs
 from ropesplit.numerics.bound import remainder_and_bound
 from ropesplit.numerics.reference import Reference, resolve_reference
 from ropesplit.numerics.rope import to_pairs
+from ropesplit.numerics.spec import geometry
 
 from ropesplit.errors import RopesplitError
 
@@ -82,11 +83,11 @@ def split_head(
     q: Any,
     k: Any,
     theta: Any,
-    scale: float,
+    scale: float | None = None,
     *,
     positions: Any = None,
     kbar: Any = None,
-    layout: str = "half",
+    layout: str | None = None,
     rotary_dim: int | None = None,
     window: int | None = None,
     distances: Any = None,
@@ -96,8 +97,10 @@ def split_head(
 ) -> HeadSplit:
     r"""Split one head's logits: :math:`W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij}`.
 
-    ``q, k`` are ``(N, d)`` pre-RoPE (numpy or CPU torch), ``theta`` ``(d/2,)``
-    (0 for non-rotating pairs), ``scale`` the logit scale ``s``; ``positions``
+    ``q, k`` are ``(N, d)`` pre-RoPE (numpy or CPU torch); ``theta`` is a
+    :class:`~.spec.RopeSpec` (frequencies, scale, layout, rotary dim, window
+    in one object) or the loose frequencies ``(d/2,)`` (0 for non-rotating
+    pairs) with ``scale`` the logit scale ``s`` and the keywords; ``positions``
     is ``(N,)`` or a pair ``(positions_q, positions_k)`` (default ``0..N-1``);
     ``kbar`` defaults to the mean key.  ``distances`` ``(N, N)`` replaces
     ``positions`` by an arbitrary distance map :math:`\Delta_{ij}` (``W`` and
@@ -119,14 +122,18 @@ def split_head(
     >>> sp = split_head(q, k, [1.0, 0.01], 0.5)
     >>> bool(np.allclose(sp.f + sp.g + sp.E, sp.W)), sp.W.shape
     (True, (5, 5))
+    >>> from ropesplit.numerics.spec import RopeSpec
+    >>> spec = RopeSpec((1.0, 0.01), 0.5)
+    >>> bool(np.array_equal(split_head(q, k, spec).W, sp.W))
+    True
     """
     q = _inputs.as_float64("q", q, 2)
     k = _inputs.as_float64("k", k, 2)
     if q.shape != k.shape:
         raise RopesplitError(f"q and k must have one shape (N, d), got {q.shape} and {k.shape}")
     n, d = q.shape
-    th = _inputs.check_theta(theta, d)
-    s = _inputs.check_scale(scale)
+    geo = geometry(theta, scale, d, layout=layout, rotary_dim=rotary_dim, window=window)
+    th, s, layout, rotary_dim = geo.theta, geo.scale, geo.layout, geo.rotary_dim
     if cap is not None and (distances is not None or not cap >= 0):
         raise RopesplitError(f"cap must be a distance >= 0, without distances; got {cap}")
     if distances is None:
@@ -140,7 +147,7 @@ def split_head(
     kc = to_pairs(k, layout, rotary_dim)  # (N, P)
     kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
     dc = kc - kbc  # (N, P) key deviations
-    mask = _inputs.causal_mask(n, _inputs.check_window(window))
+    mask = _inputs.causal_mask(n, geo.window)
     ref = resolve_reference(reference, th, distances=delta, mask=mask)
     if ref.m.shape != th.shape:
         raise RopesplitError(f"reference must have {th.size} pairs, got {ref.m.shape[0]}")

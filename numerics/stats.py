@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -74,6 +74,7 @@ from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violati
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import from_pairs, to_pairs
+from ropesplit.numerics.spec import RopeSpec, geometry
 
 from ropesplit.errors import RopesplitError
 
@@ -117,11 +118,11 @@ def head_statistics(
     q: Any,
     k: Any,
     theta: Any,
-    scale: float,
+    scale: float | None = None,
     *,
     positions: Any = None,
     kbar: Any = None,
-    layout: str = "half",
+    layout: str | None = None,
     rotary_dim: int | None = None,
     window: int | None = None,
     pair_budget: int | None = None,
@@ -130,6 +131,8 @@ def head_statistics(
     references: tuple[str, ...] = (),
 ) -> HeadStats:
     r"""The section 5 statistics of one head: ``q, k (N, d)``; see :func:`layer_statistics`.
+
+    ``theta`` is a :class:`~.spec.RopeSpec` or loose frequencies with ``scale``.
 
     .. math:: W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij},\quad
               \Delta_{ij} = p_i - p'_j,\ j \le i
@@ -144,9 +147,11 @@ def head_statistics(
     q = _inputs.as_float64("q", q, 2)
     k = _inputs.as_float64("k", k, 2)
     kb = None if kbar is None else _inputs.as_float64("kbar", kbar, 1)[None]
-    return layer_statistics(q[None], k[None], [0], theta, scale, positions=positions, kbar=kb,
-                            layout=layout, rotary_dim=rotary_dim, window=window,
-                            pair_budget=pair_budget, seed=seed, reference=reference,
+    geo = geometry(theta, scale, q.shape[-1], layout=layout, rotary_dim=rotary_dim, window=window)
+    spec = geo.spec or RopeSpec(tuple(float(t) for t in geo.theta), geo.scale, geo.layout,
+                                geo.rotary_dim, geo.window)  # fmt: skip
+    return layer_statistics(q[None], k[None], replace(spec, kv_map=(0,)), positions=positions,
+                            kbar=kb, pair_budget=pair_budget, seed=seed, reference=reference,
                             references=references)[0]  # fmt: skip
 
 
@@ -154,12 +159,12 @@ def layer_statistics(
     q: Any,
     k: Any,
     kv_map: Any,
-    theta: Any,
-    scale: float,
+    theta: Any = None,
+    scale: float | None = None,
     *,
     positions: Any = None,
     kbar: Any = None,
-    layout: str = "half",
+    layout: str | None = None,
     rotary_dim: int | None = None,
     window: int | None = None,
     pair_budget: int | None = None,
@@ -169,9 +174,12 @@ def layer_statistics(
 ) -> list[HeadStats]:
     r"""The section 5 statistics of every query head of a layer, batched.
 
-    ``q (H, N, d)`` and ``k (Hkv, N, d)`` are pre-RoPE (numpy or CPU torch);
-    head ``h`` reads KV head ``kv_map[h]`` (``None``: ``h // (H / Hkv)``, grouped-query
-    attention's layout); ``kbar (Hkv, d)`` defaults to each
+    ``q (H, N, d)`` and ``k (Hkv, N, d)`` are pre-RoPE (numpy or CPU torch).
+    The geometry is one :class:`~.spec.RopeSpec` in place of ``kv_map``
+    (``layer_statistics(q, k, spec)``: frequencies, scale, layout, rotary dim,
+    window and KV map from it), or loose: head ``h`` reads KV head
+    ``kv_map[h]`` (``None``: ``h // (H / Hkv)``, grouped-query attention's
+    layout), ``theta (d/2,)``, ``scale`` and the keywords; ``kbar (Hkv, d)`` defaults to each
     KV head's mean key; ``positions`` is ``(N,)`` or ``(positions_q,
     positions_k)``; ``pair_budget`` is the number of causal pairs per head
     whose bound is checked (None, the default: every pair; a smaller number:
@@ -192,6 +200,12 @@ def layer_statistics(
         raise RopesplitError(f"k must have shape (Hkv, {n}, {d}) like q, got {k.shape}")
     if n < 1:
         raise RopesplitError("need at least one token, got 0")
+    if isinstance(kv_map, RopeSpec):  # the one-object form: (q, k, spec)
+        if theta is not None:
+            raise RopesplitError("give a RopeSpec alone, or kv_map, theta and scale")
+        theta, kv_map = kv_map, kv_map.kv_heads(h, hkv)
+    geo = geometry(theta, scale, d, layout=layout, rotary_dim=rotary_dim, window=window)
+    th, s, layout, rotary_dim, w = geo.theta, geo.scale, geo.layout, geo.rotary_dim, geo.window
     if kv_map is None:  # grouped queries read KV head h // (H / Hkv): the usual GQA layout
         if h % hkv:
             raise RopesplitError(f"kv_map=None needs H a multiple of Hkv, got {h} and {hkv}")
@@ -199,10 +213,7 @@ def layer_statistics(
     kv = np.asarray(kv_map, dtype=np.int64)
     if kv.shape != (h,) or (kv < 0).any() or (kv >= hkv).any():
         raise RopesplitError(f"kv_map must be {h} indices into {hkv} KV heads, got {kv.tolist()}")
-    th = _inputs.check_theta(theta, d)
-    s = _inputs.check_scale(scale)
     pq, pk = _inputs.check_positions(positions, n)
-    w = _inputs.check_window(window)
     if pair_budget is not None and pair_budget < 1:
         raise RopesplitError(f"pair_budget must be a positive number of pairs, got {pair_budget}")
     refs = [resolve_reference(spec, th, n=n, window=w, positions=(pq, pk))
@@ -224,8 +235,13 @@ def layer_statistics(
     tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap)  # one per head
     gram = band_gram(n, w)
     # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
-    x, _ = gram.solve(np.where(sums["tww"] > 0, sums["rhs"], 0.0))
-    fit_share = np.maximum((x * sums["rhs"]).sum(0), 0.0)  # (H,) ||fit - mean||^2
+    # solved for the unit right side and scaled back (the fit is linear in it): logits near
+    # the underflow range (1e-160) would otherwise stall the iteration in subnormals
+    rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
+    norm = np.linalg.norm(rhs, axis=0)  # (H,)
+    unit = rhs / np.where(norm > 0, norm, 1.0)
+    x, _ = gram.solve(unit)
+    fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
     out = []
     for i in range(h):
         tww = sums["tww"][i]

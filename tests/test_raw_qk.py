@@ -135,7 +135,7 @@ def test_bad_input_is_one_line(change, message):
     q, k = change(*_qk(5))
     with pytest.raises(RopesplitError, match=f"^{re.escape(message)}"):
         analyze_qk(q, k, SPEC)
-    with pytest.raises(RopesplitError, match="^layout must be one of half, interleaved"):
+    with pytest.raises(RopesplitError, match="^layout must be 'half' or 'interleaved'"):
         RopeSpec((1.0,), 1.0, layout="pairs")
     with pytest.raises(RopesplitError, match="^order must be one of hf, tl"):
         analyze_qk(*_qk(5), SPEC, order="xy")

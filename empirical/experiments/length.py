@@ -131,8 +131,7 @@ def _split(
 ) -> dict[str, np.ndarray]:
     """``W, f, g, E`` of one head at the setting's distances (the cap's, or the true ones)."""
     sp = split_head(
-        qk.q[head, rows], qk.k[qk.kv_map[head], rows], qk.theta, qk.scale, cap=cap, kbar=kbar,
-        layout=qk.layout, rotary_dim=qk.rotary_dim, bounds=False,
+        qk.q[head, rows], qk.k[qk.kv_map[head], rows], qk.spec, cap=cap, kbar=kbar, bounds=False,
     )  # fmt: skip
     return {"W": sp.W, "f": sp.f, "g": sp.g, "E": sp.E}
 

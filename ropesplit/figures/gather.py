@@ -95,8 +95,7 @@ def head_split(cache: Any, layer: int, head: int) -> Any:
     return split_head(
         lc.q[head].double().numpy(),  # (N, d)
         lc.k[int(lc.kv_map[head])].double().numpy(),  # (N, d)
-        lc.theta, lc.scale, positions=cache.positions.numpy(), layout=lc.layout,
-        rotary_dim=lc.rotary_dim, window=lc.window,
+        lc.spec, positions=cache.positions.numpy(),
     )  # fmt: skip
 
 
