@@ -18,8 +18,14 @@ one run gave peaks 1.21 and 1.57 GiB at 512 and 1024 tokens against
 predictions 0.82 and 1.16).  The allocator is made steady first (:func:`steady_allocator`):
 with glibc's default the forward pass alone varied by 1.6x within one run.
 
-    .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--json PATH]
-        [--allocator steady|default]
+With ``--passages P`` each row is a batch: the first ``P`` passages of the
+default corpus (``empirical.corpus``) at ``N`` tokens each, one forward pass
+of the batch against ``analyze_batch`` of it (one streamed capture, the
+statistics of every passage; issue 19's target: capture plus analysis
+within 2x the forward pass at ``--passages 16 --tokens 512``).
+
+    .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--passages P]
+        [--json PATH] [--allocator steady|default]
 """
 
 from __future__ import annotations
@@ -56,6 +62,15 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def batch_forward(loaded: object, ids: object) -> None:
+    """One plain forward pass of the model (its output head included) over ``ids (B, N)``."""
+    import torch
+
+    with torch.no_grad():
+        loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids),  # type: ignore[attr-defined]
+                     use_cache=False)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[512, 1024, 2048])
@@ -63,14 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf-file")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--repeats", type=int, default=3, help="medians over this many runs")
+    parser.add_argument("--passages", type=int, default=1,
+                        help="passages per batch (1: the default text)")  # fmt: skip
     parser.add_argument("--allocator", choices=("steady", "default"), default="steady",
                         help="steady: glibc keeps freed memory (see steady_allocator)")  # fmt: skip
     args = parser.parse_args(argv)
     steady = args.allocator == "steady" and steady_allocator()
 
     import torch
-    from ropesplit.empirical import default_text, forward, load_model, tokenize
-    from ropesplit.empirical.analyze import analyze, memory_estimate
+    from ropesplit.empirical import default_text, load_model, tokenize
+    from ropesplit.empirical.analyze import analyze_batch, memory_estimate
+    from ropesplit.empirical.corpus import default_corpus, passage_ids
 
     from ropesplit.io import write_json
 
@@ -85,14 +103,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{'capture/fwd':>12} {'analysis/fwd':>13} {'total/fwd':>10} {'logit rel':>10} "
           f"{'probs abs':>10} {'peak GiB':>9} {'predicted':>10}")  # fmt: skip
     for n_tokens in sorted(args.tokens):
-        ids = tokenize(loaded, text, n_tokens)
-        forward(loaded, ids)  # warm-up: allocator, kernels
+        if args.passages == 1:
+            ids = tokenize(loaded, text, n_tokens)[None]  # (1, N)
+        else:
+            ids = torch.as_tensor(passage_ids(loaded, default_corpus(), n_tokens,
+                                              count=args.passages).ids)  # (P, N)  # fmt: skip
+        batch_forward(loaded, ids)  # warm-up: allocator, kernels
         forwards, analyses = [], []
         for _ in range(args.repeats):  # interleaved, so load drifts hit both alike
             tick = time.perf_counter()
-            forward(loaded, ids)
+            batch_forward(loaded, ids)
             forwards.append(time.perf_counter() - tick)
-            result = analyze(loaded, ids, pair_budget=None)  # exact tightness
+            (result, *_) = analyze_batch(loaded, ids, pair_budget=None)  # exact tightness
             analyses.append(result.seconds)
             print(f"  N={n_tokens} run {len(forwards)}: forward {forwards[-1]:.2f} s, capture "
                   f"{result.seconds['capture']:.2f} s, analysis {result.seconds['analysis']:.2f} s",
@@ -101,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         result.seconds = {key: statistics.median(s[key] for s in analyses) for key in analyses[0]}
         row = {
             "tokens": n_tokens,
+            "passages": int(ids.shape[0]),
             "heads": len(result.heads),
             "forward_s": fwd,
             "capture_s": result.seconds["capture"],
@@ -110,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_over_forward": (result.seconds["capture"] + result.seconds["analysis"]) / fwd,
             "exact_tightness": all(h["sampled_pairs"] is None for h in result.heads),
             "peak_rss_gib": peak_rss_gib(),  # peak so far; N only grows, so this N's peak
-            "predicted_gib": memory_estimate(loaded, n_tokens) / 2**30,  # check_memory's
+            "predicted_gib": memory_estimate(loaded, n_tokens, int(ids.shape[0])) / 2**30,
             "reconstruction_max_abs_diff": result.reconstruction_max_abs_diff,
             **result.validation,
         }

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.capture import capture
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.capture import LayerCapture, capture_batch
+from ropesplit.empirical.models import LoadedModel, as_position_ids
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
 
@@ -49,7 +49,9 @@ __all__ = [
     "Analysis",
     "analysis_record",
     "analyze",
+    "analyze_batch",
     "analyze_capture",
+    "capture_rows",
     "check_memory",
     "paired_difference",
     "reference_summary",
@@ -136,28 +138,25 @@ def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {name: float(np.mean([row[name] for row in rows])) for name in STATISTICS}
 
 
-def memory_estimate(loaded: LoadedModel, n_tokens: int) -> int:
-    r"""Bytes one capture plus analysis of ``n_tokens`` tokens needs: what the code allocates.
+def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> int:
+    r"""Bytes one streamed capture plus analysis of ``B`` sequences of ``N`` tokens needs.
 
-    .. math:: \text{weights} + N\,\big(4V + 12\,L\,(H + H_{kv})\,d\big)
-              + N^2 \cdot 3 \cdot 4 H + \min(W, 4 H N^2) + 64\ \text{MiB}
+    .. math:: \text{weights} + B N\,\big(4(4D + 2F) + 12\,(H + H_{kv})\,d\big)
+              + B N^2 (8 H + 8) + \min(W, 4 H N^2) + 64\ \text{MiB}
 
-    - per token: the output logits ``(N, V)`` float32, and every layer's
-      captured ``q``, ``k`` in float32 (kept) and in float64 (one layer at a
-      time in the analysis, bounded here by all layers);
-    - per pair, one layer at a time: the eager attention's scores and
-      probabilities ``(H, N, N)`` float32 and the capture's copy of the
-      probabilities for its check (the rebuild runs in blocks of
-      ``BLOCK_ELEMENTS``, the statistics form no ``(N, N)`` matrix);
-    - ``W``: the statistics' working memory, a float64 per causal pair and
-      head up to ``numerics.stats``' chunk bound, and 64 MiB of interpreter
-      and library state.
+    what the code allocates (:func:`analyze_batch`):
 
-    On SmolLM2-135M the measured extra peak over the loaded model is 248,
-    407 and 742 MiB at 512, 1024 and 2048 tokens; this gives 331, 670 and
-    1,564 MiB (issue 19: the estimate before counted ``(N, N)`` float64 work
-    arrays the statistics no longer build, 272 bytes per pair, and refused
-    long runs that fit).
+    - per token: the model's own activations, about four residual streams
+      ``D`` and two MLP widths ``F`` in float32 (the capture runs the base
+      model: no ``(N, vocab)`` output logits), and the one layer's captured
+      ``q``, ``k`` in float32 and float64 (layers stream: each is measured and
+      released before the next);
+    - per pair: the eager attention's scores and probabilities ``(B, H, N,
+      N)`` float32 (the logit tap holds the scores) and its masks;
+    - ``W``: the statistics' working memory (a float64 per causal pair and
+      head up to ``numerics.stats``' chunk bound), and 64 MiB of state.
+
+    ``tests/test_empirical_analyze.py`` measures the peak of a run against it.
     """
     from ropesplit.numerics.stats import _WORK_BYTES
 
@@ -165,12 +164,14 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int) -> int:
     n_heads = int(cfg.num_attention_heads)
     n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
     d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
-    vocab = int(getattr(cfg, "vocab_size", 0) or 0)
+    width = int(cfg.hidden_size)
+    ffn = int(getattr(cfg, "intermediate_size", None) or 4 * width)
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-    per_token = 4 * vocab + 12 * loaded.n_layers * (n_heads + n_kv) * d
-    per_pair = 3 * 4 * n_heads
+    per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d
+    per_pair = 8 * n_heads + 8
     work = min(_WORK_BYTES, 4 * n_heads * n_tokens**2)  # a float64 per causal pair and head
-    return int(weights + n_tokens * per_token + n_tokens**2 * per_pair + work + 2**26)
+    return int(weights + sequences * (n_tokens * per_token + n_tokens**2 * per_pair)
+               + work + 2**26)  # fmt: skip
 
 
 def _available_bytes(device: Any) -> int | None:
@@ -192,17 +193,34 @@ def _available_bytes(device: Any) -> int | None:
         return None
 
 
-def check_memory(loaded: LoadedModel, n_tokens: int) -> None:
-    """Raise a one-line error when ``n_tokens`` tokens would not fit in memory."""
-    need, have = memory_estimate(loaded, n_tokens), _available_bytes(loaded.device)
+def check_memory(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> None:
+    """Raise a one-line error when ``sequences`` of ``n_tokens`` tokens would not fit in memory."""
+    need, have = memory_estimate(loaded, n_tokens, sequences), _available_bytes(loaded.device)
     if have is not None and need > have:
+        what = f"{n_tokens} tokens" if sequences == 1 else f"{sequences} x {n_tokens} tokens"
         raise RopesplitError(
-            f"{n_tokens} tokens need about {need / 2**30:.1f} GiB of memory, "
+            f"{what} need about {need / 2**30:.1f} GiB of memory, "
             f"only {have / 2**30:.1f} GiB available; use fewer tokens (--tokens)"
+            + ("" if sequences == 1 else " or smaller batches")
         )
 
 
-def analyze(
+def analyze(loaded: LoadedModel, input_ids: Any, position_ids: Any = None, **options: Any
+            ) -> Analysis:  # fmt: skip
+    r"""Capture (validated) and measure every head: docs/theory.md sections 5-6 per head.
+
+    One sequence ``input_ids (N,)`` of :func:`analyze_batch`, whose keywords
+    ``options`` takes (``seed``, ``pair_budget``, ``reference``,
+    ``references``, ``kbar``, ``on_layer``).
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids).reshape(1, -1)
+    (result,) = analyze_batch(loaded, ids, position_ids, **options)
+    return result
+
+
+def analyze_batch(
     loaded: LoadedModel,
     input_ids: Any,
     position_ids: Any = None,
@@ -213,38 +231,64 @@ def analyze(
     references: tuple[str, ...] = COMPARED,
     kbar: str = "mean",
     on_layer: Callable[[int], Any] | None = None,
-) -> Analysis:
-    r"""Capture (validated) and measure every head: docs/theory.md sections 5-6 per head.
+) -> list[Analysis]:
+    r"""Capture (validated) and measure every head of ``B`` sequences ``input_ids (B, N)``.
 
     Each layer's heads go through ``numerics.stats.layer_statistics`` at once
-    with the captured ``theta``, ``s = scale a^2``, ``kv_map``, layout,
-    rotary dimension, positions and sliding window. ``pair_budget`` (causal
-    pairs per head, None: every pair) and ``seed`` as in numerics;
-    ``reference`` sets the split of the columns, ``references`` the others
-    recorded in ``by_reference``; ``kbar`` is ``"mean"`` or
-    ``"mean-skip-first"`` (the mean key without the first token);
-    ``on_layer(1)`` is called after each layer (a progress bar's ``update``).
+    with the captured :class:`~ropesplit.numerics.spec.RopeSpec` (``theta``,
+    ``s = scale a^2``, ``kv_map``, layout, rotary dimension, sliding window)
+    and positions (``position_ids``: ``(N,)`` for all, or ``(B, N)``).
+    ``pair_budget`` (causal pairs per head, None: every pair) and ``seed`` as
+    in numerics; ``reference`` sets the split of the columns, ``references``
+    the others recorded in ``by_reference``; ``kbar`` is ``"mean"`` or
+    ``"mean-skip-first"`` (the mean key without the first token).
+
+    Streamed (:func:`~ropesplit.empirical.capture.capture_batch`): as each
+    layer finishes, every sequence's heads are measured and the layer's
+    captures released, so memory holds one layer at a time
+    (:func:`memory_estimate`, checked first). One :class:`Analysis` per
+    sequence; ``seconds`` are the batch's (``capture``: the forward pass with
+    its validation, ``analysis``: the statistics), the same in each.
+    ``on_layer(1)`` after each layer of each sequence.
     """
     import torch
 
-    check_memory(loaded, int(torch.as_tensor(input_ids).numel()))
+    if kbar not in KBARS:
+        raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
+    ids = torch.as_tensor(input_ids)
+    batch, n_tokens = (1, ids.numel()) if ids.ndim < 2 else ids.shape[:2]
+    check_memory(loaded, int(n_tokens), int(batch))
+    ids = ids.reshape(int(batch), int(n_tokens))
+    positions = as_position_ids(ids, position_ids).numpy()  # (B, N)
+    rows: list[list[dict[str, Any]]] = [[] for _ in range(int(batch))]
+    spent = 0.0
+
+    def measure(b: int, layer: LayerCapture) -> None:
+        nonlocal spent
+        tick = time.perf_counter()
+        rows[b] += capture_rows(layer, positions[b], seed=seed, pair_budget=pair_budget,
+                                reference=reference, references=references, kbar=kbar)  # fmt: skip
+        spent += time.perf_counter() - tick
+        if on_layer is not None:
+            on_layer(1)
+
     start = time.perf_counter()
-    cache = capture(loaded, input_ids, position_ids, keep_probs=False)
-    captured = time.perf_counter()
-    rows = analyze_capture(cache, seed=seed, pair_budget=pair_budget, reference=reference,
-                           references=references, kbar=kbar, on_layer=on_layer)  # fmt: skip
-    done = time.perf_counter()
-    _check_bound(rows)
-    return Analysis(
-        model=loaded.name + (" (random init)" if loaded.random_init else ""),
-        random_init=loaded.random_init,
-        token_ids=[int(t) for t in cache.input_ids],
-        reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
-        heads=rows,
-        seconds={"capture": captured - start, "analysis": done - captured},
-        validation=cache.validation(),  # logit-level numbers and tolerances for the JSON record
-        dtype=str(loaded.model.dtype).removeprefix("torch."),
-    )
+    caches = capture_batch(loaded, ids, position_ids, on_layer=measure)
+    total = time.perf_counter() - start
+    seconds = {"capture": total - spent, "analysis": spent}
+    out = []
+    for cache, heads in zip(caches, rows, strict=True):
+        _check_bound(heads)
+        out.append(Analysis(
+            model=loaded.name + (" (random init)" if loaded.random_init else ""),
+            random_init=loaded.random_init,
+            token_ids=[int(t) for t in cache.input_ids],
+            reconstruction_max_abs_diff=cache.reconstruction_max_abs_diff,
+            heads=heads, seconds=dict(seconds),
+            validation=cache.validation(),  # logit-level numbers and tolerances for the record
+            dtype=str(loaded.model.dtype).removeprefix("torch."),
+        ))  # fmt: skip
+    return out
 
 
 def analyze_capture(
@@ -268,24 +312,41 @@ def analyze_capture(
     """
     if kbar not in KBARS:
         raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
-    positions = cache.positions.numpy()
     rows: list[dict[str, Any]] = []
     for layer in cache.layers:
         if layers is not None and layer.layer not in layers:
             continue
-        spec = layer.spec
-        if shuffle_frequencies is not None:
-            order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
-                len(spec.theta))  # fmt: skip
-            spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
-        rows += layer_rows(
-            layer.layer, layer.q.double().numpy(), layer.k.double().numpy(), spec,
-            positions=positions, rope_base=layer.rope_base, seed=seed, pair_budget=pair_budget,
-            kbar=kbar, reference=reference, references=references,
-        )  # fmt: skip
+        rows += capture_rows(layer, cache.positions.numpy(), seed=seed, pair_budget=pair_budget,
+                             reference=reference, references=references, kbar=kbar,
+                             shuffle_frequencies=shuffle_frequencies)  # fmt: skip
         if on_layer is not None:
             on_layer(1)
     return rows
+
+
+def capture_rows(
+    layer: LayerCapture,
+    positions: Any,
+    *,
+    seed: int,
+    pair_budget: int | None,
+    reference: str,
+    references: tuple[str, ...],
+    kbar: str,
+    shuffle_frequencies: int | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`layer_rows` of one captured layer under its own spec (frequencies shuffled
+    by the seed ``shuffle_frequencies`` when given)."""
+    spec = layer.spec
+    if shuffle_frequencies is not None:
+        order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
+            len(spec.theta))  # fmt: skip
+        spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
+    return layer_rows(
+        layer.layer, layer.q.double().numpy(), layer.k.double().numpy(), spec,
+        positions=positions, rope_base=layer.rope_base, seed=seed, pair_budget=pair_budget,
+        kbar=kbar, reference=reference, references=references,
+    )  # fmt: skip
 
 
 def layer_rows(

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,7 @@ __all__ = [
     "allowed_pairs",
     "capture",
     "check_reconstruction",
+    "capture_batch",
     "derive_theta",
     "rebuild_logits",
     "rebuild_probs",
@@ -534,35 +535,37 @@ def _reconstruct(
 
 @dataclass
 class _CaptureState:
-    """What the capture's taps share during one forward pass."""
+    """What the capture's taps share during one forward pass of ``B`` sequences."""
 
     loaded: LoadedModel
-    positions: np.ndarray  # (N,)
+    positions: np.ndarray  # (B, N)
     keep_probs: bool
     tol: Tolerances = field(default_factory=Tolerances)
+    on_layer: Callable[[int, LayerCapture], None] | None = None  # streaming: (sequence, layer)
+    check: bool = True  # streamed layers: validate each as it finishes
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
-    done: dict[int, LayerCapture] = field(default_factory=dict)
+    done: dict[int, list[LayerCapture]] = field(default_factory=dict)
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(
         default_factory=dict
     )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude: one derivation per table
 
 
 def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
-    """``(1, H, N, .)`` (or ``(1, N, H, .)`` when ``unsqueeze_dim == 2``) -> ``(H, N, .)``."""
-    x = x.detach()[0]
-    return x.transpose(0, 1) if unsqueeze_dim == 2 else x
+    """``(B, H, N, .)`` (or ``(B, N, H, .)`` when ``unsqueeze_dim == 2``) -> ``(B, H, N, .)``."""
+    x = x.detach()
+    return x.transpose(1, 2) if unsqueeze_dim == 2 else x
 
 
 def _on_rope(state: _CaptureState) -> Any:
     def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
         unsq = int(arguments.get("unsqueeze_dim", 1))
         q, k = _heads_first(arguments["q"], unsq), _heads_first(arguments["k"], unsq)
-        cos, sin = arguments["cos"].detach()[0], arguments["sin"].detach()[0]  # (N, r)
+        cos, sin = arguments["cos"].detach(), arguments["sin"].detach()  # (B or 1, N, r)
         state.raw[layer] = {
-            "q": q.float().clone(),  # (H, N, r_or_d)
-            "k": k.float().clone(),  # (Hkv, N, r_or_d)
-            "cos": cos,  # (N, r)
-            "sin": sin,  # (N, r)
+            "q": q.float().clone(),  # (B, H, N, r_or_d)
+            "k": k.float().clone(),  # (B, Hkv, N, r_or_d)
+            "cos": cos.expand(q.shape[0], -1, -1),  # (B, N, r)
+            "sin": sin.expand(q.shape[0], -1, -1),  # (B, N, r)
         }
 
     return record
@@ -571,39 +574,56 @@ def _on_rope(state: _CaptureState) -> Any:
 def _on_logits(state: _CaptureState) -> Any:
     def record(layer: int, logits: torch.Tensor) -> None:
         if layer in state.raw:
-            state.raw[layer]["logits"] = logits[0]  # (H, N, N), mask added
+            state.raw[layer]["logits"] = logits  # (B, H, N, N), mask added
 
     return record
 
 
 def _on_attention(state: _CaptureState) -> Any:
     def finish(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
-        if layer in state.raw:
-            state.done[layer] = _finish_layer(state, layer, arguments, result[1])
-            del state.raw[layer]
+        if layer not in state.raw:
+            return
+        for b in range(state.positions.shape[0]):
+            done = _finish_layer(state, layer, arguments, result[1], b)
+            if state.on_layer is None:
+                state.done.setdefault(layer, []).append(done)
+            else:  # streamed: checked, handed on, and only its validation numbers kept
+                if state.check:
+                    check_reconstruction(Capture([done], torch.zeros(0), torch.zeros(0),
+                                                 tolerances=state.tol))  # fmt: skip
+                state.on_layer(b, done)
+                state.done.setdefault(layer, []).append(_released(done))
+        del state.raw[layer]
 
     return finish
 
 
+def _released(layer: LayerCapture) -> LayerCapture:
+    """``layer`` without its tensors (a streamed capture keeps only the numbers)."""
+    empty = torch.zeros(0)
+    return replace(layer, q=empty, k=empty, cos=empty, sin=empty, probs=None)
+
+
 def _table(
-    state: _CaptureState, cos: torch.Tensor, sin: torch.Tensor, layer: int
+    state: _CaptureState, cos: torch.Tensor, sin: torch.Tensor, layer: int, b: int
 ) -> tuple[str, np.ndarray, float]:
     """:func:`table_geometry` of one cos/sin table, derived once per table."""
     key = (cos.data_ptr(), sin.data_ptr())
     if key not in state.tables:
-        state.tables[key] = table_geometry(cos, sin, state.positions, f"cos/sin of layer {layer}")
+        state.tables[key] = table_geometry(cos, sin, state.positions[b],
+                                           f"cos/sin of layer {layer}")  # fmt: skip
     return state.tables[key]
 
 
 def _finish_layer(
-    state: _CaptureState, layer: int, arguments: Mapping[str, Any], weights: Any
+    state: _CaptureState, layer: int, arguments: Mapping[str, Any], weights: Any, b: int
 ) -> LayerCapture:
-    """Assemble, check and validate one layer from what the taps saw."""
+    """Assemble, check and validate sequence ``b`` of one layer from what the taps saw."""
     raw, module = state.raw[layer], arguments["module"]
     extra = arguments.get("kwargs", {})
-    query, key = arguments["query"].detach()[0], arguments["key"].detach()[0]  # (H|Hkv, N, d)
+    query, key = arguments["query"].detach()[b], arguments["key"].detach()[b]  # (H|Hkv, N, d)
     (d,) = query.shape[-1:]
-    q, k = raw["q"], raw["k"]
+    q, k = raw["q"][b], raw["k"][b]
     if q.shape[-1] < d:  # only the rotary slice went through RoPE (Phi): the rest as attended
         q = torch.cat((q, query[..., q.shape[-1] :].float()), dim=-1)  # (H, N, d)
         k = torch.cat((k, key[..., k.shape[-1] :].float()), dim=-1)  # (Hkv, N, d)
@@ -617,11 +637,11 @@ def _finish_layer(
     if n_heads % n_kv:
         raise RopesplitError(f"{n_heads} query heads do not divide into {n_kv} KV heads")
     kv_map = np.arange(n_heads) // (n_heads // n_kv)  # repeat_kv's grouping
-    cos, sin = raw["cos"], raw["sin"]  # (N, r)
+    cos, sin = raw["cos"][b], raw["sin"][b]  # (N, r)
     (r,) = cos.shape[-1:]
     if r % 2 or r > d:
         raise RopesplitError(f"rotary_dim must be even and at most head_dim {d}, got {r}")
-    layout, theta_r, amplitude = _table(state, cos, sin, layer)
+    layout, theta_r, amplitude = _table(state, cos, sin, layer, b)
     layer_type = getattr(module, "layer_type", None)
     if layer_type is None and getattr(state.loaded.config, "layer_types", None):
         layer_type = state.loaded.config.layer_types[layer]
@@ -644,13 +664,13 @@ def _finish_layer(
     window = int(window) if window else None
     softcap = arguments.get("softcap", extra.get("softcap"))
     softcap = float(softcap) if softcap else None
-    probs = weights.detach()[0]  # (H, N, N)
+    probs = weights.detach()[b]  # (H, N, N)
     qr, kr = _rotate(q, cos, sin, layout), _rotate(k, cos, sin, layout)  # (H|Hkv, N, d)
     # against R q, R k as the model attends with them (its RoPE's output)
     rope_diff = max(_max_rel(qr, query.float()), _max_rel(kr, key.float()))
     logit_diff, logit_scale, prob_diff = _reconstruct(
         q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
-        model_logits=raw.get("logits"), probs=probs, rotated=(qr, kr),
+        model_logits=raw["logits"][b] if "logits" in raw else None, probs=probs, rotated=(qr, kr),
     )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin, theta=theta, rope_amplitude=amplitude,
@@ -684,35 +704,71 @@ def capture(
     :data:`RECONSTRUCTION_TOL` raises ``ValidationError``.
     ``keep_probs=False`` drops the ``(H, N, N)`` probabilities after that check
     (they dominate memory at large N); ``keep_logits`` keeps the model's
-    output logits ``(N, vocab)``.
+    output logits ``(N, vocab)``. :func:`capture_batch` runs many sequences.
     """
     ids = as_input_ids(loaded, input_ids)  # (1, N)
-    pos = as_position_ids(ids, position_ids)  # (1, N)
+    (result,) = _run(loaded, ids, position_ids, keep_probs=keep_probs, keep_logits=keep_logits)
+    if validate:
+        check_reconstruction(result)
+    return result
+
+
+def capture_batch(
+    loaded: LoadedModel,
+    input_ids: Any,
+    position_ids: Any = None,
+    *,
+    on_layer: Callable[[int, LayerCapture], None],
+    validate: bool = True,
+) -> list[Capture]:
+    r"""One forward pass of ``B`` sequences ``input_ids (B, N)``, streamed layer by layer.
+
+    As each layer finishes, each sequence's :class:`LayerCapture` is rebuilt
+    and validated as in :func:`capture` (``validate``: a miss raises at once)
+    and handed to ``on_layer(b, layer_capture)``; then its tensors are
+    released, so memory holds one layer's captures at a time (and the model's
+    own activations). Returns one :class:`Capture` per sequence holding the
+    validation numbers only (``q``, ``k``, tables and probabilities
+    released). ``position_ids`` is ``(N,)`` for every sequence or ``(B, N)``.
+    """
+    ids = as_input_ids(loaded, input_ids, batch=True)  # (B, N)
+    return _run(loaded, ids, position_ids, keep_probs=False, keep_logits=False,
+                on_layer=on_layer, validate=validate)  # fmt: skip
+
+
+def _run(
+    loaded: LoadedModel,
+    ids: torch.Tensor,
+    position_ids: Any,
+    *,
+    keep_probs: bool,
+    keep_logits: bool,
+    on_layer: Callable[[int, LayerCapture], None] | None = None,
+    validate: bool = False,
+) -> list[Capture]:
+    """The forward pass through the taps: one :class:`Capture` per sequence of ``ids (B, N)``."""
+    pos = as_position_ids(ids, position_ids)  # (B, N)
     check_positions(loaded, pos)
     if loaded.model.config._attn_implementation != "eager":
         raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
-    state = _CaptureState(loaded, pos[0].cpu().numpy(), keep_probs,
-                          tolerances(loaded.model.dtype))  # fmt: skip
+    tol = tolerances(loaded.model.dtype)
+    state = _CaptureState(loaded, pos.cpu().numpy(), keep_probs, tol, on_layer, validate)
     with taps(loaded, on_rope=_on_rope(state), on_attention=_on_attention(state),
               on_logits=_on_logits(state)), torch.no_grad():  # fmt: skip
         # an explicit all-ones mask keeps the mask causal by index: without it,
         # transformers reads non-+1 steps in position_ids as packed sequences
-        out = loaded.model(
+        # without kept logits the base model runs: the (B, N, vocab) output head is not needed
+        model = loaded.model if keep_logits else loaded.model.base_model
+        out = model(
             input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids), use_cache=False
         )
     missing = [i for i in range(loaded.n_layers) if i not in state.done]
     if missing:
         raise RopesplitError(f"no rotary embedding was applied in layers {missing}")
-    result = Capture(
-        layers=[state.done[i] for i in range(loaded.n_layers)],
-        input_ids=ids[0].cpu(),
-        positions=pos[0].cpu(),
-        logits=out.logits[0].float() if keep_logits else None,
-        tolerances=state.tol,
-    )
-    if validate:
-        check_reconstruction(result)
-    return result
+    return [Capture(layers=[state.done[i][b] for i in range(loaded.n_layers)],
+                    input_ids=ids[b].cpu(), positions=pos[b].cpu(),
+                    logits=out.logits[b].float() if keep_logits else None, tolerances=tol)
+            for b in range(ids.shape[0])]  # fmt: skip
 
 
 def check_reconstruction(cache: Capture) -> None:

@@ -369,17 +369,19 @@ def attention_modules(model: Any) -> list[Any]:
 
 
 def as_position_ids(input_ids: torch.Tensor, position_ids: Any) -> torch.Tensor:
-    """``(1, N)`` int64 position ids (default ``0..N-1``) on the ids' device."""
+    """``(B, N)`` int64 position ids (default ``0..N-1``) on the ids' device, ids ``(B, N)``."""
     import torch
 
     (n_tokens,) = input_ids.shape[-1:]
+    rows = input_ids.shape[0] if input_ids.ndim == 2 else 1
     if position_ids is None:
-        return torch.arange(n_tokens, device=input_ids.device)[None]  # (1, N)
-    pos = torch.as_tensor(position_ids, device=input_ids.device).reshape(1, -1)  # (1, N)
-    if pos.shape[-1] != n_tokens:
+        return torch.arange(n_tokens, device=input_ids.device)[None].expand(rows, -1)  # (B, N)
+    pos = torch.as_tensor(position_ids, device=input_ids.device)
+    if pos.numel() not in (n_tokens, rows * n_tokens):
         raise RopesplitError(
             f"position_ids must have one entry per token ({n_tokens}), got {pos.shape[-1]}"
         )
+    pos = pos.reshape(-1, n_tokens).expand(rows, -1)  # (B, N): one row serves every sequence
     return pos.long()
 
 
@@ -396,11 +398,18 @@ def check_positions(loaded: LoadedModel, positions: torch.Tensor) -> None:
         )
 
 
-def as_input_ids(loaded: LoadedModel, input_ids: Any) -> torch.Tensor:
-    """``(1, N)`` int64 token ids on the model's device, checked against the vocabulary."""
+def as_input_ids(loaded: LoadedModel, input_ids: Any, *, batch: bool = False) -> torch.Tensor:
+    """``(1, N)`` int64 token ids on the model's device, checked against the vocabulary.
+
+    ``batch=True`` takes ``(B, N)`` (or ``(N,)``) and returns ``(B, N)``.
+    """
     import torch
 
-    ids = torch.as_tensor(input_ids).reshape(1, -1).long().to(loaded.device)  # (1, N)
+    ids = torch.as_tensor(input_ids)
+    if batch and ids.ndim not in (1, 2):
+        raise RopesplitError(f"a batch of input_ids must be (B, N), got shape {tuple(ids.shape)}")
+    ids = ids.reshape(-1 if batch and ids.ndim == 2 else 1, ids.shape[-1] if ids.ndim else 1)
+    ids = ids.long().to(loaded.device)  # (B, N)
     if ids.shape[-1] == 0:
         raise RopesplitError("input_ids must hold at least one token, got 0")
     vocab = int(loaded.config.vocab_size)

@@ -44,7 +44,7 @@ def twins():
 def test_the_spec_is_read_from_the_lens_config(twins):
     _, lens = twins
     spec = RopeSpec.from_config(lens.cfg)
-    assert spec.layout == "half" and spec.rotary_dim == 16 and spec.kv_map == (0, 0, 1, 1)
+    assert spec.layout == "half" and spec.rotary_dim is None and spec.kv_map == (0, 0, 1, 1)
     assert spec.scale == pytest.approx(0.25) and spec.theta[1] == pytest.approx(10000 ** -0.125)
 
 
