@@ -179,6 +179,7 @@ def tiny_run():
         return run_claims(loaded, tokens=96, passages=8, order_passages=8, controls=controls,
                           passage_ids=given, shard=shard)  # fmt: skip
 
+    run.loaded, run.ids = loaded, ids
     return run
 
 
@@ -200,16 +201,28 @@ def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
     """Issue 19: disjoint shards (a SLURM array, torchrun processes) merge into the run."""
     from ropesplit.empirical.claims_run import merge_records
 
-    shards = [tiny_run((0, 3)), tiny_run((3, 5)), tiny_run((5, 8))]
-    assert [r["header"]["shards"] for r in shards] == [[[0, 3]], [[3, 5]], [[5, 8]]]
+    shards = [tiny_run((0, 3)), tiny_run((3, 5)), tiny_run((5, 7)), tiny_run((7, 8))]
+    assert [r["header"]["shards"] for r in shards] == [[[0, 3]], [[3, 5]], [[5, 7]], [[7, 8]]]
     assert all(c["verdict"] == "inconclusive" for c in shards[0]["claims"])  # 3 < 8 passages
     merged = _json(merge_records(shards[::-1]))  # any order
     single = _json(tiny_claims)
-    assert merged["header"]["shards"] == [[0, 3], [3, 5], [5, 8]]
+    assert merged["header"]["shards"] == [[0, 3], [3, 5], [5, 7], [7, 8]]
     for key in ("passages", "order", "claims", "pooled"):
         assert merged[key] == single[key], key
     # pooled over passages from the additive moments, against one concatenated correlation
     assert len(merged["pooled"]["r_split"]) == merged["passages"][0]["n_heads"]
+    from ropesplit.empirical import capture
+    from ropesplit.numerics.split import split_head
+
+    w, fg = [], []
+    for p in range(8):  # layer 0, head 0 of each passage, dense, under the paper's split
+        layer = capture(tiny_run.loaded, tiny_run.ids[p]).layers[0]
+        sp = split_head(layer.q[0].double().numpy(), layer.k[layer.kv_map[0]].double().numpy(),
+                        layer.spec, bounds=False)  # fmt: skip
+        w.append(sp.W[sp.mask])
+        fg.append((sp.f + sp.g)[sp.mask])
+    direct = np.corrcoef(np.concatenate(w), np.concatenate(fg))[0, 1]
+    assert merged["pooled"]["r_split"][0] == pytest.approx(direct, rel=1e-9)
     with pytest.raises(RopesplitError, match="^shards 0:3 and 2:5 overlap"):
         merge_records([shards[0], tiny_run((2, 5))])
     other = _json(shards[1])
