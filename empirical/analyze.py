@@ -141,20 +141,24 @@ def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
 def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> int:
     r"""Bytes one streamed capture plus analysis of ``B`` sequences of ``N`` tokens needs.
 
-    .. math:: \text{weights} + B N\,\big(4(4D + 2F) + 12\,(H + H_{kv})\,d\big)
-              + B N^2 (8 H + 8) + \min(W, 4 H N^2) + 64\ \text{MiB}
+    .. math:: \text{weights} + B N\,\big(4(4D + 2F) + 12\,(H + H_{kv})\,d
+              + 72 H d + 24 H_{kv} d\big) + B N^2 (8 H + 8)
+              + \min(W, 4 H N^2) + 64\ \text{MiB}
 
     what the code allocates (:func:`analyze_batch`):
 
     - per token: the model's own activations, about four residual streams
       ``D`` and two MLP widths ``F`` in float32 (the capture runs the base
-      model: no ``(N, vocab)`` output logits), and the one layer's captured
+      model: no ``(N, vocab)`` output logits), the one layer's captured
       ``q``, ``k`` in float32 and float64 (layers stream: each is measured and
-      released before the next);
+      released before the next), and the statistics' float64 features of
+      that layer (rotated queries and, per reference, scaled ones; rotated
+      keys, deviations);
     - per pair: the eager attention's scores and probabilities ``(B, H, N,
       N)`` float32 (the logit tap holds the scores) and its masks;
-    - ``W``: the statistics' working memory (a float64 per causal pair and
-      head up to ``numerics.stats``' chunk bound), and 64 MiB of state.
+    - ``W``: the bound check's ratios, a float64 per causal pair and head of
+      one sequence (sequences are measured one after another), up to
+      ``numerics.stats``' chunk bound, and 64 MiB of state.
 
     ``tests/test_empirical_analyze.py`` measures the peak of a run against it.
     """
@@ -167,9 +171,10 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     width = int(cfg.hidden_size)
     ffn = int(getattr(cfg, "intermediate_size", None) or 4 * width)
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-    per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d
+    per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d + (72 * n_heads
+                                                                         + 24 * n_kv) * d
     per_pair = 8 * n_heads + 8
-    work = min(_WORK_BYTES, 4 * n_heads * n_tokens**2)  # a float64 per causal pair and head
+    work = min(_WORK_BYTES, 4 * n_heads * n_tokens**2)
     return int(weights + sequences * (n_tokens * per_token + n_tokens**2 * per_pair)
                + work + 2**26)  # fmt: skip
 
@@ -263,14 +268,15 @@ def analyze_batch(
     rows: list[list[dict[str, Any]]] = [[] for _ in range(int(batch))]
     spent = 0.0
 
-    def measure(b: int, layer: LayerCapture) -> None:
+    def measure(layers: list[LayerCapture]) -> None:
         nonlocal spent
         tick = time.perf_counter()
-        rows[b] += capture_rows(layer, positions[b], seed=seed, pair_budget=pair_budget,
-                                reference=reference, references=references, kbar=kbar)  # fmt: skip
+        for b, layer in enumerate(layers):  # one call per sequence: stacking them bought nothing
+            rows[b] += capture_rows(layer, positions[b], seed=seed, pair_budget=pair_budget,
+                                    reference=reference, references=references, kbar=kbar)
         spent += time.perf_counter() - tick
         if on_layer is not None:
-            on_layer(1)
+            on_layer(len(layers))
 
     start = time.perf_counter()
     caches = capture_batch(loaded, ids, position_ids, on_layer=measure)
@@ -342,10 +348,11 @@ def capture_rows(
         order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
             len(spec.theta))  # fmt: skip
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
+    device = None if layer.q.device.type == "cpu" else layer.q.device  # a GPU: torch there
     return layer_rows(
-        layer.layer, layer.q.double().numpy(), layer.k.double().numpy(), spec,
+        layer.layer, layer.q.double().cpu().numpy(), layer.k.double().cpu().numpy(), spec,
         positions=positions, rope_base=layer.rope_base, seed=seed, pair_budget=pair_budget,
-        kbar=kbar, reference=reference, references=references,
+        kbar=kbar, reference=reference, references=references, device=device,
     )  # fmt: skip
 
 
@@ -362,6 +369,7 @@ def layer_rows(
     kbar: str,
     reference: str,
     references: tuple[str, ...],
+    device: Any = None,
 ) -> list[dict[str, Any]]:
     """One row per query head of one layer's float64 ``q (H, N, d)``, ``k (Hkv, N, d)``
     under ``spec`` (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
@@ -370,7 +378,7 @@ def layer_rows(
     stats = layer_statistics(
         q, k, spec, positions=positions, seed=seed, pair_budget=pair_budget,
         kbar=k[:, 1:].mean(axis=1) if kbar == "mean-skip-first" else None,
-        reference=reference, references=references,
+        reference=reference, references=references, device=device,
     )  # fmt: skip
     kv = spec.kv_heads(q.shape[0], k.shape[0])
     rows = []

@@ -541,7 +541,7 @@ class _CaptureState:
     positions: np.ndarray  # (B, N)
     keep_probs: bool
     tol: Tolerances = field(default_factory=Tolerances)
-    on_layer: Callable[[int, LayerCapture], None] | None = None  # streaming: (sequence, layer)
+    on_layer: Callable[[list[LayerCapture]], None] | None = None  # streaming: a layer, each seq
     check: bool = True  # streamed layers: validate each as it finishes
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: dict[int, list[LayerCapture]] = field(default_factory=dict)
@@ -583,16 +583,16 @@ def _on_attention(state: _CaptureState) -> Any:
     def finish(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
         if layer not in state.raw:
             return
-        for b in range(state.positions.shape[0]):
-            done = _finish_layer(state, layer, arguments, result[1], b)
-            if state.on_layer is None:
-                state.done.setdefault(layer, []).append(done)
-            else:  # streamed: checked, handed on, and only its validation numbers kept
-                if state.check:
-                    check_reconstruction(Capture([done], torch.zeros(0), torch.zeros(0),
+        done = [_finish_layer(state, layer, arguments, result[1], b)
+                for b in range(state.positions.shape[0])]  # fmt: skip
+        if state.on_layer is not None:  # streamed: checked, handed on, only the numbers kept
+            if state.check:
+                for one in done:
+                    check_reconstruction(Capture([one], torch.zeros(0), torch.zeros(0),
                                                  tolerances=state.tol))  # fmt: skip
-                state.on_layer(b, done)
-                state.done.setdefault(layer, []).append(_released(done))
+            state.on_layer(done)
+            done = [_released(one) for one in done]
+        state.done[layer] = done
         del state.raw[layer]
 
     return finish
@@ -718,14 +718,14 @@ def capture_batch(
     input_ids: Any,
     position_ids: Any = None,
     *,
-    on_layer: Callable[[int, LayerCapture], None],
+    on_layer: Callable[[list[LayerCapture]], None],
     validate: bool = True,
 ) -> list[Capture]:
     r"""One forward pass of ``B`` sequences ``input_ids (B, N)``, streamed layer by layer.
 
     As each layer finishes, each sequence's :class:`LayerCapture` is rebuilt
     and validated as in :func:`capture` (``validate``: a miss raises at once)
-    and handed to ``on_layer(b, layer_capture)``; then its tensors are
+    and the layer's captures, one per sequence, go to ``on_layer(captures)``; then their tensors are
     released, so memory holds one layer's captures at a time (and the model's
     own activations). Returns one :class:`Capture` per sequence holding the
     validation numbers only (``q``, ``k``, tables and probabilities
@@ -743,7 +743,7 @@ def _run(
     *,
     keep_probs: bool,
     keep_logits: bool,
-    on_layer: Callable[[int, LayerCapture], None] | None = None,
+    on_layer: Callable[[list[LayerCapture]], None] | None = None,
     validate: bool = False,
 ) -> list[Capture]:
     """The forward pass through the taps: one :class:`Capture` per sequence of ``ids (B, N)``."""

@@ -171,6 +171,7 @@ def layer_statistics(
     seed: int = 0,
     reference: str | Reference = "zero",
     references: tuple[str, ...] = (),
+    device: Any = None,
 ) -> list[HeadStats]:
     r"""The section 5 statistics of every query head of a layer, batched.
 
@@ -188,7 +189,10 @@ def layer_statistics(
     ``"mean"`` over this layer's causal pairs, docs/theory.md section 6) sets the
     split of every field; ``references`` adds ``r_split``,
     ``r_split_rowcentred`` and ``remainder_share`` under each of those specs
-    (``by_reference``, which also holds ``reference``'s own).
+    (``by_reference``, which also holds ``reference``'s own).  ``device``
+    (None: the compiled CPU path) runs the two ``N^2`` parts, the row moments
+    and the bound check, in torch on that device (:mod:`.stats_torch`: CUDA
+    where the model sits on a GPU; the same numbers to float64 rounding).
 
     .. math:: E_{ij} = s\,\big(\langle R(p_i)q_i, R(p'_j)\delta_j\rangle
                                - \langle q_i, \delta_j\rangle\big)
@@ -230,9 +234,15 @@ def layer_statistics(
     dc = kc - kbc  # (Hkv, N, P) key deviations
     low_k = _lowfreq_share(np.abs(dc) ** 2, th)[kv]  # (H,)
     low_q = _lowfreq_share(np.abs(qc - qc.mean(axis=1, keepdims=True)) ** 2, th)  # (H,)
-    sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w, [None if r.is_zero else r.m for r in refs])
+    sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w, [None if r.is_zero else r.m for r in refs],
+                       device)  # fmt: skip
     gap = None if refs[0].is_zero else refs[0].one_minus
-    tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap)  # one per head
+    if device is None:
+        tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap)  # one per head
+    else:
+        from ropesplit.numerics.stats_torch import tightness
+
+        tight = tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap, device)
     gram = band_gram(n, w)
     # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
     # solved for the unit right side and scaled back (the fit is linear in it): logits near
@@ -440,6 +450,7 @@ def _logit_sums(
     pk: np.ndarray,
     window: int | None,
     refs: list[np.ndarray | None],
+    device: Any = None,
 ) -> dict[str, Any]:
     r"""Masked second moments of ``W / s`` and ``E_m / s`` per head, and the three-axis right side.
 
@@ -482,7 +493,13 @@ def _logit_sums(
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
     mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
     whole = window is None or window >= n  # then every row sees all columns before it
-    s_ww, s_we, s_ee = _row_moments(_Factors(a, y, b, dp, us, kv), None if whole else window)
+    factors, band = _Factors(a, y, b, dp, us, kv), None if whole else window
+    if device is None:
+        s_ww, s_we, s_ee = _row_moments(factors, band)
+    else:
+        from ropesplit.numerics.stats_torch import row_moments
+
+        s_ww, s_we, s_ee = row_moments(factors, band, device)
     nw = count_b * mean_w[:, None]  # (H, N) n_i mu_W
     ww = s_ww - mean_w[:, None] * (2 * row_w - nw)  # per-row products about the masked means
     we = [s - m[:, None] * row_w - mean_w[:, None] * r + nw * m[:, None]
@@ -700,9 +717,7 @@ def _tightness(
     all heads at once (the angles are shared).
     """
     h, n, p = qc.shape
-    n_pairs = band_gram(n, window).pairs
-    sampling = pair_budget is not None and pair_budget < n_pairs
-    whole = None if sampling else _whole_steps(pq, pk)
+    n_pairs, flat, whole = _pair_plan(n, window, pair_budget, seed, pq, pk)
     if whole is not None:  # every pair, compiled; heads in chunks of bounded memory
         iq, ik, step = whole
         out = []
@@ -717,10 +732,8 @@ def _tightness(
     ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
     bad = [0] * h
     sampled = None
-    if sampling:
-        assert pair_budget is not None
-        sampled = int(pair_budget)
-        flat = np.sort(np.random.default_rng(seed).choice(n_pairs, size=sampled, replace=False))
+    if flat is not None:
+        sampled = flat.size
         i, j = _pairs(n, window, flat)  # (S,) each
         dist = pq[i] - pk[j]  # (S,)
         for c0 in range(0, sampled, _SAMPLE_CHUNK):  # cache-sized chunks: ~2x faster than one pass
@@ -750,6 +763,19 @@ def _tightness(
                 bad[x] += violations(e[x], bound[x])
     return [_summary(torch.cat(ratios[x]) if ratios[x] else torch.zeros(0), sampled, bad[x])
             for x in range(h)]  # fmt: skip
+
+
+def _pair_plan(
+    n: int, window: int | None, pair_budget: int | None, seed: int, pq: np.ndarray, pk: np.ndarray
+) -> tuple[int, np.ndarray | None, tuple[np.ndarray, np.ndarray, float] | None]:
+    """``(n_pairs, flat, whole)`` of a tightness check: the causal pairs, the seeded sample of
+    ``pair_budget`` of them (flat indices, sorted; None when every pair is checked) and, for an
+    exact check, the positions as whole steps (:func:`_whole_steps`)."""
+    n_pairs = band_gram(n, window).pairs
+    if pair_budget is not None and pair_budget < n_pairs:
+        rng = np.random.default_rng(seed)
+        return n_pairs, np.sort(rng.choice(n_pairs, size=int(pair_budget), replace=False)), None
+    return n_pairs, None, _whole_steps(pq, pk)
 
 
 def _whole_steps(pq: np.ndarray, pk: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:

@@ -175,9 +175,9 @@ def test_a_batch_is_its_sequences_one_by_one(tiny_model):
                 assert x[name] == pytest.approx(y[name], rel=1e-6, abs=1e-9), name
     assert batch[0].heads != batch[1].heads  # the sequences differ: so do their statistics
     seen = []
-    caches = capture_batch(tiny_model, ids, on_layer=lambda b, layer: seen.append(
-        (b, layer.layer, tuple(layer.q.shape))))  # fmt: skip
-    assert seen == [(b, layer, (4, 40, 16)) for layer in range(2) for b in range(3)]
+    caches = capture_batch(tiny_model, ids, on_layer=lambda layers: seen.append(
+        [(one.layer, tuple(one.q.shape)) for one in layers]))  # fmt: skip
+    assert seen == [[(layer, (4, 40, 16))] * 3 for layer in range(2)]
     assert all(lc.q.numel() == 0 and lc.probs is None for c in caches for lc in c.layers)
     assert caches[1].validation() == pytest.approx(batch[1].validation, nan_ok=True)
 
