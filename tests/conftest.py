@@ -8,9 +8,10 @@ TINY_VOCAB = 128  # vocabulary of every tiny model here
 
 
 def tiny_llama(layers: int = 2, *, seed: int = 0, context: int = 256, heads: int = 4,
-               kv_heads: int = 2, hidden: int = 64):  # fmt: skip
+               kv_heads: int = 2, hidden: int = 64, **config):  # fmt: skip
     """A random-init Llama (``layers`` layers, ``heads`` query heads of dim ``hidden/heads``)
-    loaded through ``ropesplit.empirical.load_model`` (eager attention, as every capture needs)."""
+    loaded through ``ropesplit.empirical.load_model`` (eager attention, as every capture needs);
+    ``config`` adds LlamaConfig fields (``attention_bias=True``, ...)."""
     import transformers as T
     from ropesplit.empirical import load_model
 
@@ -22,6 +23,7 @@ def tiny_llama(layers: int = 2, *, seed: int = 0, context: int = 256, heads: int
         intermediate_size=64,
         vocab_size=TINY_VOCAB,
         max_position_embeddings=context,
+        **config,
     )
     return load_model(config, seed=seed)
 

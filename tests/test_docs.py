@@ -50,3 +50,15 @@ def test_page_code_runs_top_to_bottom(page, capsys):
             exec(compile(block, f"{page}[block {i}]", "exec"), namespace)
         except Exception as exc:  # pragma: no cover - the failure message is the point
             raise AssertionError(f"{page} block {i} failed: {exc!r}\n{block}") from exc
+
+
+def test_gallery_intervention_figures_are_what_their_records_draw(tmp_path):
+    """Issue 20's figures in docs/figures are drawn from the recorded runs kept beside them
+    (``python -m ropesplit.figures.recorded docs/figures/records docs/figures``)."""
+    from ropesplit.figures.interventions import INTERVENTION_FIGURES
+    from ropesplit.figures.recorded import draw_recorded
+
+    drawn = draw_recorded(ROOT / "docs" / "figures" / "records", tmp_path)
+    assert len(drawn) == len(INTERVENTION_FIGURES)
+    for path in drawn:
+        assert path.read_bytes() == (ROOT / "docs" / "figures" / path.name).read_bytes(), path.name

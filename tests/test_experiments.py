@@ -538,7 +538,7 @@ def test_run_experiments_record(tiny, distinct_ids):
                             seeds=2, layers=[1])  # fmt: skip
     assert again == record  # deterministic for a given seed
     with pytest.raises(RopesplitError, match="experiments must be among distance, order"):
-        run_experiments(tiny, distinct_ids, experiments=("shuffle",))
+        run_experiments(tiny, distinct_ids, experiments=("melt",))
     with pytest.raises(RopesplitError, match="seeds must be at least 1, got 0"):
         run_experiments(tiny, distinct_ids, experiments=("order",), seeds=0)
 

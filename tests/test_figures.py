@@ -113,6 +113,28 @@ def _length_rows() -> list[dict]:
     return rows
 
 
+def _intervention_rows(labels, stat, null) -> list[dict]:
+    """Two rows of an intervention experiment: edit and null intervals, paired difference."""
+    rows = []
+    for k, verdict in enumerate(("agrees", "disagrees")):
+        row = {label: f"{label}{k}" for label in labels}
+        for name, mean in ((stat, 0.3 + 0.1 * k), (null, 0.2)):
+            if name:
+                row |= {name: mean, f"{name}_low": mean - 0.05, f"{name}_high": mean + 0.05}
+        row |= {"diff": 0.1 * (2 * k - 1), "diff_low": 0.1 * (2 * k - 1) - 0.03,
+                "diff_high": 0.1 * (2 * k - 1) + 0.03, "direction": "below", "verdict": verdict}
+        rows.append(row)
+    return rows
+
+
+def _intervention(name, width):
+    from ropesplit.figures.interventions import INTERVENTION_FIGURES, intervention_figure
+
+    labels, stat, null, _ = INTERVENTION_FIGURES[name]
+    return intervention_figure(_intervention_rows(labels, stat, null), experiment=name,
+                               width=width)  # fmt: skip
+
+
 # name: a call drawing that figure at a given width
 FIGURES = {
     "decomposition": lambda w: decomposition_figure(**_split(), width=w),
@@ -127,7 +149,20 @@ FIGURES = {
     ),
     "distance": lambda w: distance_figure(_distance_rows(), width=w),
     "length": lambda w: length_figure(_length_rows(), width=w),
+    **{name: (lambda w, name=name: _intervention(name, w))
+       for name in ("remainder", "keys", "terms", "shuffle")},
 }
+
+
+def test_intervention_figures_refuse_rows_without_their_numbers():
+    from ropesplit.figures.interventions import intervention_figure
+
+    rows = _intervention_rows(("run",), "lr_shuffle", "lr_null")
+    with pytest.raises(RopesplitError, match="^shuffle rows"):
+        intervention_figure([{k: v for k, v in r.items() if k != "diff_low"} for r in rows],
+                            experiment="shuffle")  # fmt: skip
+    with pytest.raises(RopesplitError, match="^experiment must be one of"):
+        intervention_figure(rows, experiment="melt")
 
 
 def assert_labelled(fig) -> None:

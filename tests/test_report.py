@@ -32,7 +32,7 @@ N_TOKENS = 48
 TINY_TRAIN = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
                          warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
 SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64,
-                                passages=8, order_passages=8)
+                                passages=8, order_passages=8, intervention_tokens=N_TOKENS)
 
 
 def _tiny_load(settings):
@@ -53,6 +53,11 @@ def _tiny_passages(ctx):
     return PassageIds([f"passage {k}" for k in range(8)], ids, 96, 0, "tiny")
 
 
+def _tiny_intervention_passages(ctx):
+    """The interventions' 8 scored and 2 calibration passages, seeded random token ids."""
+    return torch.randint(0, 128, (10, N_TOKENS), generator=torch.Generator().manual_seed(2))
+
+
 def _extra_stage(ctx):
     """A stage added by one line: its record is written and reaches the sections."""
     return {"heads_seen": len(ctx.records["analyze"]["heads"])}
@@ -70,6 +75,7 @@ def report(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "_load", _tiny_load)
         patch.setattr(pipeline, "_claims_ids", _tiny_passages)
+        patch.setattr(pipeline, "_intervention_ids", _tiny_intervention_passages)
         patch.setattr(emergence_section, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
         # the extension points: one Stage line, one SectionSpec line
         patch.setattr(pipeline, "STAGES", [*pipeline.STAGES,
@@ -194,14 +200,17 @@ def test_markdown_links_the_written_pngs(report):
     assert "[1. Position generalization" in report["md"]  # claims link to their sections
 
 
-# drawn by the report from the model it trains (train and length stages), not by `figures`
-REPORT_ONLY = ("emergence", "emergence_pairs", "length")
+# drawn by the report from the model it trains (train and length stages) or from its
+# interventions stage (issue 20), not by `figures`
+INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
+REPORT_ONLY = ("emergence", "emergence_pairs", "length", *INTERVENTIONS)
 
 
 def test_figures_rerun_gives_byte_identical_files(report):
     """A second run from scratch (analysis, experiments, captures) draws the same bytes."""
     again = sorted(report["again"].iterdir())
-    assert len(again) == len([s for s in FIGURES if s.name not in ("emergence", "emergence_pairs")])
+    assert len(again) == len([s for s in FIGURES
+                              if s.name not in ("emergence", "emergence_pairs", *INTERVENTIONS)])
     again = [p for p in again if not any(f"-{name}-" in p.name for name in REPORT_ONLY)]
     assert len(again) == len([s for s in FIGURES if s.name not in REPORT_ONLY])
     for path in again:

@@ -8,6 +8,10 @@ and judges every row and itself from the measured numbers
     order      word-order perturbation of the context (claim 1)
     position   position-id perturbation (docs/theory.md section 4)
     length     distances beyond the training length, LM-Infinite's cap
+    remainder  attention from f + g alone (E dropped) against a same-norm null (claim 2)
+    keys       the keys' fast-pair deviation removed: jitter sensitivity (section 4)
+    terms      f capped alone against g + E capped alone, beyond L (section 4)
+    shuffle    the frequencies shuffled over the pairs (claim 4's causal null)
 
 :func:`run_experiments` runs any of them and returns the JSON record
 (:mod:`.registry`). Adding one: a module defining ``EXPERIMENT`` (an
@@ -17,6 +21,7 @@ and judges every row and itself from the measured numbers
 from ropesplit.empirical.experiments.base import Context, Experiment, Settings, Verdict
 from ropesplit.empirical.experiments.registry import (
     EXPERIMENTS,
+    INTERVENTIONS,
     PREDICTIONS,
     forward_count,
     run_experiments,
@@ -24,6 +29,7 @@ from ropesplit.empirical.experiments.registry import (
 
 __all__ = [
     "EXPERIMENTS",
+    "INTERVENTIONS",
     "PREDICTIONS",
     "Context",
     "Experiment",

@@ -156,6 +156,7 @@ class Context:
     settings: Settings = field(default_factory=Settings)
     on_forward: Callable[[int], Any] | None = None
     captured: list[str] = field(default_factory=list)
+    passages: Any = None  # the interventions' corpus: (P, N) token ids; None: the default corpus
     _text: Capture | None = field(default=None, repr=False)
 
     @property

@@ -21,14 +21,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.experiments import distance, length, order, position
+from ropesplit.empirical.experiments import (
+    distance,
+    keys,
+    length,
+    order,
+    position,
+    remainder,
+    shuffle,
+    terms,
+)
 from ropesplit.empirical.experiments.base import Context, Experiment, Settings
 from ropesplit.empirical.experiments.forward import context_length, model_context
 from ropesplit.empirical.models import LoadedModel, as_input_ids
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["EXPERIMENTS", "PREDICTIONS", "forward_count", "run_experiments"]
+__all__ = ["EXPERIMENTS", "INTERVENTIONS", "PREDICTIONS", "forward_count", "run_experiments"]
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -36,7 +45,14 @@ EXPERIMENTS: dict[str, Experiment] = {
     "order": order.EXPERIMENT,
     "position": position.EXPERIMENT,
     "length": length.EXPERIMENT,
+    "remainder": remainder.EXPERIMENT,  # the interventions (issue 20): empirical.intervene
+    "keys": keys.EXPERIMENT,
+    "terms": terms.EXPERIMENT,
+    "shuffle": shuffle.EXPERIMENT,
 }
+
+# the experiments that edit the model's attention (issue 20): they measure a corpus, not the text
+INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
 
 # the prediction of each experiment, in words (the report and the CLI print them)
 PREDICTIONS = {name: e.prediction for name, e in EXPERIMENTS.items()}
@@ -90,6 +106,7 @@ def run_experiments(
     batch_size: int | None = None,
     on_forward: Callable[[int], Any] | None = None,
     on_stage: Callable[[str], Any] | None = None,
+    passages: Any = None,
 ) -> dict[str, Any]:
     r"""Run the chosen experiments of :data:`EXPERIMENTS`; the record of the module docstring.
 
@@ -97,7 +114,8 @@ def run_experiments(
     by field with ``seeds``, ``seed``, ``layers``, ``batch_size``.
     ``on_forward(k)`` follows the forward passes, ``on_stage(name)``
     announces each experiment. Every row gets ``verdict`` and ``reason``
-    from its experiment's ``judge``.
+    from its experiment's ``judge``. ``passages`` ``(P, N)`` token ids are the
+    interventions' corpus (default: the default corpus at the text's length).
     """
     chosen = _chosen(experiments)
     base = settings or Settings()
@@ -108,7 +126,7 @@ def run_experiments(
         batch_size=base.batch_size if batch_size is None else batch_size,
     )
     ids = as_input_ids(loaded, input_ids)[0].cpu()  # (N,)
-    context = Context(loaded, ids, settings, on_forward)
+    context = Context(loaded, ids, settings, on_forward, passages=passages)
     context_length(context.n_tokens)  # enough tokens for a context and a continuation
     for experiment in chosen:
         experiment.check(context)

@@ -1,4 +1,4 @@
-"""``ropesplit figures``: the paper's twelve figures from one model, as PDF and PNG.
+"""``ropesplit figures``: the figures drawn from one model, as PDF and PNG.
 
 Loads the model (default: the embedded SmolLM2-135M-Instruct) and its
 random-init twin, analyses every head, runs the four experiments and draws
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ropesplit.report.pipeline import RunSettings
 
-HELP = "draw the twelve figures (PDF and PNG, 3.3 in and 6.9 in) from one model"
+HELP = "draw the figures of one model (PDF and PNG, 3.3 in and 6.9 in)"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> None:

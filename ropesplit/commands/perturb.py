@@ -23,7 +23,7 @@ HELP = "reproduce the paper's perturbation and extrapolation experiments on a re
 
 # the experiments' names, kept import-free so that --help stays fast (a test pins it
 # to the registry)
-NAMES = ("distance", "order", "position", "length")
+NAMES = ("distance", "order", "position", "length", "remainder", "keys", "terms", "shuffle")
 # columns shown only in the JSON: identical in every row, or a check the verdict already reads
 HIDDEN = {"verdict", "reason", "baseline_loss", "g_change_layer0", "seeds",
           "curve_position", "curve_loss", "curve_in_length",  # length: figure 8's curves
@@ -90,14 +90,14 @@ def run(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
         print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
-    if args.experiment == "length":  # refuse before its forward passes, not after them
+    if args.experiment in ("length", "terms"):  # refuse before its forward passes
         from ropesplit.empirical.experiments.length import training_length
 
         length = training_length(loaded)
-        if length is not None and args.tokens <= length:
+        if length is not None and args.tokens <= length + (args.experiment == "terms"):
             raise RopesplitError(
-                f"--experiment length needs text beyond the training length {length}, got "
-                f"--tokens {args.tokens} (use a model trained here: ropesplit train)"
+                f"--experiment {args.experiment} needs text beyond the training length "
+                f"{length}, got --tokens {args.tokens} (use a model trained here: ropesplit train)"
             )
     ids = tokenize(loaded, text, args.tokens)
     chosen = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]

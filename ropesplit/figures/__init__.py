@@ -1,4 +1,4 @@
-r"""ropesplit.figures: the paper's twelve figures, each a pure function of plain data.
+r"""ropesplit.figures: the sixteen figures, each a pure function of plain data.
 
 Every figure function takes arrays or the JSON rows of the other commands
 and returns a :class:`matplotlib.figure.Figure` (no pyplot state), so it is

@@ -229,6 +229,11 @@ def _experiment(perturb: Mapping[str, Any], name: str) -> list[Mapping[str, Any]
     return list(perturb[name])
 
 
+def intervention_data(record: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Figures 13-16: the rows of intervention experiment ``name``."""
+    return {"rows": _experiment(record, name)}
+
+
 def perturbation_data(perturb: Mapping[str, Any]) -> dict[str, Any]:
     """Figure 6: the ``order`` and ``position`` rows and the paper's thresholds."""
     return {"order": _experiment(perturb, "order"),

@@ -1,4 +1,4 @@
-"""The twelve figures by number and name, and the writer of their PDF/PNG files.
+"""The sixteen figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
 (plain arrays and JSON rows, as :mod:`ropesplit.figures.gather` returns
@@ -8,6 +8,7 @@ format as ``fig{number}-{name}-{width}.{format}``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from ropesplit.figures.decomposition import decomposition_figure
 from ropesplit.figures.emergence import FIGURE_11, FIGURE_12
 from ropesplit.figures.experiments import distance_figure
 from ropesplit.figures.heads import r_split_figure
+from ropesplit.figures.interventions import intervention_figure
 from ropesplit.figures.length import length_figure
 from ropesplit.figures.pairs import pair_energy_figure
 from ropesplit.figures.perturbation import perturbation_figure
@@ -90,6 +92,14 @@ FIGURES = (
                "Per RoPE pair: the mean rotation's modulus |m_l| over the analysed causal pairs beside the share of key deviation energy (a; mean over layers), and the share the mean reference leaves in the remainder, energy x (1 - |m_l|^2) (b), trained against random init.", reference_pairs_figure),  # noqa: E501
     FigureSpec(11, *FIGURE_11),
     FigureSpec(12, *FIGURE_12),
+    FigureSpec(13, "remainder", "Remove the remainder E (intervention)",
+               "Attention from f + g alone in every layer and head (E dropped), against dropping a Gaussian term with E's row norms: (a) the log loss ratio of each edit with its 95% t interval over passages; (b) the paired difference (E minus noise) against 0, the predicted side shaded, with each row's verdict.", functools.partial(intervention_figure, experiment="remainder")),  # noqa: E501
+    FigureSpec(14, "keys", "Remove the fast-pair deviation of the keys (intervention)",
+               "The jitter sensitivity S = log(loss at t=16 / loss at t=1) after replacing the keys' fast-pair deviation by kbar, against the same energy removed from the slow pairs and against the unedited model: (a) S of each edit and its null, 95% t intervals over passages; (b) the paired differences against 0, with verdicts.", functools.partial(intervention_figure, experiment="keys")),  # noqa: E501
+    FigureSpec(15, "terms", "Which term carries length generalization (intervention)",
+               "On a model trained here, the rise of the loss beyond the training length L over the in-length loss of the same targets, per setting (vanilla; f capped at L; g + E capped; all capped; LM-Infinite): (a) the rise with its 95% t interval over passages; (b) the paired test against half the vanilla rise (vanilla: against 0), with verdicts.", functools.partial(intervention_figure, experiment="terms")),  # noqa: E501
+    FigureSpec(16, "shuffle", "Shuffled frequencies inside the model (intervention)",
+               "The frequencies reassigned over the pairs in every layer (3 seeded permutations): (a) the log loss ratio of the trained model and of its random-init twin, 95% t intervals over passages; (b) their paired difference against 0, with the verdict.", functools.partial(intervention_figure, experiment="shuffle")),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

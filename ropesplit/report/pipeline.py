@@ -12,12 +12,16 @@ and hands to the report's sections (:mod:`ropesplit.report.sections`):
    corpus of passages, trained beside three random-init twins (``claims.json``);
 5. ``analyze``  docs/theory.md section 5 statistics on every head, trained and control;
 6. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
-7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length``;
+7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length`` and the
+   interventions;
 8. ``gather``   the figures' data (captures, synthetic heads);
-9. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint;
-10. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
+9. ``interventions`` the attention edited inside the model (``remainder``, ``keys``,
+   ``shuffle``; issue 20) over corpus passages of ``intervention_tokens`` tokens;
+10. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint;
+11. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
    (SmolLM2's training length is beyond what 2 CPU cores can run);
-11. ``figures`` every figure, PDF and PNG, one and two columns;
+12. ``terms``    which term carries length generalization, on that trained model;
+13. ``figures`` every figure, PDF and PNG, one and two columns;
 
 then ``run.json`` (model, text and token hashes, token count, seeds, stage
 times, package versions) and the rendering, ``index.html`` (self-contained)
@@ -78,6 +82,7 @@ class RunSettings:
     corpus: str | None = None  # the claims' passages: None, Python's language reference
     passages: int = 12  # passages of claims 2-5 (the unit of replication; at least 8)
     order_passages: int = 8  # passages of the word-order test, claim 1 (at least 8)
+    intervention_tokens: int = 128  # tokens per passage of the interventions (issue 20)
     device: str | None = None  # torch device of a model read from disk (None: cpu)
     dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
 
@@ -192,6 +197,11 @@ def _claims_ids(ctx: RunContext) -> Any:
     return None
 
 
+def _intervention_ids(ctx: RunContext) -> Any:
+    """The interventions' passages: None reads the default corpus (``empirical.corpus``)."""
+    return None
+
+
 def _claims_stage(ctx: RunContext) -> dict[str, Any]:
     """Every claim's pre-registered primary test over the corpus (``ropesplit claims``)."""
     from tqdm import tqdm
@@ -212,9 +222,9 @@ def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
 
 def _report_perturb_stage(ctx: RunContext) -> dict[str, Any]:
     """Every experiment but ``length``, which the ``length`` stage runs on the model trained here."""
-    from ropesplit.empirical.experiments import EXPERIMENTS
+    from ropesplit.empirical.experiments import EXPERIMENTS, INTERVENTIONS
 
-    names = [name for name in EXPERIMENTS if name != "length"]
+    names = [name for name in EXPERIMENTS if name != "length" and name not in INTERVENTIONS]
     return _perturb(ctx.loaded, ctx.ids, ctx.settings, names)
 
 
@@ -226,23 +236,66 @@ def _length_stage(ctx: RunContext) -> dict[str, Any]:
     so the farthest bucket lies at 4-8x the training length. The record has
     ``ropesplit perturb --experiment length --json``'s schema.
     """
-    from ropesplit.empirical import load_model, tokenize
+    from ropesplit.empirical import tokenize
     from ropesplit.empirical.experiments import run_experiments
-    from ropesplit.empirical.train import TrainConfig, checkpoints, split_text
+    from ropesplit.empirical.train import split_text
     from ropesplit.figures import gather
+
+    loaded, cfg, subject = _trained_model(ctx)
+    held = split_text(cfg)[1]
+    record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len),
+                             experiments=["length"], seed=ctx.settings.seed)  # fmt: skip
+    record["header"]["subject"] = f"{subject}; held-out text"
+    ctx.figure_data["length"] = gather.length_data(record)
+    return record
+
+
+def _trained_model(ctx: RunContext) -> tuple[Any, Any, str]:
+    """The last checkpoint of the ``train`` stage's first run, its config and a subject line."""
+    from ropesplit.empirical import load_model
+    from ropesplit.empirical.train import TrainConfig, checkpoints
 
     train = ctx.records["train"]
     cfg = TrainConfig(**train["config"])  # the record holds TrainConfig.to_dict()
     found = checkpoints(train["runs"][0]["out"])
     if not found:
         raise RopesplitError(f"no complete checkpoint under {train['runs'][0]['out']}")
-    loaded = load_model(str(found[-1]))
-    held = split_text(cfg)[1]
-    record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len),
-                             experiments=["length"], seed=ctx.settings.seed)  # fmt: skip
-    record["header"]["subject"] = (f"{found[-1]} (trained here: L_train {cfg.seq_len}, "
-                                   f"RoPE base {cfg.rope_base:g}; held-out text)")  # fmt: skip
-    ctx.figure_data["length"] = gather.length_data(record)
+    subject = f"{found[-1]} (trained here: L_train {cfg.seq_len}, RoPE base {cfg.rope_base:g})"
+    return load_model(str(found[-1])), cfg, subject
+
+
+def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
+    """The interventions that run on the model itself (issue 20), at the run's intervention
+    size: ``remainder``, ``keys`` and ``shuffle`` over corpus passages of
+    ``intervention_tokens`` tokens."""
+    from ropesplit.figures import gather
+
+    tokens = ctx.settings.intervention_tokens
+    names = ["remainder", "keys", "shuffle"]
+    if tokens > len(ctx.ids):
+        raise RopesplitError(f"intervention_tokens {tokens} exceeds the run's {len(ctx.ids)}")
+    record = _perturb(ctx.loaded, ctx.ids[:tokens], ctx.settings, names,
+                      passages=_intervention_ids(ctx))  # fmt: skip
+    record["header"]["subject"] = f"{ctx.loaded.name}: corpus passages of {tokens} tokens"
+    for name in names:
+        ctx.figure_data[name] = gather.intervention_data(record, name)
+    return record
+
+
+def _terms_stage(ctx: RunContext) -> dict[str, Any]:
+    """The ``terms`` intervention on the model the ``train`` stage trained: corpus passages
+    of ``4 L_train`` tokens, beyond its training length."""
+    from ropesplit.empirical.experiments import run_experiments
+    from ropesplit.empirical.text import tokenize
+    from ropesplit.empirical.train import split_text
+    from ropesplit.figures import gather
+
+    loaded, cfg, subject = _trained_model(ctx)
+    held = split_text(cfg)[1]  # the header's text; the passages come from the corpus
+    record = run_experiments(loaded, tokenize(loaded, held, 4 * cfg.seq_len),
+                             experiments=["terms"], seed=ctx.settings.seed)  # fmt: skip
+    record["header"]["subject"] = subject
+    ctx.figure_data["terms"] = gather.intervention_data(record, "terms")
     return record
 
 
@@ -278,8 +331,12 @@ REPORT_PERTURB = Stage("perturb", "every experiment of the registry but length",
                        _report_perturb_stage)  # fmt: skip
 LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
                _length_stage)  # fmt: skip
+INTERVENE = Stage("interventions", "attention edited inside the model: remainder, keys, shuffle",
+                  _interventions_stage)  # fmt: skip
+TERMS = Stage("terms", "f capped against g + E capped, beyond L, on the model trained here",
+              _terms_stage)  # fmt: skip
 STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, ANALYZE, PROTOCOL, REPORT_PERTURB, GATHER,
-                       TRAIN, LENGTH, FIGURES]  # fmt: skip
+                       INTERVENE, TRAIN, LENGTH, TERMS, FIGURES]  # fmt: skip
 
 
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
@@ -329,18 +386,27 @@ def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str,
 
 
 def _perturb(
-    loaded: Any, ids: Any, settings: RunSettings, names: Sequence[str] | None = None
+    loaded: Any, ids: Any, settings: RunSettings, names: Sequence[str] | None = None,
+    passages: Any = None,
 ) -> dict[str, Any]:
-    """The ``ropesplit perturb --experiment all --json`` record (or of the experiments ``names``)."""
+    """The record of the paper's experiments (every one but the interventions, which the
+    ``interventions`` stage runs at its own size), or of the experiments ``names``."""
     from tqdm import tqdm
 
-    from ropesplit.empirical.experiments import EXPERIMENTS, forward_count, run_experiments
+    from ropesplit.empirical.experiments import (
+        EXPERIMENTS,
+        INTERVENTIONS,
+        forward_count,
+        run_experiments,
+    )
 
-    names = list(EXPERIMENTS if names is None else names)
+    if names is None:
+        names = [name for name in EXPERIMENTS if name not in INTERVENTIONS]
     with tqdm(total=forward_count(names, settings.seeds), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         return run_experiments(loaded, ids, experiments=names, seeds=settings.seeds,
-                               seed=settings.seed, on_forward=bar.update)  # fmt: skip
+                               seed=settings.seed, on_forward=bar.update,
+                               passages=passages)  # fmt: skip
 
 
 def collect_figure_data(

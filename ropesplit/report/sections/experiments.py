@@ -31,8 +31,10 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> Table:
 
 def experiment_records(records: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """``(stage, record)`` of every record made by ``run_experiments``: ``perturb``, then the
-    report's ``length`` (the length experiment on the model the report trains), when present."""
-    return [(stage, records[stage]) for stage in ("perturb", "length") if stage in records]
+    report's ``length`` (the length experiment on the model the report trains), the
+    ``interventions`` and ``terms`` (issue 20), when present."""
+    return [(stage, records[stage]) for stage in ("perturb", "length", "interventions", "terms")
+            if stage in records]  # fmt: skip
 
 
 def build(inputs: ReportInputs) -> list[Section]:
