@@ -720,6 +720,7 @@ def capture_batch(
     *,
     on_layer: Callable[[list[LayerCapture]], None],
     validate: bool = True,
+    keep_probs: bool = False,
 ) -> list[Capture]:
     r"""One forward pass of ``B`` sequences ``input_ids (B, N)``, streamed layer by layer.
 
@@ -729,10 +730,11 @@ def capture_batch(
     released, so memory holds one layer's captures at a time (and the model's
     own activations). Returns one :class:`Capture` per sequence holding the
     validation numbers only (``q``, ``k``, tables and probabilities
-    released). ``position_ids`` is ``(N,)`` for every sequence or ``(B, N)``.
+    released). ``position_ids`` is ``(N,)`` for every sequence or ``(B, N)``;
+    ``keep_probs`` hands each layer's probabilities to ``on_layer`` too.
     """
     ids = as_input_ids(loaded, input_ids, batch=True)  # (B, N)
-    return _run(loaded, ids, position_ids, keep_probs=False, keep_logits=False,
+    return _run(loaded, ids, position_ids, keep_probs=keep_probs, keep_logits=False,
                 on_layer=on_layer, validate=validate)  # fmt: skip
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ropesplit.empirical.tasks import OFFSET
 from ropesplit.empirical.train import TrainConfig, train
 from ropesplit.empirical.train import remeasure as remeasure_run
 from ropesplit.empirical.train_measure import FIGURE_STATS, control_record, corpus_entropy
@@ -44,7 +45,8 @@ from ropesplit.numerics.rope import frequencies
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["CONTROL_SEED_OFFSET", "prediction", "run_emergence", "step0_vs_control", "verdict"]
+__all__ = ["CONTROL_SEED_OFFSET", "MIN_SEEDS", "prediction", "run_emergence", "step0_vs_control",
+           "task_prediction", "task_verdict", "verdict"]
 
 CONTROL_SEED_OFFSET = 1000  # the control of seed s is drawn with seed s + 1000
 
@@ -107,31 +109,111 @@ def _pooled(runs: list[dict[str, Any]], base: float, stat: str, *, change: bool)
 
 def verdict(runs: list[dict[str, Any]], pred: dict[str, Any], *, n_boot: int, seed: int
             ) -> dict[str, Any]:  # fmt: skip
-    """Each prediction of :func:`prediction` judged on the per-head changes (see module doc).
-
-    Also records the final levels (``final_many``, ``final_few``), unjudged.
-    """
+    """Each prediction of :func:`prediction` judged on the changes from random init, with the
+    training seed as the unit (issue 21): per seed, the mean over heads of final minus step
+    0 at each base, paired by seed across the bases, a t interval over seeds (at least
+    :data:`MIN_SEEDS`). Also records the final levels (``final_many``, ``final_few``), unjudged,
+    as bootstrap intervals over the pooled heads (``n_boot``, ``seed``)."""
     many, few = pred["many"], pred["few"]
     tests = (("r_split", +1), ("remainder_share", -1), ("lowfreq_share_k", +1))
     out = {}
     for stat, sign in tests:
-        ci = {b: bootstrap_ci(_pooled(runs, b, stat, change=True), n_boot=n_boot, seed=seed)
-              for b in (many, few)}  # fmt: skip
-        final = {b: bootstrap_ci(_pooled(runs, b, stat, change=False), n_boot=n_boot, seed=seed)
-                 for b in (many, few)}  # fmt: skip
-        hi, lo = (ci[many], ci[few]) if sign > 0 else (ci[few], ci[many])
-        if hi.low > lo.high:
-            word = "confirmed"
-        elif hi.high < lo.low:
-            word = "contradicted"
-        else:
-            word = "inconclusive"
+        def change(run: dict[str, Any], stat: str = stat) -> float:
+            first, last = run["checkpoints"][0]["heads"], run["checkpoints"][-1]["heads"]
+            values = np.array([h1[stat] - h0[stat] for h0, h1 in zip(first, last, strict=True)])
+            return float(np.nanmean(values))
+
+        a, b = _seed_values(runs, many, change), _seed_values(runs, few, change)
+        if a.size != b.size:
+            raise RopesplitError(f"every base needs the same seeds, got {a.size} and {b.size}")
+        judged = _judged(sign * a, sign * b, many, f"{'rise' if sign > 0 else 'fall'} of "
+                         f"{stat}, base {many:g} minus base {few:g}")  # fmt: skip
+        final = {x: bootstrap_ci(_pooled(runs, x, stat, change=False), n_boot=n_boot, seed=seed)
+                 for x in (many, few)}  # fmt: skip
         out[f"{stat}_change"] = {
             "predicted": f"{'rises' if sign > 0 else 'falls'} more at base {many:g}",
-            "many": ci[many].as_dict(), "few": ci[few].as_dict(), "verdict": word,
-            "final_many": final[many].as_dict(), "final_few": final[few].as_dict(),
+            **judged, "final_many": final[many].as_dict(), "final_few": final[few].as_dict(),
         }  # fmt: skip
     return out
+
+
+MIN_SEEDS = 3  # training seeds a verdict needs (the unit of replication)
+
+
+def _head(checkpoint: dict[str, Any], layer: int, head: int) -> dict[str, Any]:
+    return next(h for h in checkpoint["heads"] if (h["layer"], h["head"]) == (layer, head))
+
+
+def _seed_values(runs: list[dict[str, Any]], base: float, value: Any) -> np.ndarray:
+    """``value(run)`` for every seed of ``base``, in seed order."""
+    mine = sorted((r for r in runs if r["rope_base"] == base), key=lambda r: r["seed"])
+    return np.array([float(value(r)) for r in mine])
+
+
+def task_prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:
+    """The recall task's predictions (issue 21), from the bound, stated before training."""
+    record = prediction(cfg, bases)
+    if "statement" not in record:
+        return record
+    many, few = record["many"], record["few"]
+    slow = next(b["slow_pairs"] for b in record["bases"] if b["rope_base"] == few)
+    if cfg.task == "offset":
+        record["statement"] = (
+            f"control task (the answer is the token {OFFSET} places before it): position, not "
+            "content, decides, so "
+            "the bound asks nothing of the keys; the pattern need not form. Reported, not judged.")
+        return record
+    record["statement"] = (
+        f"theory (docs/theory.md 3-4): matching content at any distance up to L_train = "
+        f"{cfg.seq_len} is cheap only in pairs that barely turn over L_train. Predicted, per "
+        f"seed (the unit, >= {MIN_SEEDS} seeds), paired init vs final on the retrieval head "
+        f"(the head attending most from each query to its answer's source): (1) at base "
+        f"{many:g} its weighted slow share (the bound's weight |q~||delta~| in the slow half) "
+        f"rises; (2) at base {many:g} its r_split rises; (3) at base {few:g} ({slow} slow "
+        "pairs) recall accuracy falls with distance: nearest distance bucket minus farthest "
+        "> 0 at the end.")
+    return record
+
+
+def task_verdict(runs: list[dict[str, Any]], pred: dict[str, Any]) -> dict[str, Any]:
+    """Each of :func:`task_prediction`'s tests as a paired t interval over seeds."""
+    many, few = pred["many"], pred["few"]
+
+    def at_retrieval(stat: str, step: int) -> Any:
+        def value(run: dict[str, Any]) -> float:
+            best = run["checkpoints"][-1]["retrieval_head"]
+            return _head(run["checkpoints"][step], best["layer"], best["head"])[stat]
+        return value
+
+    tests = {
+        "weighted_slow_share_rises": (many, "weighted_slow_share"),
+        "r_split_rises": (many, "r_split"),
+    }
+    out: dict[str, Any] = {}
+    for name, (base, stat) in tests.items():
+        final = _seed_values(runs, base, at_retrieval(stat, -1))
+        init = _seed_values(runs, base, at_retrieval(stat, 0))
+        out[name] = _judged(final, init, base, f"{stat} of the retrieval head, final - init")
+    near = _seed_values(runs, few, lambda r: r["checkpoints"][-1]["accuracy_by_distance"][0])
+    far = _seed_values(runs, few, lambda r: r["checkpoints"][-1]["accuracy_by_distance"][-1])
+    out["accuracy_falls_with_distance"] = _judged(near, far, few,
+                                                  "accuracy, nearest minus farthest bucket")
+    return out
+
+
+def _judged(a: np.ndarray, b: np.ndarray, base: float, what: str) -> dict[str, Any]:
+    from ropesplit.numerics.intervals import decide, paired_interval
+
+    keep = np.isfinite(a) & np.isfinite(b)
+    row: dict[str, Any] = {"base": base, "what": what, "seeds": int(keep.sum()),
+                           "a": a.tolist(), "b": b.tolist()}  # fmt: skip
+    if keep.sum() < 2:
+        return row | {"verdict": "inconclusive", "reason": f"{int(keep.sum())} seed(s): no "
+                      f"interval (minimum {MIN_SEEDS})"}
+    ci = paired_interval(a[keep], b[keep], unit="seeds")
+    decision = decide(ci, 0.0, "above", min_n=MIN_SEEDS, what=what)
+    return row | {"mean": ci.mean, "low": ci.low, "high": ci.high,
+                  "verdict": decision.outcome, "reason": decision.reason}
 
 
 def run_emergence(
@@ -157,7 +239,7 @@ def run_emergence(
         raise RopesplitError(f"bases and seeds must not repeat, got {bases} and {seeds}")
     for base in bases:
         dataclasses.replace(cfg, rope_base=float(base)).check()
-    pred = prediction(cfg, bases)
+    pred = prediction(cfg, bases) if cfg.task == "lm" else task_prediction(cfg, bases)
     if "statement" in pred:
         say("PREDICTION " + pred["statement"])
     entropy = corpus_entropy(cfg)
@@ -184,6 +266,8 @@ def run_emergence(
         "config": cfg.to_dict(), "bases": [float(b) for b in bases], "seeds": seeds,
         "unigram_entropy": entropy, "prediction": pred, "runs": runs,
     }  # fmt: skip
-    if "statement" in pred:
+    if "statement" in pred and cfg.task == "lm":
         record["verdict"] = verdict(runs, pred, n_boot=cfg.n_boot, seed=cfg.seed)
+    elif "statement" in pred and cfg.task == "recall":
+        record["verdict"] = task_verdict(runs, pred)
     return record

@@ -58,6 +58,7 @@ __all__ = [
     "model_config",
     "remeasure",
     "split_text",
+    "task_tokenizer",
     "torch_threads",
     "train",
 ]
@@ -89,6 +90,8 @@ class TrainConfig:
     val_windows: int = 8  # held-out windows of seq_len tokens for the validation loss
     n_boot: int = 1000  # bootstrap resamples for the CIs over heads
     text: str | None = None  # UTF-8 file (default: ropesplit.empirical.default_text())
+    task: str = "lm"  # "lm" (bytes of the text), "recall" or "offset" (empirical.tasks)
+    vocab: int = 64  # content tokens of the synthetic tasks
 
     @property
     def head_dim(self) -> int:
@@ -103,6 +106,14 @@ class TrainConfig:
                 raise RopesplitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.seq_len < 8:
             raise RopesplitError(f"seq_len must be at least 8, got {self.seq_len}")
+        from ropesplit.empirical.tasks import MIN_DISTANCE, TASKS
+
+        if self.task not in TASKS:
+            raise RopesplitError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        pairs = (self.seq_len - 1) // 4  # the tasks' key-value pairs
+        if self.task != "lm" and not MIN_DISTANCE <= pairs < self.vocab:
+            raise RopesplitError(f"task {self.task} holds (seq_len - 1) // 4 = {pairs} distinct "
+                                 f"keys: it needs {MIN_DISTANCE} to vocab - 1 ({self.vocab - 1})")
         if self.d_model % self.heads or self.head_dim % 2:
             raise RopesplitError(
                 f"d_model / heads must be an even integer, got {self.d_model}/{self.heads}"
@@ -158,15 +169,34 @@ def model_config(cfg: TrainConfig) -> Any:
     """The ``LlamaConfig`` of a run; the context allows 8 ``L_train`` for extrapolation studies."""
     from transformers import LlamaConfig
 
+    vocab, bos, eos = (VOCAB, BOS, EOS) if cfg.task == "lm" else (cfg.vocab + 2, cfg.vocab,
+                                                                   cfg.vocab + 1)  # fmt: skip
     settings: dict[str, Any] = dict(
-        vocab_size=VOCAB, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
         num_key_value_heads=cfg.heads, head_dim=cfg.head_dim,
         max_position_embeddings=8 * cfg.seq_len, rope_theta=float(cfg.rope_base),
-        bos_token_id=BOS, eos_token_id=EOS, tie_word_embeddings=True,
+        bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=True,
         ropesplit_train_length=cfg.seq_len,  # L_train, saved in config.json
+        ropesplit_task=cfg.task,
     )  # fmt: skip
     return LlamaConfig(**settings)
+
+
+def task_tokenizer(vocab: int) -> Any:
+    """A word-level tokenizer of a synthetic task: ``t0 .. t{V-1}``, ``<s>`` (BOS) = V, ``</s>``
+    = V + 1 (also what an unknown word reads as), so checkpoints load like any model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"t{i}": i for i in range(vocab)} | {"<s>": vocab, "</s>": vocab + 1}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="</s>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="</s>")  # fmt: skip
 
 
 def split_text(cfg: TrainConfig) -> tuple[np.ndarray, str]:
@@ -240,13 +270,20 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 
 def _batch(train_bytes: np.ndarray, rng: np.random.Generator, cfg: TrainConfig) -> Any:
-    """``(B, L)`` int64 ids: BOS then ``L - 1`` bytes from seeded random offsets."""
+    """``(ids, labels)``, each ``(B, L)`` int64: for ``lm`` BOS then ``L - 1`` bytes from seeded
+    random offsets (every next token a label), else the task's sequences (one label each)."""
     import torch
 
+    if cfg.task != "lm":
+        from ropesplit.empirical.tasks import task_batch
+
+        ids, labels, _, _ = task_batch(cfg.task, rng, cfg.batch, cfg.seq_len, cfg.vocab)
+        return ids, labels
     starts = rng.integers(0, train_bytes.size - cfg.seq_len, size=cfg.batch)  # (B,)
     rows = np.stack([train_bytes[s : s + cfg.seq_len - 1] for s in starts])  # (B, L-1)
-    ids = np.concatenate([np.full((cfg.batch, 1), BOS), rows], axis=1)  # (B, L)
-    return torch.from_numpy(ids.astype(np.int64))
+    ids = torch.from_numpy(np.concatenate([np.full((cfg.batch, 1), BOS), rows], axis=1))
+    ids = ids.to(torch.int64)  # (B, L)
+    return ids, ids
 
 
 def _prepare(cfg: TrainConfig) -> Path:
@@ -355,11 +392,11 @@ def train(
 
         measure = Measurer(cfg)
     measure_step: Callable[[Path, int], dict[str, Any]] = measure
-    train_bytes, _ = split_text(cfg)
+    train_bytes = split_text(cfg)[0] if cfg.task == "lm" else np.zeros(0, dtype=np.uint8)
     plan = checkpoint_steps(cfg.steps, cfg.checkpoints)
     done = checkpoints(out)
     records = [json.loads((p / _METRICS).read_text()) for p in done]
-    tokenizer = byte_tokenizer()
+    tokenizer = byte_tokenizer() if cfg.task == "lm" else task_tokenizer(cfg.vocab)
     with torch_threads(cfg.threads), quiet_loading():
         if done:
             from transformers import AutoModelForCausalLM
@@ -403,8 +440,8 @@ def train(
                 break
             for group in optimizer.param_groups:
                 group["lr"] = _lr(cfg, step)
-            ids = _batch(train_bytes, rng, cfg)  # (B, L)
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            ids, labels = _batch(train_bytes, rng, cfg)  # (B, L) each
+            loss = model(input_ids=ids, labels=labels, use_cache=False).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -5,10 +5,19 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
 
 - ``val_loss``: mean next-token cross-entropy (nats) over the held-out
   windows (:func:`continuation_loss`, from the second token on);
-- per head (:func:`analyze`, i.e. ``capture`` + ``numerics.stats.layer_statistics``)
+- per head (one streamed capture of every validation window,
+  ``numerics.stats.layer_statistics`` per window, means over windows)
   ``r_split``, ``remainder_share``, ``tightness_max``, ``lowfreq_share_k``,
-  ``lowfreq_share_q`` and the rest of ``analyze.STATISTICS``, on the first
-  held-out window of ``L_train`` tokens;
+  ``lowfreq_share_q`` and the rest of ``analyze.STATISTICS``, with ``kbar``
+  the mean key **without the BOS token** (issue 21: one outlier key can
+  dominate the energy shares), and ``weighted_slow_share``, the bound's
+  weight :math:`|\tilde q_l||\tilde\delta_l|` in the slow half
+  (``numerics.emergence.weighted_slow_share``);
+- for the synthetic tasks (``empirical.tasks``): the answer's accuracy, in
+  all and per distance bucket, and each head's ``retrieval`` score, its
+  attention from the query to the answer's source (the value after the
+  matching key for ``recall``, the token ``OFFSET`` back for ``offset``);
+  the head that attends there most is the run's retrieval head;
 - per head and pair the deviation energy :math:`\sum_j|\tilde\delta_{j,l}|^2`
   of keys and queries (``numerics.emergence.pair_energy``);
 - model-wide means with percentile-bootstrap intervals over heads
@@ -24,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.analyze import STATISTICS, analyze
-from ropesplit.empirical.capture import capture
+from ropesplit.empirical.analyze import STATISTICS
 from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model
 from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text, torch_threads
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import pair_energy, unigram_entropy
 
-__all__ = ["FIGURE_STATS", "Measurer", "control_record", "held_out_ids", "measure_loaded"]
+__all__ = ["FIGURE_STATS", "Measurer", "control_record", "held_out_ids", "measure_loaded",
+           "task_scores", "validation"]
 
 FIGURE_STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k",
                 "lowfreq_share_q")  # fmt: skip  # the issue's statistics, in figure order
@@ -46,35 +55,124 @@ def held_out_ids(cfg: TrainConfig) -> np.ndarray:
     return np.concatenate([np.full((cfg.val_windows, 1), BOS), rows], axis=1)  # (V, L)
 
 
-def measure_loaded(
-    loaded: LoadedModel, windows: np.ndarray, *, n_boot: int, seed: int
-) -> dict[str, Any]:
-    """One model's record: ``val_loss``, ``heads`` (statistics, energies), ``summary`` (CIs)."""
-    start = time.perf_counter()
-    losses = [continuation_loss(loaded, row) for row in windows]  # one per window
-    ids = windows[0]  # (L,) the statistics' window
-    analysis = analyze(loaded, ids, seed=seed, pair_budget=None)  # exact bound check
-    cache = capture(loaded, ids, keep_probs=False)
-    heads = analysis.heads
+def _window_heads(
+    loaded: LoadedModel, windows: np.ndarray, sources: np.ndarray | None, seed: int
+) -> tuple[list[dict[str, Any]], list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Per head the means over ``windows (V, L)`` of the statistics (kbar without BOS), the
+    weighted slow share and, with ``sources (V, L)`` (the answers' source positions, -1
+    elsewhere), the retrieval score: the attention from each answer's query row to its
+    source; per layer the key and query energies ``(P,)``; theta."""
+    from ropesplit.empirical.analyze import capture_rows
+    from ropesplit.empirical.capture import capture_batch
+    from ropesplit.numerics.emergence import weighted_slow_share
+    from ropesplit.numerics.rope import to_pairs
+
+    heads: list[dict[str, Any]] = []
     energy_k, energy_q = [], []
-    for layer in cache.layers:
-        ek = pair_energy(layer.k, layout=layer.layout, rotary_dim=layer.rotary_dim)  # (Hkv, P)
-        eq = pair_energy(layer.q, layout=layer.layout, rotary_dim=layer.rotary_dim)  # (H, P)
-        energy_k.append(ek.sum(0))  # (P,) summed over KV heads
+    theta = np.zeros(0)
+    positions = np.arange(windows.shape[1])
+
+    def measure(layers: list[Any]) -> None:
+        nonlocal theta
+        first = layers[0]
+        theta = first.theta
+        per_window = [capture_rows(one, positions, seed=seed, pair_budget=None,
+                                   reference="zero", references=(), kbar="mean-skip-first")
+                      for one in layers]  # fmt: skip
+        shares, scores = [], []
+        for b, one in enumerate(layers):
+            k = one.k.double().numpy()  # (Hkv, N, d)
+            delta = k - k[:, 1:].mean(axis=1, keepdims=True)  # BOS left out of kbar
+            qc = to_pairs(one.q.double().numpy(), one.layout, one.rotary_dim)  # (H, N, P)
+            dc = to_pairs(delta, one.layout, one.rotary_dim)[first.kv_map]  # (H, N, P)
+            shares.append(weighted_slow_share(qc, dc, one.theta))  # (H,)
+            if sources is not None and one.probs is not None:
+                answers = np.flatnonzero(sources[b] >= 0)  # positions of the answers
+                probs = one.probs[:, answers - 1, sources[b, answers]]  # (H, answers)
+                scores.append(probs.double().mean(-1).numpy())  # (H,)
+        ek = np.mean([pair_energy(one.k[:, 1:], layout=one.layout, rotary_dim=one.rotary_dim)
+                      for one in layers], axis=0)  # (Hkv, P)  # fmt: skip
+        eq = np.mean([pair_energy(one.q, layout=one.layout, rotary_dim=one.rotary_dim)
+                      for one in layers], axis=0)  # (H, P)  # fmt: skip
+        energy_k.append(ek.sum(0))
         energy_q.append(eq.sum(0))
-        for row in (r for r in heads if r["layer"] == layer.layer):
-            row["energy_k"] = ek[int(row["kv_head"])].tolist()
-            row["energy_q"] = eq[int(row["head"])].tolist()
+        for h, row in enumerate(per_window[0]):
+            mean = {name: float(np.mean([rows[h][name] for rows in per_window]))
+                    for name in STATISTICS}  # fmt: skip
+            heads.append({**{k: row[k] for k in ("layer", "head", "kv_head", "rope_base")},
+                          **mean, "n_pairs": row["n_pairs"], "sampled_pairs": None,
+                          "windows": len(layers),
+                          "weighted_slow_share": float(np.mean([s[h] for s in shares])),
+                          "retrieval": float(np.mean([s[h] for s in scores])) if scores
+                          else None,
+                          "energy_k": ek[int(row["kv_head"])].tolist(),
+                          "energy_q": eq[h].tolist()})  # fmt: skip
+
+    capture_batch(loaded, windows, on_layer=measure, keep_probs=sources is not None)
+    return heads, energy_k, energy_q, theta
+
+
+def measure_loaded(
+    loaded: LoadedModel, windows: np.ndarray, *, n_boot: int, seed: int,
+    task: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """One model's record: ``val_loss``, ``heads`` (statistics, energies), ``summary`` (CIs).
+
+    ``task`` = ``(labels, distances, sources)``, each ``(V, L)``, of a synthetic task's
+    windows: the loss and accuracy are the answers', per distance bucket too.
+    """
+    start = time.perf_counter()
+    sources = None if task is None else task[2]
+    heads, energy_k, energy_q, theta = _window_heads(loaded, windows, sources, seed)
+    record: dict[str, Any] = {}
+    if task is None:
+        losses = [continuation_loss(loaded, row) for row in windows]  # one per window
+    else:
+        record = task_scores(loaded, windows, task[0], task[1])
+        losses = record.pop("losses")
+        best = max(heads, key=lambda r: r["retrieval"])
+        record["retrieval_head"] = {k: best[k] for k in ("layer", "head", "retrieval",
+                                                         "r_split", "weighted_slow_share",
+                                                         "lowfreq_share_k", "lowfreq_share_q")}
     return {
         "val_loss": float(np.mean(losses)),
         "val_loss_windows": len(losses),
-        "theta": cache.layers[0].theta.tolist(),
+        "theta": np.asarray(theta).tolist(),
         "heads": heads,
         "energy_k": np.stack(energy_k).tolist(),  # (layers, P)
         "energy_q": np.stack(energy_q).tolist(),
         "summary": summarise(heads, n_boot=n_boot, seed=seed),
+        **record,
         "seconds_measure": time.perf_counter() - start,
     }
+
+
+BUCKETS = 4  # distance buckets of the accuracy curve
+
+
+def task_scores(loaded: LoadedModel, windows: np.ndarray, labels: np.ndarray,
+                distances: np.ndarray) -> dict[str, Any]:  # fmt: skip
+    """Each window's answer loss, the accuracy, and the accuracy per distance bucket (equal
+    widths from ``MIN_DISTANCE`` to the sequence length)."""
+    import torch
+    from ropesplit.empirical.tasks import MIN_DISTANCE
+
+    with torch.no_grad():
+        ids = torch.as_tensor(windows)
+        logits = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                              use_cache=False).logits.double()  # (V, L, vocab)  # fmt: skip
+    at = np.nonzero(labels >= 0)  # (window, position) of every answer
+    scores = logits[at[0], at[1] - 1]  # (A, vocab): the query rows
+    target = torch.as_tensor(labels[at])
+    loss = torch.nn.functional.cross_entropy(scores, target, reduction="none").numpy()
+    right = (scores.argmax(-1) == target).numpy().astype(np.float64)  # (A,)
+    per_window = [float(loss[at[0] == v].mean()) for v in range(windows.shape[0])]
+    edges = np.linspace(MIN_DISTANCE, windows.shape[1], BUCKETS + 1)
+    which = np.clip(np.searchsorted(edges, distances[at], side="right") - 1, 0, BUCKETS - 1)
+    return {"losses": per_window, "accuracy": float(right.mean()),
+            "accuracy_by_distance": [float(right[which == k].mean()) if (which == k).any()
+                                     else float("nan") for k in range(BUCKETS)],
+            "distance_edges": edges.tolist()}  # fmt: skip
 
 
 def summarise(heads: list[dict[str, Any]], *, n_boot: int, seed: int) -> dict[str, Any]:
@@ -89,28 +187,52 @@ def summarise(heads: list[dict[str, Any]], *, n_boot: int, seed: int) -> dict[st
     return out
 
 
+TASK_WINDOWS = 32  # validation sequences of a synthetic task (one fixed draw for every run)
+TASK_VALIDATION_SEED = 2021  # the draw's seed: every seed and base is measured on the same
+
+
+def validation(
+    cfg: TrainConfig,
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """``(windows (V, L), task)``: the held-out windows and, for a synthetic task, its
+    ``(labels, distances, sources)``, each ``(V, L)`` (``empirical.tasks.task_batch``)."""
+    if cfg.task == "lm":
+        return held_out_ids(cfg), None
+    from ropesplit.empirical.tasks import task_batch
+
+    rng = np.random.default_rng(TASK_VALIDATION_SEED)
+    ids, labels, distance, source = task_batch(cfg.task, rng, TASK_WINDOWS, cfg.seq_len,
+                                               cfg.vocab)  # fmt: skip
+    return ids.numpy(), (labels.numpy(), distance, source)
+
+
 class Measurer:
     """``measure(folder, step) -> record`` for :func:`ropesplit.empirical.train.train`."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
-        self.windows = held_out_ids(cfg)  # (V, L)
+        self.windows, self.task = validation(cfg)  # (V, L)
 
     def __call__(self, folder: Path, step: int) -> dict[str, Any]:
         loaded = load_model(str(folder))
-        record = measure_loaded(loaded, self.windows, n_boot=self.cfg.n_boot, seed=self.cfg.seed)
+        record = measure_loaded(loaded, self.windows, n_boot=self.cfg.n_boot, seed=self.cfg.seed,
+                                task=self.task)  # fmt: skip
         return {"step": step, "tokens_seen": step * self.cfg.batch * self.cfg.seq_len, **record}
 
 
 def control_record(cfg: TrainConfig, control_seed: int) -> dict[str, Any]:
     """The same config at random initialisation under another seed: step 0's control."""
     loaded = load_model(model_config(cfg), seed=control_seed)
+    windows, task = validation(cfg)
     with torch_threads(1):  # as train measures its checkpoints
-        record = measure_loaded(loaded, held_out_ids(cfg), n_boot=cfg.n_boot, seed=cfg.seed)
+        record = measure_loaded(loaded, windows, n_boot=cfg.n_boot, seed=cfg.seed, task=task)
     return {"kind": "random-init", "seed": control_seed, **record}
 
 
 def corpus_entropy(cfg: TrainConfig) -> float:
-    """Unigram entropy (nats per byte) of the training split: the context-free baseline loss."""
+    """Unigram entropy (nats per token) of the training data: the context-free baseline loss
+    (a synthetic task's answers are uniform over its vocabulary: log V)."""
+    if cfg.task != "lm":
+        return float(np.log(cfg.vocab))
     train_bytes, _ = split_text(cfg)
     return unigram_entropy(train_bytes, 256)

@@ -34,7 +34,8 @@ from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["causal_bound_weight", "pair_energy", "slow_pairs", "unigram_entropy"]
+__all__ = ["causal_bound_weight", "pair_energy", "slow_pairs", "unigram_entropy",
+           "weighted_slow_share"]
 
 
 def pair_energy(x: Any, *, layout: str = "half", rotary_dim: int | None = None) -> np.ndarray:
@@ -94,3 +95,30 @@ def unigram_entropy(ids: Any, vocab: int) -> float:
     p = np.bincount(arr, minlength=vocab) / arr.size  # (vocab,)
     p = p[p > 0]
     return float(-(p * np.log(p)).sum())
+
+
+def weighted_slow_share(qc: Any, dc: Any, theta: Any, length: int | None = None) -> np.ndarray:
+    r"""Per head, the share of the bound's weight :math:`|\tilde q_{il}||\tilde\delta_{jl}|`
+    in the slow pairs (:func:`slow_pairs`: :math:`\theta_l L < 1`), over the causal pairs.
+
+    .. math:: \frac{\sum_{l:\,\theta_l L < 1} \sum_i |\tilde q_{il}|
+                    \sum_{j \le i} |\tilde\delta_{jl}|}
+                   {\sum_l \sum_i |\tilde q_{il}| \sum_{j \le i} |\tilde\delta_{jl}|}
+
+    ``qc (H, N, P)`` query pairs, ``dc (H, N, P)`` the key deviations each head
+    reads, ``theta (P,)``, ``length`` ``L`` (default ``N``). 1 when the keys
+    deviate only in slow pairs (or the queries live only there): then the
+    remainder's bound is at most :math:`2\sin(1/2)` of the weight, whatever
+    the distance; NaN with no weight.
+    """
+    q = np.abs(np.asarray(qc, dtype=np.complex128))  # (H, N, P)
+    d = np.abs(np.asarray(dc, dtype=np.complex128))
+    th = np.asarray(theta, dtype=np.float64)
+    if q.ndim != 3 or q.shape != d.shape or th.shape != q.shape[2:]:
+        raise RopesplitError(f"qc, dc must be one shape (H, N, P) with theta (P,), got "
+                             f"{q.shape}, {d.shape}, {th.shape}")  # fmt: skip
+    weight = (q * np.cumsum(d, axis=1)).sum(1)  # (H, P): sum_i |q_il| sum_{j<=i} |d_jl|
+    slow = slow_pairs(th, q.shape[1] if length is None else length).astype(np.float64)
+    total = weight.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (weight @ slow) / total, np.nan)

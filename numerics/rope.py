@@ -27,7 +27,7 @@ import numpy as np
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "frequencies", "from_pairs", "rotate", "to_pairs"]
+__all__ = ["LAYOUTS", "frequencies", "from_pairs", "low_half", "rotate", "to_pairs"]
 
 LAYOUTS = ("half", "interleaved")
 
@@ -94,6 +94,23 @@ def _llama3(theta: np.ndarray, factor: float, cfg: dict[str, Any]) -> np.ndarray
     wavelen = 2 * np.pi / theta  # (r/2,)
     smooth = np.clip((old / wavelen - low) / (high - low), 0.0, 1.0)  # 0: slow, 1: fast
     return (1 - smooth) * theta / factor + smooth * theta
+
+
+def low_half(theta: Any) -> np.ndarray:
+    r"""``(P,)`` weights of the low-frequency half of the pairs: 1 on the ``floor(P/2)``
+    smallest :math:`\theta_l` (non-rotating pairs lowest, ties in pair order), 1/2 on the
+    middle one when ``P`` is odd, 0 elsewhere.
+
+    >>> low_half([1.0, 0.1, 0.0]).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    th = np.asarray(theta, dtype=np.float64).ravel()
+    weight = np.zeros(th.size)
+    order = np.argsort(th, kind="stable")
+    weight[order[: th.size // 2]] = 1.0
+    if th.size % 2:
+        weight[order[th.size // 2]] = 0.5
+    return weight
 
 
 def _index(d: int, r: int, layout: str) -> tuple[np.ndarray, np.ndarray]:

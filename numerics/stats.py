@@ -73,7 +73,7 @@ from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
-from ropesplit.numerics.rope import from_pairs, to_pairs
+from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
 from ropesplit.numerics.spec import RopeSpec, geometry
 
 from ropesplit.errors import RopesplitError
@@ -375,12 +375,7 @@ def _lowfreq_share(energy: np.ndarray, theta: np.ndarray) -> np.ndarray:
               \ (+\tfrac12 \text{ the middle one when } P \text{ is odd})
     """
     per_pair = energy.sum(axis=-2)  # (..., P)
-    p = theta.size
-    weight = np.zeros(p)
-    order = np.argsort(theta, kind="stable")  # lowest frequency (incl. theta = 0) first
-    weight[order[: p // 2]] = 1.0
-    if p % 2:
-        weight[order[p // 2]] = 0.5
+    weight = low_half(theta)  # (P,)
     total = per_pair.sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, (per_pair @ weight) / total, np.nan)

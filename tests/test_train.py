@@ -187,11 +187,18 @@ def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> 
     code = main(["analyze", "--model", str(out / "step-000004"), "--text", str(text),
                  "--tokens", str(cfg.seq_len), "--json", str(js), "--no-control"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    heads = json.loads(js.read_text())["heads"]
     assert json.loads(js.read_text())["token_ids"] == held_out_ids(cfg)[0].tolist()
-    for got, want in zip(heads, records[-1]["heads"], strict=True):
+    # the record: each head's mean over every held-out window, kbar without BOS (issue 21)
+    from ropesplit.empirical import analyze, load_model
+
+    loaded = load_model(str(out / "step-000004"))
+    runs = [analyze(loaded, w, kbar="mean-skip-first", pair_budget=None).heads
+            for w in held_out_ids(cfg)]  # fmt: skip
+    assert records[-1]["heads"][0]["windows"] == len(runs) == cfg.val_windows
+    for h, want in enumerate(records[-1]["heads"]):
         for name in ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k"):
-            assert got[name] == pytest.approx(want[name], rel=1e-12, nan_ok=True)
+            got = np.mean([run[h][name] for run in runs])
+            assert got == pytest.approx(want[name], rel=1e-12, nan_ok=True)
 
 
 def test_energy_per_head_sums_to_the_layer_energy(reference) -> None:
@@ -210,25 +217,28 @@ def test_prediction_counts_slow_pairs_before_training() -> None:
         prediction(cfg, [10000.0, 12000.0])
 
 
-def _fake_run(base: float, start: float, end: float, heads: int = 16) -> dict:
-    """A run whose heads move from ``start`` to ``end`` (+ small per-head spread)."""
-    spread = np.linspace(-0.01, 0.01, heads)
+def _fake_run(base: float, start: float, end: float, seed: int = 0, heads: int = 16) -> dict:
+    """A run whose heads move from ``start`` to ``end`` (+ small per-head and per-seed spread)."""
+    spread = np.linspace(-0.01, 0.01, heads) + 0.01 * seed
 
     def ck(v):
         return {"heads": [{"r_split": v + s, "remainder_share": 1 - v + s,
                            "lowfreq_share_k": v + s} for s in spread]}  # fmt: skip
 
-    return {"rope_base": base, "checkpoints": [ck(start), ck(end)]}
+    return {"rope_base": base, "seed": seed, "checkpoints": [ck(start), ck(end + 0.003 * seed)]}
 
 
 @pytest.mark.parametrize(
-    ("many_end", "few_end", "word"),
-    [(0.9, 0.6, "confirmed"), (0.6, 0.9, "contradicted"), (0.7, 0.7, "inconclusive")],
-)
-def test_verdict_follows_the_numbers(many_end, few_end, word) -> None:
-    runs = [_fake_run(10000.0, 0.5, many_end), _fake_run(100.0, 0.5, few_end)]
+    ("many_end", "few_end", "seeds", "word"),
+    [(0.9, 0.6, 3, "agrees"), (0.6, 0.9, 3, "disagrees"), (0.7, 0.7, 3, "inconclusive"),
+     (0.9, 0.6, 1, "inconclusive")],  # one seed: no interval over training runs (issue 21)
+)  # fmt: skip
+def test_verdict_follows_the_numbers_with_seeds_as_units(many_end, few_end, seeds, word) -> None:
+    runs = [_fake_run(10000.0, 0.5, many_end + 0.01 * (s == 1), s) for s in range(seeds)]
+    runs += [_fake_run(100.0, 0.5, few_end, s) for s in range(seeds)]
     out = verdict(runs, {"many": 10000.0, "few": 100.0}, n_boot=200, seed=0)
     assert {v["verdict"] for v in out.values()} == {word}
+    assert all(v["seeds"] == seeds for v in out.values())
 
 
 def test_step0_vs_control_overlap_is_computed() -> None:

@@ -82,12 +82,13 @@ def build(inputs: ReportInputs) -> list[Section]:
                     f"{fmt(entropy)}.")  # fmt: skip
     tables = [Table(columns, rows, "random init, its control, and the last checkpoint per run")]
     if "verdict" in record:
-        vrows = [[name, v["predicted"], _ci({"x": v["many"]}, "x"), _ci({"x": v["few"]}, "x"),
-                  v["verdict"]] for name, v in record["verdict"].items()]  # fmt: skip
-        tables.append(Table(["change, final - init", "predicted",
-                             f"base {pred['many']:g}", f"base {pred['few']:g}", "verdict"],
-                            vrows, "per-head changes pooled over seeds; confirmed/contradicted "
-                            "when the intervals are disjoint"))  # fmt: skip
+        vrows = [[name, v["what"], fmt(v.get("mean")), f"[{fmt(v.get('low'))}, "
+                  f"{fmt(v.get('high'))}]", str(v["seeds"]), v["verdict"]]
+                 for name, v in record["verdict"].items()]  # fmt: skip
+        tables.append(Table(["test", "paired difference", "mean", "95% t interval", "seeds",
+                             "verdict"], vrows,
+                            "each training seed one unit (paired across bases or init vs "
+                            "final); a verdict needs 3 seeds"))  # fmt: skip
     text.append("Figures 11 and 12 show every checkpoint.")
     return [Section("Training: the pattern as it forms", text, tables, anchor=SECTION.anchor)]
 

@@ -1,0 +1,75 @@
+"""The synthetic tasks (issue 21): their sequences, and the measures on known truth."""
+
+import numpy as np
+import pytest
+from ropesplit.empirical.tasks import MIN_DISTANCE, OFFSET, task_batch
+from ropesplit.numerics.emergence import weighted_slow_share
+from ropesplit.numerics.rope import to_pairs
+from ropesplit.numerics.stats import head_statistics
+
+from ropesplit.errors import RopesplitError
+
+L, V = 64, 32
+
+
+@pytest.mark.parametrize("task", ["recall", "offset"])
+def test_every_answer_is_where_its_task_says(task):
+    batch = task_batch(task, np.random.default_rng(0), 6, L, V)
+    ids, labels, distance, source = (np.asarray(x) for x in batch)
+    pairs = (L - 1) // 4
+    assert (ids[:, 0] == V).all()
+    for b in range(6):
+        at = np.flatnonzero(labels[b] >= 0)
+        assert at.size == pairs and (labels[b, at] == ids[b, at]).all()
+        assert (ids[b, source[b, at]] == ids[b, at]).all()  # the answer is copied from source
+        if task == "recall":
+            keys = ids[b, 1 : 1 + 2 * pairs : 2]
+            assert len(set(keys.tolist())) == pairs  # distinct keys: only content finds them
+            assert (distance[b, at] >= MIN_DISTANCE).all()
+            assert (ids[b, source[b, at] - 1] == ids[b, at - 1]).all()  # after the same key
+        else:
+            assert (source[b, at] == at - OFFSET).all()
+    assert np.ptp(distance[distance > 0]) > L / 2 or task == "offset"  # distances spread
+    with pytest.raises(RopesplitError, match="^a recall sequence of 20 tokens holds 4 pairs"):
+        task_batch("recall", np.random.default_rng(0), 1, 20, V)
+
+
+P = 40  # pairs of the hand-built head: two rotating (theta 1, 0.1), 38 non-rotating
+THETA = np.array([1.0, 0.1] + [0.0] * (P - 2))
+SLOW = [*range(2, P), *range(P + 2, 2 * P)]  # half layout: pair l is (l, l + P)
+FAST = [0, 1, P, P + 1]
+
+
+def _recall_head(where: str):
+    """A hand-built retrieval head on one recall sequence: queries and keys carry a token's
+    embedding in the non-rotating pairs (``where="slow"``: one-hot) or in the rotating ones
+    (``"fast"``); key ``j`` carries token ``j - 1`` (an induction head's input)."""
+    ids, labels, _, source = (np.asarray(x) for x in
+                              task_batch("recall", np.random.default_rng(1), 1, L, V))  # fmt: skip
+    emb = (np.eye(len(SLOW))[: V + 2] if where == "slow"
+           else np.random.default_rng(2).normal(size=(V + 2, len(FAST))))  # fmt: skip
+    dims = SLOW if where == "slow" else FAST
+    q, k = np.zeros((L, 2 * P)), np.full((L, 2 * P), 0.5)
+    q[:, dims] = 8.0 * emb[ids[0]]
+    k[1:, dims] += emb[ids[0, :-1]]
+    return q, k, ids[0], labels[0]
+
+
+def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
+    """Known truth (issue 21): keys deviating only in non-rotating pairs give E = 0, so
+    r_split = 1 and the weighted slow share 1, and the head retrieves every answer by
+    content (its attention's top key follows the query's key). The same head with its
+    content in the rotating pairs has neither."""
+    for where, want in (("slow", True), ("fast", False)):
+        q, k, ids, labels = _recall_head(where)
+        stats = head_statistics(q, k, THETA, 0.5, kbar=k[1:].mean(0))
+        delta = k - k[1:].mean(0)  # BOS left out of kbar
+        share = weighted_slow_share(to_pairs(q)[None], to_pairs(delta)[None], THETA)[0]
+        assert bool(stats.r_split > 1 - 1e-9) is want, where
+        assert bool(share > 1 - 1e-12) is want, where
+        if where == "slow":
+            w = np.where(np.tril(np.ones((L, L), dtype=bool)), q @ k.T, -np.inf)
+            at = np.flatnonzero(labels >= 0)
+            assert (ids[w[at - 1].argmax(-1)] == labels[at]).all()  # it solves recall
+        else:
+            assert share < 0.2
