@@ -25,7 +25,7 @@ def test_derivation_markdown_has_every_step_its_math_and_lemmas():
     text = derivation_markdown()
     assert text == derivation_markdown()  # byte-stable
     for step in STEPS:
-        assert f"`{step.id}` ({step.kind})" in text
+        assert f"`{step.id}` ({step.kind}; docs/theory.md " in text
         assert f"$$\n{step.statement_latex}\n$$" in text
         for lemma in step.lemmas:
             assert f"- {lemma}" in text
@@ -43,8 +43,14 @@ def test_check_writes_json_with_every_step_checked(tmp_path, capsys):
         assert set(row) >= {"id", "kind", "statement_latex", "checked", "method", "seconds"}
         assert row["checked"] is True and row["seconds"] > 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(STEPS) + 1
-    assert all(" checked " in line for line in lines[:-1])
+    heads = [line for line in lines if not line.startswith("    ")]  # one per step, then total
+    assert len(heads) == len(STEPS) + 1
+    assert all(" checked " in line for line in heads[:-1])
+    text = "\n".join(lines)
+    for step in STEPS:  # each step's statement and where it stands (issue 22)
+        assert " ".join(step.statement.split()[:6]) in " ".join(text.split()), step.id
+    assert "docs/theory.md 3; the paper's claim 2: W = f + g + E" in " ".join(text.split())
+    assert all(len(line) <= 100 for line in lines)
     assert lines[-1].startswith(f"{len(STEPS)}/{len(STEPS)} steps checked in ")
     assert lines[-1].endswith(" s") and "FAILED" not in lines[-1]
 

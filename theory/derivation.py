@@ -22,7 +22,7 @@ from ropesplit.theory.step import CheckResult, Step
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["STEPS", "check_all", "derivation_markdown", "get_step"]
+__all__ = ["PAPER", "STEPS", "check_all", "derivation_markdown", "get_step", "where"]
 
 STEPS: tuple[Step, ...] = (
     ROPE_RELATIVE,
@@ -42,6 +42,34 @@ STEPS: tuple[Step, ...] = (
     MEAN_KEY_OPTIMUM,
 )
 _BY_ID = {step.id: step for step in STEPS}
+
+# where each step stands: its section of docs/theory.md and the paper's claim it rests
+# (docs/paper.md numbers them 1-5; "toolkit" marks results the paper does not state)
+PAPER: dict[str, tuple[int, str]] = {
+    "rope_relative": (1, "2: RoPE logits depend on i - j"),
+    "layouts_equivalent": (1, "toolkit: both pair layouts"),
+    "logit_expansion": (2, "2: the logit as a sum over pairs"),
+    "split_exact": (3, "2: W = f + g + E"),
+    "remainder_bound": (3, "4: the theorem behind the pattern"),
+    "exact_split_condition": (3, "4: when the split is exact"),
+    "softmax_shift": (4, "5: softmax ignores a per-query offset"),
+    "attention_bound": (4, "5: a small remainder, nearly the same attention"),
+    "perturbation_bound": (4, "1 and 5: small position changes"),
+    "long_term_decay": (4, "1: long distances"),
+    "split_reference": (6, "2: the family of splits"),
+    "reference_bound": (6, "4: the theorem for any reference"),
+    "mean_rotation_optimum": (6, "toolkit: the best reference rotation"),
+    "mean_rotation_remainder": (6, "toolkit: its remainder"),
+    "mean_key_optimum": (6, "2: the mean key as kbar"),
+}
+
+
+def where(step_id: str) -> str:
+    """``docs/theory.md N; the paper's claim C: what`` (or ``...; the toolkit's own: what``)."""
+    section, claim = PAPER[step_id]
+    own = claim.startswith("toolkit: ")
+    return f"docs/theory.md {section}; " + (f"the toolkit's own: {claim.removeprefix('toolkit: ')}"
+                                            if own else f"the paper's claim {claim}")
 
 
 def get_step(step_id: str) -> Step:
@@ -95,17 +123,20 @@ $m_l$ (complex, $|m_l| \\le 1$), $h_l = \\tilde q_l\\overline{\\tilde\\delta_l}$
 
 
 def _chain() -> str:
-    rows = ["| # | step | kind | uses |", "|---|------|------|------|"]
+    rows = ["| # | step | kind | uses | theory.md | paper's claim |",
+            "|---|------|------|------|-----------|---------------|"]
     for n, step in enumerate(STEPS, 1):
         uses = ", ".join(f"`{u}`" for u in step.uses) or "(none)"
-        rows.append(f"| {n} | [`{step.id}`](#{step.id.replace('_', '-')}) | {step.kind} | {uses} |")
+        section, claim = PAPER[step.id]
+        rows.append(f"| {n} | [`{step.id}`](#{step.id.replace('_', '-')}) | {step.kind} | {uses} "
+                    f"| {section} | {claim} |")
     return "\n".join(rows) + "\n"
 
 
 def _section(n: int, step: Step, result: CheckResult | None) -> str:
     lines = [f"## {n}. {step.title}", "", f'<a id="{step.id.replace("_", "-")}"></a>', "",
-             f"`{step.id}` ({step.kind})", "", step.statement, "", "$$", step.statement_latex, "$$",
-             ""]
+             f"`{step.id}` ({step.kind}; {where(step.id)})", "", step.statement, "", "$$",
+             step.statement_latex, "$$", ""]
     if step.uses:
         lines += ["Builds on: " + ", ".join(f"`{u}`" for u in step.uses) + ".", ""]
     if step.lemmas:

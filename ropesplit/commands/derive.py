@@ -1,8 +1,10 @@
 """``ropesplit derive``: check every step of docs/theory.md with sympy and write the derivation.
 
-Without ``--check`` the steps are listed (id, kind, lemmas) and nothing is
-claimed checked; with ``--check`` every step's symbolic check runs, one line
-per step (id, kind, ``checked`` or ``FAILED``, seconds), and the exit code is
+Without ``--check`` the steps are listed (id, kind, then what the step
+states, its section of docs/theory.md and the paper's claim it rests) and
+nothing is claimed checked; with ``--check`` every step's symbolic check
+runs, one line per step (id, kind, ``checked`` or ``FAILED``, seconds, then
+its statement), and the exit code is
 1 if any fails; the last line gives the count and the total seconds.  ``--out``
 writes the derivation as Markdown with LaTeX math; ``--json`` writes
 ``{"steps": [...], "all_checked": bool, "seconds": total or None}``.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 HELP = "derive and machine-check every step of docs/theory.md (sympy); write the derivation"
 
@@ -33,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
             output_path(path)
 
     from ropesplit.theory import STEPS, derivation_markdown
+    from ropesplit.theory.derivation import where
 
     results = {step.id: step.check() for step in STEPS} if args.check else {}
     width = max(len(step.id) for step in STEPS)
@@ -42,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         status = "not run" if r is None else ("checked" if r.checked else "FAILED")
         seconds = "" if r is None else f"  {r.seconds:6.2f} s"
         print(f"{step.id:<{width}}  {step.kind:<10}  {status:<7}{seconds}")
+        print(textwrap.fill(f"{step.statement} ({where(step.id)})", 100,
+                            initial_indent="    ", subsequent_indent="    "))
         if r is not None and not r.checked:
             print(f"    {r.detail}")
         rows.append({
