@@ -316,3 +316,27 @@ def test_remeasure_rewrites_only_the_metrics(reference, tmp_path) -> None:
     assert json.loads((out / "step-000002" / "metrics.json").read_text())["val_loss"] == -1.0
     assert strip(remeasure(tiny(out))) == strip(reference[1])
     assert (out / "step-000004" / "model.safetensors").read_bytes() == weights
+
+
+def test_recall_task_trains_resumes_and_prints_within_100_columns(tmp_path, capsys) -> None:
+    """Issue 21: --task recall trains (one label per answer), measures accuracy, the retrieval
+    head and the weighted slow share, judges over seeds, and a rerun resumes to the same."""
+    js = tmp_path / "r.json"
+    argv = ["train", "--task", "recall", "--out", str(tmp_path / "runs"), "--bases", "10000,100",
+            "--seeds", "0,1,2", "--steps", "2", "--seq-len", "40", "--layers", "1", "--d-model",
+            "16", "--heads", "2", "--d-ff", "16", "--batch", "2", "--checkpoints", "2",
+            "--n-boot", "20", "--threads", "1", "--vocab", "16", "--json", str(js)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 100 for line in out.splitlines())
+    assert out.index("PREDICTION") < out.index("base 10000, seed 0")
+    record = json.loads(js.read_text())
+    assert set(record["verdict"]) == {"weighted_slow_share_rises", "r_split_rises",
+                                      "accuracy_falls_with_distance"}  # fmt: skip
+    assert all(v["seeds"] == 3 for v in record["verdict"].values())
+    last = record["runs"][0]["checkpoints"][-1]
+    assert 0 <= last["accuracy"] <= 1 and len(last["accuracy_by_distance"]) == 4
+    assert {"layer", "head", "retrieval", "weighted_slow_share"} <= set(last["retrieval_head"])
+    first = json.loads(js.read_text())
+    assert main(argv) == 0  # every checkpoint there: resumed, nothing trained again
+    assert json.loads(js.read_text())["runs"][0]["checkpoints"] == first["runs"][0]["checkpoints"]

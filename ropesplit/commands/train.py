@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup, threads=args.threads, checkpoints=args.checkpoints,
         n_boot=args.n_boot, text=args.text, task=args.task, vocab=args.vocab, **sized,
     )  # fmt: skip
-    record = run_emergence(cfg, _floats(args.bases), _ints(args.seeds), remeasure=args.remeasure)
+    record = run_emergence(cfg, _floats(args.bases), _ints(args.seeds), remeasure=args.remeasure,
+                           say=lambda text: print(_wrap(text)))  # fmt: skip
     print(report_text(record))
     if args.json:
         write_json(args.json, record)
@@ -125,37 +126,55 @@ def _cell(summary: dict[str, Any], name: str) -> str:
     return f"{value['mean']:6.3f} [{value['low']:5.3f},{value['high']:5.3f}]"
 
 
-def _interval(ci: dict[str, Any]) -> str:
-    return f"{ci['mean']:+.3f} [{ci['low']:+.3f},{ci['high']:+.3f}]"
+WIDTH = 100  # the widest line printed
+
+
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, WIDTH, subsequent_indent="    ", break_on_hyphens=False)
 
 
 def report_text(record: dict[str, Any]) -> str:
-    """The terminal report: per run a table over checkpoints, step 0 vs control, final, verdict."""
+    """The terminal report: per run a table over checkpoints, step 0 vs control, final, verdict.
+
+    The table comes in two blocks of columns so that no line passes :data:`WIDTH`.
+    """
     entropy = record["unigram_entropy"]
     lines = []
     for run in record["runs"]:
-        lines.append(f"base {run['rope_base']:g}, seed {run['seed']}: {run['out']}  "
-                     "(means over heads [95% bootstrap CI])")  # fmt: skip
-        lines.append(f"{'step':>6} {'val_loss':>8} " + " ".join(f"{t:>21}" for t, _ in _COLUMNS))
+        lines.append(_wrap(f"base {run['rope_base']:g}, seed {run['seed']}: {run['out']}  "
+                           "(means over heads [95% bootstrap CI])"))  # fmt: skip
         rows = [("init" if c["step"] == 0 else c["step"], c) for c in run["checkpoints"]]
         rows.append(("control", run["control"]))
-        for label, c in rows:
-            cells = " ".join(_cell(c["summary"], name) for _, name in _COLUMNS)
-            lines.append(f"{label!s:>6} {c['val_loss']:8.3f} {cells}")
+        for block in (_COLUMNS[:3], _COLUMNS[3:]):
+            lines.append(f"{'step':>7} {'val_loss':>8} " + " ".join(f"{t:>21}" for t, _ in block))
+            for label, c in rows:
+                cells = " ".join(_cell(c["summary"], name) for _, name in block)
+                lines.append(f"{label!s:>7} {c['val_loss']:8.3f} {cells}")
         same = [n for n, v in run["step0_vs_control"].items() if v["overlap"]]
         differ = [n for n, v in run["step0_vs_control"].items() if not v["overlap"]]
-        lines.append(f"step 0 vs random-init control (seed {run['control']['seed']}): CIs overlap "
-                     f"for {', '.join(same) or 'none'}"
-                     + (f"; differ for {', '.join(differ)}" if differ else ""))  # fmt: skip
+        lines.append(_wrap(f"step 0 vs random-init control (seed {run['control']['seed']}): CIs "
+                           f"overlap for {', '.join(same) or 'none'}"
+                           + (f"; differ for {', '.join(differ)}" if differ else "")))  # fmt: skip
         final = run["checkpoints"][-1]
         below = final["val_loss"] < entropy
-        lines.append(f"final step {final['step']}: val loss {final['val_loss']:.3f} nats vs "
-                     f"unigram entropy {entropy:.3f} ({'below' if below else 'NOT below'}, "
-                     f"ratio {final['val_loss'] / entropy:.2f}); "
-                     f"wall {run['wall_seconds']:.0f} s")  # fmt: skip
+        lines.append(_wrap(f"final step {final['step']}: val loss {final['val_loss']:.3f} nats vs "
+                           f"unigram entropy {entropy:.3f} ({'below' if below else 'NOT below'}, "
+                           f"ratio {final['val_loss'] / entropy:.2f}); "
+                           f"wall {run['wall_seconds']:.0f} s"))  # fmt: skip
+        if "accuracy" in final:
+            best = final["retrieval_head"]
+            lines.append(_wrap(
+                f"accuracy {final['accuracy']:.3f} (by distance bucket "
+                f"{', '.join(f'{a:.2f}' for a in final['accuracy_by_distance'])}); retrieval head "
+                f"layer {best['layer']} head {best['head']}: attention to the source "
+                f"{best['retrieval']:.3f}, r_split {best['r_split']:.3f}, weighted slow share "
+                f"{best['weighted_slow_share']:.3f}"))  # fmt: skip
         lines.append("")
     if "verdict" in record:
-        lines.append("PREDICTION " + record["prediction"]["statement"])
+        lines.append(_wrap("PREDICTION " + record["prediction"]["statement"]))
         for name, v in record["verdict"].items():
-            lines.append(f"  {name} (seeds as units): {v['reason']} -> {v['verdict'].upper()}")
+            lines.append(_wrap(f"  {name} (seeds as units): {v['reason']} -> "
+                               f"{v['verdict'].upper()}"))  # fmt: skip
     return "\n".join(lines).rstrip()
