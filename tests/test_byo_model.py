@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical.analyze import STATISTICS
 from ropesplit.empirical.models import from_model, random_init_twin
@@ -22,7 +23,7 @@ from ropesplit.errors import RopesplitError
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("byo") / "llama", T.LlamaConfig(**TINY))
+    return save_model(tmp_path_factory.mktemp("byo") / "llama", llama_config(**TINY))
 
 
 def objects(folder, **kwargs):
@@ -88,10 +89,10 @@ def quantised(model):
         (lambda: torch.nn.Linear(2, 2), "model must be a transformers PreTrainedModel, got Linear"),
         (lambda: 42, "model must be a path, a Hugging Face id, a PretrainedConfig or a "
                      "transformers causal LM, got int"),  # fmt: skip
-        (lambda: T.LlamaModel(T.LlamaConfig(**TINY)), "has no language-model head"),
+        (lambda: T.LlamaModel(llama_config(**TINY)), "has no language-model head"),
         (lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64)),
          "model type gpt2 has no rotary position embedding"),  # fmt: skip
-        (lambda: quantised(T.LlamaForCausalLM(T.LlamaConfig(**TINY))),
+        (lambda: quantised(T.LlamaForCausalLM(llama_config(**TINY))),
          "model dtype must be one of float32, float64, bfloat16, float16, got int8"),  # fmt: skip
     ],
 )

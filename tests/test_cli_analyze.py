@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 
 from ropesplit.cli import main
 
@@ -61,9 +62,9 @@ def folders(tmp_path_factory):
     short.write_text("too short")
     gemma = T.Gemma2Config(head_dim=16, sliding_window=8, query_pre_attn_scalar=16, **TINY)
     return {
-        "llama": save_model(root / "llama", T.LlamaConfig(**TINY)),
+        "llama": save_model(root / "llama", llama_config(**TINY)),
         "gemma2": save_model(root / "gemma2", gemma),
-        "nan": save_model(root / "nan", T.LlamaConfig(**TINY), nan=True),
+        "nan": save_model(root / "nan", llama_config(**TINY), nan=True),
         "gpt2": save_model(
             root / "gpt2", T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=256)
         ),
@@ -125,7 +126,7 @@ def _junk_gguf(folders):
 def _odd_head_dim(folders):
     folder = folders["root"] / "odd"
     folder.mkdir(exist_ok=True)
-    config = T.LlamaConfig(**TINY).to_dict()
+    config = llama_config(**TINY).to_dict()
     (folder / "config.json").write_text(json.dumps({**config, "head_dim": 63}))
     return ["--model", str(folder)]
 

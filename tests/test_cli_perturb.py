@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import transformers as T
+from conftest import llama_config
 from ropesplit.empirical import load_model
 
 from ropesplit.cli import main
@@ -31,7 +31,7 @@ def tiny_loader(monkeypatch):
 
     def fake_load_model(model=None, gguf_file=None, **kwargs):
         calls.append((model, gguf_file, kwargs))
-        config = T.LlamaConfig(
+        config = llama_config(
             hidden_size=32, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=2,
             intermediate_size=32, vocab_size=VOCAB, max_position_embeddings=64,
         )  # fmt: skip

@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 from ropesplit.empirical.corpus import (
     DEFAULT_CORPUS,
     Passage,
@@ -32,7 +33,7 @@ CONTEXT = 64
 
 @pytest.fixture(scope="module")
 def loaded():
-    config = T.LlamaConfig(
+    config = llama_config(
         hidden_size=16, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=1,
         intermediate_size=16, vocab_size=VOCAB, max_position_embeddings=CONTEXT,
         bos_token_id=BOS,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 from ropesplit.empirical import capture, default_text, load_model, tokenize
 from ropesplit.empirical.analyze import (
     STATISTICS,
@@ -40,7 +41,7 @@ COMMON = dict(
     max_position_embeddings=128,
 )
 CONFIGS = {
-    "llama": T.LlamaConfig(**COMMON),
+    "llama": llama_config(**COMMON),
     "gemma3": T.Gemma3TextConfig(
         head_dim=16, sliding_window=6, query_pre_attn_scalar=20, sliding_window_pattern=2, **COMMON
     ),

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
@@ -34,7 +35,7 @@ COMMON = dict(
 
 # name: (config, expected per layer: (window, softcap, rotary_dim, rope_base), Hkv)
 ARCHS = {
-    "llama": (T.LlamaConfig(num_key_value_heads=2, **COMMON), [(None, None, 16, 1e4)] * 2, 2),
+    "llama": (llama_config(num_key_value_heads=2, **COMMON), [(None, None, 16, 1e4)] * 2, 2),
     "mistral": (
         T.MistralConfig(num_key_value_heads=2, sliding_window=8, **COMMON),
         [(8, None, 16, 1e4)] * 2,
@@ -332,7 +333,7 @@ def test_unsupported_models_are_one_line_errors(config, message):
 
 def test_odd_head_dim_is_a_one_line_error(tmp_path):
     """transformers refuses the config itself; the error is still ours, in one line."""
-    config = T.LlamaConfig(**COMMON).to_dict()
+    config = llama_config(**COMMON).to_dict()
     (tmp_path / "config.json").write_text(json.dumps({**config, "head_dim": 63}))
     with pytest.raises(RopesplitError, match="^head_dim must be even, got 63$"):
         load_model(str(tmp_path))
@@ -445,11 +446,10 @@ def test_half_precision_models_capture_and_match_their_float32_twin(dtype):
     the dtype (measured: 5e-4 for bf16, 6e-5 for fp16, where eps is 7.8e-3 and 9.8e-4)."""
     import copy
 
-    import transformers as T
     from ropesplit.empirical.analyze import analyze
     from ropesplit.empirical.capture import THETA_TOL, tolerances
 
-    config = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    config = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=2, intermediate_size=64, vocab_size=128,
                            max_position_embeddings=256)  # fmt: skip
     full = load_model(config, seed=0)
@@ -480,10 +480,9 @@ def test_scaled_rope_is_checked_against_the_config_and_exact_in_half_precision(r
     in every dtype); a half-precision model gets those exact frequencies (issue 19)."""
     import copy
 
-    import transformers as T
     from ropesplit.numerics.rope import frequencies
 
-    config = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    config = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=1, intermediate_size=64, vocab_size=128,
                            max_position_embeddings=256, rope_parameters=rope)  # fmt: skip
     full = load_model(config, seed=0)

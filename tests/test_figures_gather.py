@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
@@ -28,7 +29,7 @@ def _cache(config, n_tokens=12):
 
 @pytest.fixture(scope="module")
 def llama():
-    return _cache(T.LlamaConfig(num_key_value_heads=2, **COMMON))
+    return _cache(llama_config(num_key_value_heads=2, **COMMON))
 
 
 @pytest.fixture(scope="module")

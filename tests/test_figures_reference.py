@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import llama_config
 from ropesplit.numerics.reference import mean_rotation
 from ropesplit.numerics.rope import frequencies
 
@@ -56,10 +57,9 @@ def test_registered_as_figures_9_and_10():
 
 def test_reference_pairs_data_from_a_capture():
     import torch
-    import transformers as T
     from ropesplit.empirical import capture, load_model
 
-    config = T.LlamaConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+    config = llama_config(hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
                            num_hidden_layers=2, intermediate_size=32, vocab_size=64,
                            max_position_embeddings=64)  # fmt: skip
     loaded = load_model(config, seed=0)

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 import torch
-import transformers as T
+from conftest import llama_config
 from ropesplit.empirical.experiments import EXPERIMENTS, run_experiments
 from ropesplit.empirical.experiments.length import (
     EXPERIMENT,
@@ -128,7 +128,7 @@ def test_text_within_l_is_inconclusive(periodic):
 
 
 def test_g_shift_is_zero_in_layer_0_and_measured_beyond():
-    config = T.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+    config = llama_config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=2, intermediate_size=48, vocab_size=64,
                            max_position_embeddings=128, head_dim=8,
                            ropesplit_train_length=16)  # fmt: skip

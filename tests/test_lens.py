@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers as T
+from conftest import llama_config
 from ropesplit.empirical import load_model
 from ropesplit.empirical.analyze import analyze
 from ropesplit.empirical.lens import analyze_lens
@@ -22,7 +22,7 @@ STATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightne
 @pytest.fixture(scope="module")
 def twins():
     """A random-init Llama and the HookedTransformer converted from its weights."""
-    hf_cfg = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    hf_cfg = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=2, intermediate_size=64, vocab_size=128,
                            max_position_embeddings=256, rms_norm_eps=1e-6)  # fmt: skip
     hf = load_model(hf_cfg, seed=0)

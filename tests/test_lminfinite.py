@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
+from conftest import llama_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -250,7 +251,7 @@ def test_bad_input_is_one_line(call, message):
 
 
 def tiny(dtype: str = "float64", *, kv: int = 2, layers: int = 2):
-    config = T.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=kv,
+    config = llama_config(hidden_size=32, num_attention_heads=4, num_key_value_heads=kv,
                            num_hidden_layers=layers, intermediate_size=48, vocab_size=64,
                            max_position_embeddings=256, head_dim=8)  # fmt: skip
     return load_model(config, seed=0, dtype=dtype)
@@ -351,7 +352,7 @@ def periodic_model(length: int = 16, vocab: int = 8, amplitude: float = 20.0):
     ``2L`` without the cap, where far tokens get the self-logit, and not with it.
     """
     heads = vocab // 4
-    config = T.LlamaConfig(vocab_size=vocab, hidden_size=2 * vocab, num_attention_heads=heads,
+    config = llama_config(vocab_size=vocab, hidden_size=2 * vocab, num_attention_heads=heads,
                            num_key_value_heads=heads, head_dim=4, num_hidden_layers=1,
                            intermediate_size=4, attention_bias=True,
                            rope_theta=(length / math.pi) ** 2, max_position_embeddings=8 * length,

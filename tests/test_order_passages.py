@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import transformers as T
+from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -119,7 +119,7 @@ def test_nested_swaps_at_rate_zero_draw_nothing():
 
 
 def tiny_llama(seed: int = 0):
-    config = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    config = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=2, intermediate_size=64, vocab_size=VOCAB,
                            max_position_embeddings=256)  # fmt: skip
     return load_model(config, seed=seed)

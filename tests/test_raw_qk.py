@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
-from conftest import tiny_llama
+from conftest import llama_config, tiny_llama
 from ropesplit.empirical.analyze import analyze_capture
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.raw import analyze_qk
@@ -103,7 +103,7 @@ def test_a_captured_layer_through_analyze_qk_is_the_same_analysis_as_analyze():
 
 
 def test_rope_spec_from_configs():
-    llama = T.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    llama = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                           rope_theta=500.0)  # fmt: skip
     spec = RopeSpec.from_config(llama)
     assert spec.head_dim == 16 and spec.theta[0] == 1.0 and spec.layout == "half"

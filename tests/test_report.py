@@ -14,7 +14,7 @@ import re
 
 import pytest
 import torch
-import transformers as T
+from conftest import llama_config
 from ropesplit.empirical import load_model
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.train import TrainConfig
@@ -36,7 +36,7 @@ SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, boun
 
 
 def _tiny_load(settings):
-    config = T.LlamaConfig(
+    config = llama_config(
         hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=3,
         intermediate_size=64, vocab_size=128, max_position_embeddings=128,
     )  # fmt: skip

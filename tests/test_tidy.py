@@ -8,7 +8,7 @@ import math
 import hypothesis.strategies as st
 import pandas as pd
 import pytest
-import transformers as T
+from conftest import llama_config
 from hypothesis import given, settings
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical import tidy as tidy_module
@@ -23,7 +23,7 @@ from ropesplit.io import write_json
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    folder = save_model(tmp_path_factory.mktemp("tidy") / "llama", T.LlamaConfig(**TINY))
+    folder = save_model(tmp_path_factory.mktemp("tidy") / "llama", llama_config(**TINY))
     loaded = load_model(folder)
     ids = tokenize(loaded, TEXT, 48)
     trained, control = analyze(loaded, ids), analyze(random_init_twin(loaded, 1), ids)

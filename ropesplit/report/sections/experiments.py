@@ -55,10 +55,12 @@ def _sections(stage: str, perturb: Mapping[str, Any]) -> list[Section]:
             f" (per-layer and overall means; per-head rows in {stage}.json)"
             if len(rows) < len(all_rows) else "")  # fmt: skip
         subject = perturb.get("header", {}).get("subject")
+        kind = ("its paired t test over corpus passages" if stage in ("interventions", "terms")
+                else "descriptive, on one text: the claims' verdicts are their primary tests "
+                "above")  # fmt: skip
         text = ([f"Subject: {subject}."] if subject else []) + [
                 f"Prediction (stated before the run): {about['prediction']}.",
-                f"Verdict (descriptive, on one text: the claims' verdicts are their primary "
-                f"tests above): {about['verdict']}. {about['reason']}",
+                f"Verdict ({kind}): {about['verdict']}. {about['reason']}",
                 f"Needs: {about['needs']}; captured from their own forward pass: "
                 f"{', '.join(about.get('own_capture') or []) or 'none'}."]  # fmt: skip
         sections.append(Section(f"Experiment: {about['title']}", text, [table],
