@@ -277,3 +277,16 @@ def test_bad_flags_fail_before_anything_is_created(flags, message, tmp_path, cap
     assert main(["figures", *flags, "--out", str(out)]) == 2
     assert capsys.readouterr().err == f"ropesplit figures: error: {message}\n"
     assert not out.exists()
+
+
+def test_the_report_opens_with_its_run_line_and_a_table_of_contents(report):
+    """Issue 22: model, corpus and tokens, date and commit first; then links to every section."""
+    html, run = report["html"], report["records"]["run"]
+    assert {"date", "commit", "corpus"} <= set(run)
+    top = html.split("<h1>", 1)[1].split("</nav>", 1)[0]
+    assert '<p class="run">' in top and run["model"] in top and f"commit {run['commit']}" in top
+    assert f"{run['tokens']} tokens" in top and "8 passages of 48 tokens" in top
+    anchors = re.findall(r'<h2 id="([^"]+)"', html)
+    links = re.findall(r'<li><a href="#([^"]+)">', top)
+    assert links == anchors and "claims" in " ".join(links)
+    assert report["md"].splitlines()[2].startswith(f"*{run['model']}")

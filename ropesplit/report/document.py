@@ -63,6 +63,7 @@ class Document:
 
     title: str
     sections: list[Section]
+    run_line: str = ""  # model, corpus and tokens, date, commit: the first line under the title
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -112,4 +113,17 @@ def build_document(
     if missing:
         at = next((i for i, s in enumerate(sections) if s.anchor == "run"), len(sections))
         sections.insert(at, Section("Steps not run", [", ".join(missing)], anchor="not-run"))
-    return Document("ropesplit report", sections)
+    return Document("ropesplit report", sections, run_line(records.get("run", {})))
+
+
+def run_line(run: Mapping[str, Any]) -> str:
+    """``model · corpus · N tokens · date · commit`` from ``run.json`` (what is there)."""
+    parts = [str(run["model"])] if "model" in run else []
+    if "corpus" in run:
+        parts.append(f"corpus {run['corpus']}")
+    if "tokens" in run:
+        parts.append(f"{run['tokens']} tokens of {run.get('text', 'the text')}")
+    parts += [str(run[k]) for k in ("date",) if k in run]
+    if "commit" in run:
+        parts.append(f"commit {run['commit']}")
+    return " · ".join(parts)

@@ -467,6 +467,18 @@ def _text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dic
     }
 
 
+def _commit() -> str:
+    """The git commit of the checkout this package runs from, or ``"unknown"``."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, cwd=Path(__file__).resolve().parent)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
 def run_figures(
     settings: RunSettings,
     out: str | Path,
@@ -513,6 +525,12 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
         run["stage_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in progress.seconds.items())
         run["run_seconds"] = round(time.perf_counter() - start, 1)
         run["versions"] = _versions()
+        run["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        run["commit"] = _commit()
+        if "claims" in ctx.records:  # the claims' corpus and size, for the run line
+            head = ctx.records["claims"].get("header", {})
+            run["corpus"] = f"{head.get('corpus', settings.corpus or 'pydoc')}, " \
+                f"{head.get('passages', settings.passages)} passages of {settings.tokens} tokens"
         ctx.records["run"] = run
         write_json(folder / "run.json", run)
         doc = build_document(ctx.records, blocks)

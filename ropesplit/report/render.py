@@ -18,6 +18,9 @@ __all__ = ["render_html", "render_markdown"]
 _CSS = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto;
        padding: 0 1rem; color: #111; line-height: 1.45; }
+p.run { color: #444; margin-top: -0.6rem; }
+nav.toc ol { columns: 2; column-gap: 2rem; margin: 0.4rem 0 0; }
+nav.toc h2 { margin-top: 1rem; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem;
        border-bottom: 1px solid #ccc; }
 .wrap { overflow-x: auto; max-width: 100%; margin: 0.8rem 0; }
@@ -100,6 +103,13 @@ def render_html(doc: Document) -> str:
         f"<title>{html.escape(doc.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(doc.title)}</h1>",
     ]
+    if doc.run_line:
+        parts.append(f'<p class="run">{html.escape(doc.run_line)}</p>')
+    toc = [s for s in doc.sections if s.anchor]
+    if toc:
+        items = "".join(f'<li><a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a></li>'
+                        for s in toc)  # fmt: skip
+        parts.append(f'<nav class="toc"><h2>Contents</h2><ol>{items}</ol></nav>')
     for section in doc.sections:
         anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
         parts.append(f"<h2{anchor}>{html.escape(section.title)}</h2>")
@@ -131,7 +141,10 @@ def _md_table(table: Table) -> str:
 def render_markdown(doc: Document, figure_links: dict[int, str] | None = None) -> str:
     """The same document as Markdown; figure ``n`` links ``figure_links[n]`` (a PNG path)."""
     links = figure_links or {}
-    parts = [f"# {doc.title}"]
+    parts = [f"# {doc.title}"] + ([f"*{doc.run_line}*"] if doc.run_line else [])
+    toc = [s for s in doc.sections if s.anchor]
+    if toc:
+        parts.append("\n".join(f"{n}. [{s.title}](#{s.anchor})" for n, s in enumerate(toc, 1)))
     for section in doc.sections:
         if section.anchor:
             parts.append(f'<a id="{section.anchor}"></a>')
