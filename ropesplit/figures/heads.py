@@ -60,7 +60,11 @@ def r_split_figure(
         raise RopesplitError(f"heads hold no finite {stat}")
     control = finite([r[stat] for r in control_heads]) if control_heads is not None else None
     pooled = trained if control is None else np.concatenate([trained, control])
-    low = min(0.0, float(pooled.min()))
+    # the colour scale and the bins span the data (issue 22: a fixed 0-1 scale painted the
+    # map one colour and put every head in one bin)
+    low, high = float(pooled.min()), float(pooled.max())
+    pad = max(0.02 * (high - low), 1e-3)
+    low, high = low - pad, high + pad
 
     inches = check_width(width)
     single = inches < 5.0
@@ -69,16 +73,17 @@ def r_split_figure(
         grid_spec = fig.add_gridspec(2, 1) if single else fig.add_gridspec(1, 2)
         ax_map, ax_hist = fig.add_subplot(grid_spec[0]), fig.add_subplot(grid_spec[1])
         image = ax_map.imshow(
-            grid.T, cmap=SEQUENTIAL, vmin=low, vmax=1.0, aspect="auto", interpolation="nearest",
+            grid.T, cmap=SEQUENTIAL, vmin=low, vmax=high, aspect="auto", interpolation="nearest",
             origin="lower", extent=(-0.5, L - 0.5, -0.5, H - 0.5),
         )  # fmt: skip  # heads on y, layers on x: (H, L) after the transpose
         ax_map.set_xlabel("layer")
+        ax_map.set_xticks(range(L) if L <= 16 else np.linspace(0, L - 1, 9).round())
         ax_map.set_ylabel("query head")
         ax_map.set_yticks(range(H) if H <= 16 else np.linspace(0, H - 1, 9).round())
         fig.colorbar(image, ax=ax_map, label=f"{stat} (correlation)")
         panel_label(ax_map, "a")
 
-        bins = np.linspace(low, 1.0, 31).tolist()
+        bins = np.linspace(low, high, 31).tolist()
         ax_hist.hist(trained, bins=bins, color=OKABE_ITO["blue"], alpha=0.75,
                      label=f"trained (mean {trained.mean():.3f})")  # fmt: skip
         if control is not None and control.size:

@@ -59,7 +59,7 @@ def reference_figure(
             mean, low, high = (np.array([_get(cis[s], key) for s in specs])
                                for key in ("mean", "low", "high"))  # fmt: skip
             ax.errorbar(x + dx, mean, yerr=[mean - low, high - mean], marker="o", capsize=2,
-                        color=colour, label=label)  # fmt: skip
+                        color=colour, label=label, linestyle="none")  # categories: no lines
         if paper is not None:
             ax.axhline(paper, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0,
                        label=f"paper: {paper}")  # fmt: skip
