@@ -60,14 +60,17 @@ __all__ = [
     "LayerCapture",
     "Tolerances",
     "allowed_pairs",
+    "cached_geometry",
     "capture",
-    "check_reconstruction",
     "capture_batch",
+    "check_reconstruction",
     "derive_theta",
+    "full_theta",
     "rebuild_logits",
     "rebuild_probs",
     "table_geometry",
     "tolerances",
+    "with_rest",
 ]
 
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
@@ -300,6 +303,30 @@ def table_geometry(
     if fit > amplitude * eps * (8.0 + 2.0 * max_angle):
         raise ValidationError(f"{what} fits no single frequency per pair ({fit:.2e})")
     return layout, theta, amplitude
+
+
+def cached_geometry(
+    tables: dict[tuple[int, int], tuple[str, np.ndarray, float]], cos: torch.Tensor,
+    sin: torch.Tensor, positions: np.ndarray, what: str = "cos/sin table",
+) -> tuple[str, np.ndarray, float]:  # fmt: skip
+    """:func:`table_geometry`, derived once per table: ``tables`` keyed by the tensors' data
+    pointers (a model computes one table per forward pass and hands it to every layer)."""
+    key = (cos.data_ptr(), sin.data_ptr())
+    if key not in tables:
+        tables[key] = table_geometry(cos, sin, positions, what)
+    return tables[key]
+
+
+def with_rest(pre: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    """Pre-RoPE ``(..., r)`` completed to ``(..., d)`` by the non-rotating rest of ``attended``
+    (only the rotary slice goes through RoPE, as in Phi; the rest is attended as is)."""
+    r, d = pre.shape[-1], attended.shape[-1]
+    return pre if r == d else torch.cat((pre, attended[..., r:].to(pre.dtype)), dim=-1)
+
+
+def full_theta(theta_r: np.ndarray, d: int) -> np.ndarray:
+    """``(d/2,)`` frequencies: the rotary pairs' ``theta_r`` then 0 for the non-rotating ones."""
+    return np.concatenate([theta_r, np.zeros(d // 2 - len(theta_r))])
 
 
 def _pair_columns(table: np.ndarray, layout: str) -> np.ndarray:
@@ -604,15 +631,6 @@ def _released(layer: LayerCapture) -> LayerCapture:
     return replace(layer, q=empty, k=empty, cos=empty, sin=empty, probs=None)
 
 
-def _table(
-    state: _CaptureState, cos: torch.Tensor, sin: torch.Tensor, layer: int, b: int
-) -> tuple[str, np.ndarray, float]:
-    """:func:`table_geometry` of one cos/sin table, derived once per table."""
-    key = (cos.data_ptr(), sin.data_ptr())
-    if key not in state.tables:
-        state.tables[key] = table_geometry(cos, sin, state.positions[b],
-                                           f"cos/sin of layer {layer}")  # fmt: skip
-    return state.tables[key]
 
 
 def _finish_layer(
@@ -624,9 +642,7 @@ def _finish_layer(
     query, key = arguments["query"].detach()[b], arguments["key"].detach()[b]  # (H|Hkv, N, d)
     (d,) = query.shape[-1:]
     q, k = raw["q"][b], raw["k"][b]
-    if q.shape[-1] < d:  # only the rotary slice went through RoPE (Phi): the rest as attended
-        q = torch.cat((q, query[..., q.shape[-1] :].float()), dim=-1)  # (H, N, d)
-        k = torch.cat((k, key[..., k.shape[-1] :].float()), dim=-1)  # (Hkv, N, d)
+    q, k = with_rest(q, query), with_rest(k, key)  # (H, N, d), (Hkv, N, d)
     if d % 2:
         raise RopesplitError(f"head_dim must be even, got {d}")
     if not (torch.isfinite(q).all() and torch.isfinite(k).all()):
@@ -641,7 +657,8 @@ def _finish_layer(
     (r,) = cos.shape[-1:]
     if r % 2 or r > d:
         raise RopesplitError(f"rotary_dim must be even and at most head_dim {d}, got {r}")
-    layout, theta_r, amplitude = _table(state, cos, sin, layer, b)
+    layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, state.positions[b],
+                                                 f"cos/sin of layer {layer}")  # fmt: skip
     layer_type = getattr(module, "layer_type", None)
     if layer_type is None and getattr(state.loaded.config, "layer_types", None):
         layer_type = state.loaded.config.layer_types[layer]
@@ -656,7 +673,7 @@ def _finish_layer(
             )
         if state.tol.half:  # a half-precision table: the config's exact frequencies
             theta_r = expected
-    theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
+    theta = full_theta(theta_r, d)  # (d/2,)
     attn_scale = arguments.get("scaling")
     if attn_scale is None:
         attn_scale = getattr(module, "scaling", None) or d**-0.5

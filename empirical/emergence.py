@@ -168,7 +168,8 @@ def task_prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:
         f"{cfg.seq_len} is cheap only in pairs that barely turn over L_train. Predicted, per "
         f"seed (the unit, >= {MIN_SEEDS} seeds), paired init vs final on the retrieval head "
         f"(the head attending most from each query to its answer's source): (1) at base "
-        f"{many:g} its weighted slow share (the bound's weight |q~||delta~| in the slow half) "
+        f"{many:g} its weighted slow share (the bound's weight |q~||delta~| in the slow pairs, "
+        f"theta_l L_train < 1) "
         f"rises; (2) at base {many:g} its r_split rises; (3) at base {few:g} ({slow} slow "
         "pairs) recall accuracy falls with distance: nearest distance bucket minus farthest "
         "> 0 at the end.")

@@ -36,7 +36,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import LayerCapture, capture_batch, table_geometry
+from ropesplit.empirical.capture import (
+    LayerCapture,
+    cached_geometry,
+    capture_batch,
+    full_theta,
+    with_rest,
+)
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics import intervention as iv
@@ -90,15 +96,14 @@ class Edit:
 def calibrate_kbar(loaded: LoadedModel, input_ids: Any) -> dict[int, np.ndarray]:
     r"""Each layer's reference key :math:`\bar k` ``(Hkv, d)``: the mean pre-RoPE key over
     every token of the calibration sequences ``input_ids (B, N)`` (one streamed capture)."""
-    sums: dict[int, torch.Tensor] = {}
-    count = [0]
+    means: dict[int, np.ndarray] = {}
 
     def add(layers: list[LayerCapture]) -> None:
-        sums[layers[0].layer] = sum(one.k.double().sum(1) for one in layers)  # (Hkv, d)
-        count[0] = sum(int(one.k.shape[1]) for one in layers)
+        keys = torch.cat([one.k.double() for one in layers], dim=1)  # (Hkv, B N, d)
+        means[layers[0].layer] = keys.mean(dim=1).numpy()
 
     capture_batch(loaded, input_ids, on_layer=add)
-    return {layer: (total / count[0]).numpy() for layer, total in sums.items()}
+    return means
 
 
 @dataclass
@@ -124,13 +129,6 @@ def _on_rope(state: _State) -> Any:
     return record
 
 
-def _geometry(state: _State, cos: torch.Tensor, sin: torch.Tensor, b: int) -> Any:
-    key = (cos.data_ptr(), sin.data_ptr())
-    if key not in state.tables:
-        state.tables[key] = table_geometry(cos, sin, state.positions[b])
-    return state.tables[key]
-
-
 def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
            scaling: float) -> torch.Tensor:  # fmt: skip
     """:math:`\\Delta W` ``(B, H, N, N)`` of ``state.edit`` on ``layer``, in float32."""
@@ -143,11 +141,10 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
     for b in range(batch):
         row = min(b, raw["cos"].shape[0] - 1)  # one table for every sequence, or one each
         cos, sin = raw["cos"][row], raw["sin"][row]
-        layout, theta_r, amplitude = _geometry(state, cos, sin, b)
+        layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, state.positions[b])
         r = cos.shape[-1]
-        theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
-        q = torch.cat((raw["q"][b], query[b, ..., r:]), -1) if r < d else raw["q"][b]
-        k = torch.cat((raw["k"][b], key[b, ..., r:]), -1) if r < d else raw["k"][b]
+        theta = full_theta(theta_r, d)  # (d/2,)
+        q, k = with_rest(raw["q"][b], query[b]), with_rest(raw["k"][b], key[b])
         qc = iv.pairs(q[heads].float(), layout, r)  # (h, N, P)
         kc = iv.pairs(k[kv[heads]].float(), layout, r)  # (h, N, P) the KV head each reads
         pos = state.positions[b].astype(np.float64)

@@ -43,7 +43,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import ROPE_TOL, _max_rel, _rotate, table_geometry
+from ropesplit.empirical.capture import (
+    ROPE_TOL,
+    _max_rel,
+    _rotate,
+    cached_geometry,
+    full_theta,
+    with_rest,
+)
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
@@ -111,15 +118,6 @@ def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
     return x.transpose(1, 2) if unsqueeze_dim == 2 else x
 
 
-def _table(state: _State, cos: torch.Tensor, sin: torch.Tensor, positions: np.ndarray) -> Any:
-    """Layout, ``theta (r/2,)`` and amplitude of one ``cos``/``sin`` table ``(N, r)``, once
-    (``capture.table_geometry``: the capture's own derivation and check)."""
-    key = (cos.data_ptr(), sin.data_ptr())
-    if key not in state.tables:
-        state.tables[key] = table_geometry(cos, sin, positions)
-    return state.tables[key]
-
-
 def _on_rope(state: _State) -> Any:
     def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
         unsq = int(arguments.get("unsqueeze_dim", 1))
@@ -132,12 +130,6 @@ def _on_rope(state: _State) -> Any:
         }
 
     return record
-
-
-def _full(raw: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-    """Pre-RoPE ``(B, H, N, r)`` completed by the non-rotating rest of ``attended (B, H, N, d)``."""
-    (r,), (d,) = raw.shape[-1:], attended.shape[-1:]
-    return raw if r == d else torch.cat((raw, attended[..., r:]), dim=-1)
 
 
 def lambda_attention_function(state: _State) -> Any:
@@ -167,12 +159,12 @@ def lambda_attention_function(state: _State) -> Any:
         pos = np.arange(n_tokens) if positions is None else positions[0].cpu().numpy()
         q_far = k_far = None
         if spec.cap is not None:
-            layout, theta_r, amplitude = _table(state, raw["cos"], raw["sin"], pos)
+            layout, theta_r, amplitude = cached_geometry(state.tables, raw["cos"], raw["sin"], pos)
             (d,), (r,) = query.shape[-1:], raw["cos"].shape[-1:]
-            theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
+            theta = full_theta(theta_r, d)  # (d/2,)
             q_far, k_far = far_query_key(
-                _full(raw["q"], query).to(query.dtype), _full(raw["k"], key).to(key.dtype), theta,
-                spec.cap, amplitude=amplitude, layout=layout, rotary_dim=r,
+                with_rest(raw["q"], query).to(query.dtype), with_rest(raw["k"], key).to(key.dtype),
+                theta, spec.cap, amplitude=amplitude, layout=layout, rotary_dim=r,
             )  # fmt: skip
         out = lambda_attention(
             query, key, value, float(scaling), n_local=spec.n_local, n_global=spec.n_global,
@@ -246,10 +238,10 @@ class SettingRun:
 
 def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> LayerQK:
     query, key = raw["query"][0], raw["key"][0]  # (H, N, d), (Hkv, N, d) rotated
-    q, k = _full(raw["q"], raw["query"])[0], _full(raw["k"], raw["key"])[0]  # pre-RoPE
-    layout, theta_r, amplitude = _table(state, raw["cos"], raw["sin"], positions)
+    q, k = with_rest(raw["q"], raw["query"])[0], with_rest(raw["k"], raw["key"])[0]  # pre-RoPE
+    layout, theta_r, amplitude = cached_geometry(state.tables, raw["cos"], raw["sin"], positions)
     (d,), (r,) = q.shape[-1:], raw["cos"].shape[-1:]
-    theta = np.concatenate([theta_r, np.zeros((d - r) // 2)])  # (d/2,)
+    theta = full_theta(theta_r, d)  # (d/2,)
     q64, k64 = q.double().cpu().numpy(), k.double().cpu().numpy()
     diff = max(_max_rel(_rotate(pre.float(), raw["cos"], raw["sin"], layout), model.float())
                for pre, model in ((q, query), (k, key)))  # fmt: skip

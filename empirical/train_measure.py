@@ -10,9 +10,9 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
   ``r_split``, ``remainder_share``, ``tightness_max``, ``lowfreq_share_k``,
   ``lowfreq_share_q`` and the rest of ``analyze.STATISTICS``, with ``kbar``
   the mean key **without the BOS token** (issue 21: one outlier key can
-  dominate the energy shares), and ``weighted_slow_share``, the bound's
-  weight :math:`|\tilde q_l||\tilde\delta_l|` in the slow half
-  (``numerics.emergence.weighted_slow_share``);
+  dominate the energy shares), and ``weighted_slow_share``, the share of
+  the bound's weight :math:`|\tilde q_l||\tilde\delta_l|` in the slow pairs,
+  :math:`\theta_l L < 1` (``numerics.emergence.weighted_slow_share``);
 - for the synthetic tasks (``empirical.tasks``): the answer's accuracy, in
   all and per distance bucket, and each head's ``retrieval`` score, its
   attention from the query to the answer's source (the value after the

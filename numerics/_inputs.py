@@ -38,6 +38,15 @@ def check_theta(theta: Any, d: int) -> np.ndarray:
     return th
 
 
+def check_kv_map(kv_map: Any, n_heads: int, n_kv: int) -> np.ndarray:
+    """``(H,)`` int64: the KV head each of ``n_heads`` query heads reads, each in ``[0, n_kv)``."""
+    kv = np.asarray(kv_map, dtype=np.int64)
+    if kv.shape != (n_heads,) or (kv < 0).any() or (kv >= n_kv).any():
+        raise RopesplitError(f"kv_map must be {n_heads} indices into {n_kv} KV heads, "
+                             f"got {kv.tolist()}")  # fmt: skip
+    return kv
+
+
 def check_scale(scale: Any) -> float:
     """The logit scale ``s``: a finite positive number."""
     s = float(scale)

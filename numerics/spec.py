@@ -80,11 +80,7 @@ class RopeSpec:
     def kv_heads(self, n_heads: int, n_kv: int) -> np.ndarray:
         """The KV head each of ``n_heads`` query heads reads, ``(H,)``, checked."""
         if self.kv_map is not None:
-            kv = np.asarray(self.kv_map, dtype=np.int64)
-            if kv.shape != (n_heads,) or (kv < 0).any() or (kv >= n_kv).any():
-                raise RopesplitError(f"kv_map must be {n_heads} indices into {n_kv} KV heads, "
-                                     f"got {list(self.kv_map)}")  # fmt: skip
-            return kv
+            return _inputs.check_kv_map(self.kv_map, n_heads, n_kv)
         if n_heads % n_kv:
             raise RopesplitError(f"{n_heads} query heads cannot share {n_kv} KV heads evenly; "
                                  "give kv_map")  # fmt: skip

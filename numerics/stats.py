@@ -214,9 +214,7 @@ def layer_statistics(
         if h % hkv:
             raise RopesplitError(f"kv_map=None needs H a multiple of Hkv, got {h} and {hkv}")
         kv_map = np.arange(h) // (h // hkv)
-    kv = np.asarray(kv_map, dtype=np.int64)
-    if kv.shape != (h,) or (kv < 0).any() or (kv >= hkv).any():
-        raise RopesplitError(f"kv_map must be {h} indices into {hkv} KV heads, got {kv.tolist()}")
+    kv = _inputs.check_kv_map(kv_map, h, hkv)
     pq, pk = _inputs.check_positions(positions, n)
     if pair_budget is not None and pair_budget < 1:
         raise RopesplitError(f"pair_budget must be a positive number of pairs, got {pair_budget}")
