@@ -494,7 +494,10 @@ _TINY = 1e-30
 
 def _max_abs(x: torch.Tensor) -> float:
     """``max |x|`` without a temporary (``max(amax, -amin)``; 0 for an empty tensor)."""
-    return max(float(x.amax()), -float(x.amin())) if x.numel() else 0.0
+    if not x.numel():
+        return 0.0
+    low, high = torch.aminmax(x)  # one pass
+    return max(float(high), -float(low))
 
 
 def _max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:

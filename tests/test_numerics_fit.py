@@ -175,3 +175,39 @@ def test_additive_fits_of_a_constant_matrix_need_no_solve():
     fits = additive_fits(np.full((1, 6, 6), 2.5), axes=2)
     np.testing.assert_allclose(fits.fitted()[0], 2.5)
     assert fits.iterations == 0 and np.all(fits.c == 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(3, 30), window=st.one_of(st.none(), st.integers(2, 30)),
+       axes=st.sampled_from([2, 3]),
+       shift=arrays(np.float64, 3, elements=st.floats(-5.0, 5.0)))  # fmt: skip
+def test_normalise_is_one_representative_per_fit(n, window, axes, shift):
+    # two solutions that differ along the gauge directions are the same fit; normalise must
+    # map both to one x, with c of mean 0 (and, three-axis, no linear trend) and b of mean 0
+    gram = band_gram(n, window, axes)
+    x = np.random.default_rng(n).normal(size=(gram.diag.size, 1))
+    gauge = gram.gauge()
+    moved = x + gauge @ shift[: gauge.shape[1], None]
+    np.testing.assert_allclose(gram.apply(moved), gram.apply(x), atol=1e-9)  # the same fit
+    one, other = gram.normalise(x), gram.normalise(moved)
+    np.testing.assert_allclose(one, other, atol=1e-9)
+    c = one[gram.n_a + n :, 0]
+    assert abs(c.mean()) < 1e-9
+    if gram.n_a:  # three axes: the trend a_D = -D, b_i = i, c_j = -j changes no fitted value
+        assert abs((np.arange(n) - (n - 1) / 2) @ c) < 1e-8
+        assert abs(one[gram.n_a : gram.n_a + n, 0].mean()) < 1e-9
+
+
+def test_direct_and_iterative_solves_agree(monkeypatch):
+    from ropesplit.numerics import fit
+
+    w = np.random.default_rng(3).normal(size=(2, 48, 48))
+    direct = fit.additive_fits(w, axes=3)
+    assert direct.iterations == 0  # 48 + 2 * 48 unknowns: inverted once
+    monkeypatch.setattr(fit, "DIRECT_MAX", 0)
+    fit.band_gram.cache_clear()
+    iterative = fit.additive_fits(w, axes=3)
+    fit.band_gram.cache_clear()
+    assert iterative.iterations > 0
+    for name in ("a", "b", "c"):
+        np.testing.assert_allclose(getattr(direct, name), getattr(iterative, name), atol=1e-9)
