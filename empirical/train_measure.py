@@ -64,7 +64,7 @@ def _window_heads(
     source; per layer the key and query energies ``(P,)``; theta."""
     from ropesplit.empirical.analyze import capture_rows
     from ropesplit.empirical.capture import capture_batch
-    from ropesplit.numerics.emergence import weighted_slow_share
+    from ropesplit.numerics.emergence import retrieval_score, weighted_slow_share
     from ropesplit.numerics.rope import to_pairs
 
     heads: list[dict[str, Any]] = []
@@ -87,9 +87,7 @@ def _window_heads(
             dc = to_pairs(delta, one.layout, one.rotary_dim)[first.kv_map]  # (H, N, P)
             shares.append(weighted_slow_share(qc, dc, one.theta))  # (H,)
             if sources is not None and one.probs is not None:
-                answers = np.flatnonzero(sources[b] >= 0)  # positions of the answers
-                probs = one.probs[:, answers - 1, sources[b, answers]]  # (H, answers)
-                scores.append(probs.double().mean(-1).numpy())  # (H,)
+                scores.append(retrieval_score(one.probs.double().numpy(), sources[b]))  # (H,)
         ek = np.mean([pair_energy(one.k[:, 1:], layout=one.layout, rotary_dim=one.rotary_dim)
                       for one in layers], axis=0)  # (Hkv, P)  # fmt: skip
         eq = np.mean([pair_energy(one.q, layout=one.layout, rotary_dim=one.rotary_dim)

@@ -34,7 +34,8 @@ from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["causal_bound_weight", "pair_energy", "slow_pairs", "unigram_entropy",
+__all__ = ["causal_bound_weight", "pair_energy", "retrieval_score", "slow_pairs",
+           "unigram_entropy",
            "weighted_slow_share"]
 
 
@@ -122,3 +123,28 @@ def weighted_slow_share(qc: Any, dc: Any, theta: Any, length: int | None = None)
     total = weight.sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, (weight @ slow) / total, np.nan)
+
+
+def retrieval_score(probs: Any, sources: Any) -> np.ndarray:
+    r"""Per head, the mean attention from each answer's query row to the answer's source.
+
+    .. math:: \mathrm{retrieval}_h = \frac{1}{|\mathcal A|}\sum_{a \in \mathcal A}
+              A^{h}_{a-1,\,s_a}
+
+    ``probs (H, N, N)`` one sequence's attention (rows: queries), ``sources
+    (N,)`` the position each answer is copied from (-1 where there is no
+    answer; the answer at ``a`` is predicted from query row ``a - 1``). 1 for a
+    head that puts all its attention on the sources, ``1 / (a)`` on average for
+    one spread evenly over the causal prefix; NaN when there is no answer.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    src = np.asarray(sources, dtype=np.int64)
+    if p.ndim != 3 or p.shape[1:] != (src.size, src.size):
+        raise RopesplitError(f"probs must be (H, N, N) with sources (N,), got {p.shape}, "
+                             f"{src.shape}")  # fmt: skip
+    answers = np.flatnonzero(src >= 0)
+    if answers.size == 0:
+        return np.full(p.shape[0], np.nan)
+    if answers.min() < 1 or (src[answers] >= answers).any():
+        raise RopesplitError("each answer needs a query row before it and a source before it")
+    return p[:, answers - 1, src[answers]].mean(-1)  # (H,)

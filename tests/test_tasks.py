@@ -73,3 +73,35 @@ def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
             assert (ids[w[at - 1].argmax(-1)] == labels[at]).all()  # it solves recall
         else:
             assert share < 0.2
+
+
+def _softmax_causal(w):
+    w = np.where(np.tril(np.ones(w.shape[-2:], dtype=bool)), w, -np.inf)
+    w = np.exp(w - w.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True)
+
+
+def test_retrieval_score_is_1_on_the_content_head_and_low_on_positional_ones():
+    """Known truth for the retrieval head's score: the hand-built content head's attention
+    sits on the keys that follow the query's token, the stored value and any earlier query
+    of the same pair (so each answer's score is about 1 / matches); a previous-token head
+    scores 0 and an even spread exactly the mean of 1 / (query row + 1)."""
+    from ropesplit.numerics.emergence import retrieval_score
+
+    q, k, ids, labels = _recall_head("slow")
+    _, _, _, source = (np.asarray(x)[0] for x in
+                       task_batch("recall", np.random.default_rng(1), 1, L, V))  # fmt: skip
+    content = _softmax_causal(q @ k.T)  # (L, L)
+    previous = np.eye(L, k=-1)
+    previous[0, 0] = 1.0  # the first row has only itself
+    even = _softmax_causal(np.zeros((L, L)))
+    score = retrieval_score(np.stack([content, previous, even]), source)
+    answers = np.flatnonzero(source >= 0)
+    matches = np.array([(ids[:a - 1] == ids[a - 1]).sum() for a in answers])  # keys j-1 = query
+    np.testing.assert_allclose(score[0], np.mean(1.0 / matches), rtol=0.05)
+    assert score[0] > 0.8
+    assert score[1] == 0.0  # the value sits >= MIN_DISTANCE back, never one token back
+    np.testing.assert_allclose(score[2], np.mean(1.0 / answers), rtol=1e-12)
+    assert np.isnan(retrieval_score(content[None], np.full(L, -1))).all()
+    with pytest.raises(RopesplitError, match="probs must be"):
+        retrieval_score(content, source)
