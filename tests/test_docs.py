@@ -52,13 +52,17 @@ def test_page_code_runs_top_to_bottom(page, capsys):
             raise AssertionError(f"{page} block {i} failed: {exc!r}\n{block}") from exc
 
 
-def test_gallery_intervention_figures_are_what_their_records_draw(tmp_path):
-    """Issue 20's figures in docs/figures are drawn from the recorded runs kept beside them
-    (``python -m ropesplit.figures.recorded docs/figures/records docs/figures``)."""
-    from ropesplit.figures.interventions import INTERVENTION_FIGURES
+def test_gallery_figures_are_what_their_records_draw(tmp_path):
+    """Every figure in docs/figures is drawn from the recorded run kept beside it
+    (``python -m ropesplit.figures.recorded docs/figures/records docs/figures``): a PNG there
+    that differs from what the records draw, a figure without a record, or a stray PNG fails."""
+    from ropesplit.figures import FIGURES, figure_files
     from ropesplit.figures.recorded import draw_recorded
 
-    drawn = draw_recorded(ROOT / "docs" / "figures" / "records", tmp_path)
-    assert len(drawn) == len(INTERVENTION_FIGURES)
+    gallery = ROOT / "docs" / "figures"
+    drawn = draw_recorded(gallery / "records", tmp_path)
+    expected = [figure_files(spec, "double", "png") for spec in FIGURES]
+    assert [path.name for path in drawn] == expected  # all sixteen have a record
+    assert sorted(p.name for p in gallery.glob("fig*-double.png")) == sorted(expected)
     for path in drawn:
-        assert path.read_bytes() == (ROOT / "docs" / "figures" / path.name).read_bytes(), path.name
+        assert path.read_bytes() == (gallery / path.name).read_bytes(), path.name

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from ropesplit.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
@@ -21,6 +22,7 @@ from ropesplit.figures.heads import r_split_figure
 from ropesplit.figures.length import length_figure
 from ropesplit.figures.pairs import bound_weight, pair_energy_figure
 from ropesplit.figures.perturbation import perturbation_figure
+from ropesplit.figures.registry import draw
 from ropesplit.figures.style import DOUBLE, SINGLE, check_width, save_figure
 
 N, P, L, H = 12, 4, 3, 2
@@ -127,31 +129,38 @@ def _intervention_rows(labels, stat, null) -> list[dict]:
     return rows
 
 
-def _intervention(name, width):
-    from ropesplit.figures.interventions import INTERVENTION_FIGURES, intervention_figure
+def _intervention(name):
+    from ropesplit.figures.interventions import INTERVENTION_FIGURES
 
     labels, stat, null, _ = INTERVENTION_FIGURES[name]
-    return intervention_figure(_intervention_rows(labels, stat, null), experiment=name,
-                               width=width)  # fmt: skip
+    return {"rows": _intervention_rows(labels, stat, null)}
 
 
-# name: a call drawing that figure at a given width
-FIGURES = {
-    "decomposition": lambda w: decomposition_figure(**_split(), width=w),
-    "r_split": lambda w: r_split_figure(_heads(), _heads(-0.4), paper=0.959, width=w),
-    "pair_energy": lambda w: pair_energy_figure(
-        THETA, _energy(0), _energy(1), _energy(2), _energy(3), distances=(1, 16), width=w
-    ),
-    "bound": lambda w: bound_figure(_bound_samples(), width=w),
-    "sweep": lambda w: sweep_figure(_sweep_rows(), width=w),
-    "perturbation": lambda w: perturbation_figure(
-        _order_rows(), _position_rows(), paper_thresholds=(0.05, 0.10), width=w
-    ),
-    "distance": lambda w: distance_figure(_distance_rows(), width=w),
-    "length": lambda w: length_figure(_length_rows(), width=w),
-    **{name: (lambda w, name=name: _intervention(name, w))
+# name: fresh keyword arguments of that figure (what gather builds), tiny and synthetic
+KWARGS = {
+    "decomposition": _split,
+    "r_split": lambda: {"heads": _heads(), "control_heads": _heads(-0.4), "paper": 0.959},
+    "pair_energy": lambda: {"theta": THETA, "energy_k": _energy(0), "energy_k_control": _energy(1),
+                            "energy_q": _energy(2), "energy_q_control": _energy(3),
+                            "distances": (1.0, 16.0)},
+    "bound": lambda: {"samples": _bound_samples()},
+    "sweep": lambda: {"rows": _sweep_rows()},
+    "perturbation": lambda: {"order": _order_rows(), "position": _position_rows(),
+                             "paper_thresholds": (0.05, 0.10)},
+    "distance": lambda: {"rows": _distance_rows()},
+    "length": lambda: {"rows": _length_rows()},
+    **{name: (lambda name=name: _intervention(name))
        for name in ("remainder", "keys", "terms", "shuffle")},
-}
+}  # fmt: skip
+
+
+def figure_kwargs(name: str) -> dict:
+    """Fresh keyword arguments of figure ``name`` (arrays are never shared between tests)."""
+    return KWARGS[name]()
+
+
+# name: a call drawing that figure at a given width (through the registry, as the report does)
+FIGURES = {name: (lambda w, name=name: draw(name, figure_kwargs(name), w)) for name in KWARGS}
 
 
 def test_intervention_figures_refuse_rows_without_their_numbers():
@@ -176,6 +185,44 @@ def assert_labelled(fig) -> None:
     assert data_axes
     assert any(ax.get_xlabel() for ax in data_axes)
     assert any(ax.get_ylabel() for ax in data_axes)
+
+
+def data_axes(fig) -> list:
+    """The panels that show data: not colour bars, not the empty slots legends sit in."""
+    return [ax for ax in fig.axes if ax.axison and not hasattr(ax, "_colorbar")]
+
+
+def all_legends(fig) -> list:
+    """Every legend of ``fig``: the figure's own and each axes'."""
+    return [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+
+
+def assert_legends_clear(fig) -> None:
+    """No legend overlaps a panel that shows data (a reviewer: legends on top of curves)."""
+    canvas = FigureCanvasAgg(fig)  # a renderer: where each legend and panel really sits
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    legends = all_legends(fig)
+    assert legends
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in data_axes(fig):
+            assert not box.overlaps(ax.get_window_extent(renderer)), (
+                f"a legend covers panel {ax.get_title()!r}")
+            for text in (ax.xaxis.label, ax.yaxis.label, ax.title, *ax.get_xticklabels()):
+                if text.get_text():  # nor any panel's labels and titles
+                    assert not box.overlaps(text.get_window_extent(renderer)), text.get_text()
+
+
+def visible_ticks(axis) -> list[float]:
+    """The major tick positions of ``axis`` inside its view (the ones drawn)."""
+    low, high = sorted(axis.get_view_interval())
+    return [float(t) for t in axis.get_majorticklocs() if low - 1e-9 <= t <= high + 1e-9]
+
+
+def assert_integer_ticks(axis) -> None:
+    ticks = visible_ticks(axis)
+    assert ticks and all(t == round(t) for t in ticks), ticks
 
 
 @pytest.mark.parametrize("name", FIGURES)
@@ -220,18 +267,49 @@ def test_decomposition_shares_one_symmetric_colour_scale_and_blanks_non_causal()
     parts = _split()
     fig = decomposition_figure(**parts)
     images = [im for ax in fig.axes for im in ax.get_images()]
-    assert len(images) == 4
-    limits = {im.get_clim() for im in images}
+    assert len(images) == 5  # W, f, g, E on one scale, then f row-centred on its own
+    limits = {im.get_clim() for im in images[:4]}
     assert len(limits) == 1
     low, high = limits.pop()
     assert low == -high > -np.inf
     causal = np.tril(np.ones((N, N), dtype=bool))
     shown = np.concatenate([parts[k][causal] for k in "WfgE"])
     assert high == pytest.approx(np.quantile(np.abs(shown), 0.995))
-    for im, key in zip(images, "WfgE", strict=True):
+    for im, key in zip(images, "WfgE", strict=False):
         drawn = np.ma.filled(im.get_array(), np.nan)
         assert np.isnan(drawn[~causal]).all()
         np.testing.assert_array_equal(drawn[causal], parts[key][causal])
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_decomposition_row_centred_panel_has_zero_row_means_over_the_shown_pairs(window):
+    """Reviewer: f alone is horizontal stripes (a per-query offset softmax ignores); the fifth
+    panel removes each row's mean over its causal pairs, so the positional part shows."""
+    parts = _split()
+    i, j = np.indices((N, N))
+    mask = (j <= i) if window is None else (j <= i) & (i - j < window)
+    parts["f"] = parts["f"] + 5.0 * np.arange(N)[:, None]  # a large per-query offset
+    fig = decomposition_figure(**parts, mask=mask)
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    centred = np.ma.filled(images[4].get_array(), np.nan)  # (N, N)
+    assert "row mean" in images[4].axes.get_title()
+    assert np.isnan(centred[~mask]).all() and np.isfinite(centred[mask]).all()
+    row_means = np.nansum(np.where(mask, centred, np.nan), axis=1) / mask.sum(axis=1)
+    np.testing.assert_allclose(row_means, 0.0, atol=1e-12)
+    expected = parts["f"] - np.array([parts["f"][r][mask[r]].mean() for r in range(N)])[:, None]
+    np.testing.assert_allclose(centred[mask], expected[mask], rtol=1e-12, atol=1e-12)
+    # its own symmetric colour scale, from its own entries: the offset no longer sets it
+    own = float(np.quantile(np.abs(centred[mask]), 0.995))
+    assert images[4].get_clim() == pytest.approx((-own, own))
+    assert images[4].get_clim() != images[0].get_clim()
+
+
+def test_row_centred_leaves_rows_without_shown_pairs_blank():
+    from ropesplit.figures.decomposition import row_centred
+
+    mask = np.array([[False, False], [True, True]])
+    out = row_centred([[3.0, 4.0], [1.0, 5.0]], mask)
+    assert np.isnan(out[0]).all() and out[1].tolist() == [-2.0, 2.0]
 
 
 @pytest.mark.parametrize(
@@ -326,7 +404,7 @@ def test_sweep_draws_one_line_per_base_sorted_by_share():
 
 def test_perturbation_plots_ratio_against_measured_share_with_intervals_and_thresholds():
     fig = perturbation_figure(_order_rows(), _position_rows(), paper_thresholds=(0.05, 0.10))
-    order_ax, position_ax, bound_ax = fig.axes
+    order_ax, position_ax, bound_ax = data_axes(fig)
     adjacent = next(c for c in order_ax.containers if c.get_label() == "adjacent")
     np.testing.assert_allclose(adjacent.lines[0].get_xdata(), [1.8, 4.5, 9, 18])  # measured %
     np.testing.assert_allclose(adjacent.lines[0].get_ydata(), [1.02, 1.05, 1.1, 1.2])
@@ -338,14 +416,28 @@ def test_perturbation_plots_ratio_against_measured_share_with_intervals_and_thre
     assert "paper: ~5% harmless" in labels and "paper: >10% hurts" in labels
     assert [c.get_label() for c in position_ax.containers] == ["jitter", "swap"]
     lines = {line.get_label(): line for line in bound_ax.get_lines()}
-    np.testing.assert_allclose(lines["jitter: bound"].get_ydata(), [0.1, 0.4, 1.6])
-    np.testing.assert_allclose(lines["swap: bound"].get_ydata(), [0.07, 0.28, 1.12])
-    assert "jitter: g in own run" in lines and "swap: measured" in lines
+    np.testing.assert_allclose(lines["jitter: bound on the change of W"].get_ydata(),
+                               [0.1, 0.4, 1.6])  # fmt: skip
+    np.testing.assert_allclose(lines["swap: bound on the change of W"].get_ydata(),
+                               [0.07, 0.28, 1.12])  # fmt: skip
+    assert "jitter: change of g (perturbed run's q, k)" in lines
+    assert "swap: measured change of W" in lines
+
+
+def test_perturbation_panel_c_says_in_plain_words_what_it_shows():
+    """Reviewer: "(g: 0)" was cryptic; the title and legend now say it in words."""
+    fig = perturbation_figure(_order_rows(), _position_rows(), paper_thresholds=(0.05, 0.10))
+    bound_ax = data_axes(fig)[2]
+    assert bound_ax.get_title() == "how far the logits move"
+    texts = [t.get_text() for legend in all_legends(fig) for t in legend.get_texts()]
+    assert "(same q, k: g does not change)" in texts
+    assert "bound on the change of W" in texts and "measured change of W" in texts
+    assert not any("(g:" in ax.get_title() or "(g:" in t for ax in fig.axes for t in texts)
 
 
 def test_perturbation_without_position_rows_has_one_panel():
     fig = perturbation_figure(_order_rows())
-    assert len(fig.axes) == 1
+    assert len(data_axes(fig)) == 1
     with pytest.raises(RopesplitError, match="^order row 0 has no 'ratio'"):
         perturbation_figure([{"scheme": "adjacent", "moved": 0.0}])
 
@@ -369,8 +461,90 @@ def test_length_bars_span_the_measured_ranges():
     f_ax = fig.axes[1]
     spans = sorted(tuple(line.get_ydata()) for line in f_ax.get_lines())
     assert spans == sorted((r["f_lo"], r["f_hi"]) for r in rows)
-    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert legend == ["vanilla", "cap only", "mask only", "LM-Infinite", "in-length (windows of L)"]
+    (legend,) = all_legends(fig)
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "vanilla", "cap only", "mask only", "LM-Infinite", "in-length (windows of L)"]
     with pytest.raises(RopesplitError, match="^length rows row 0 has no 'g_hi'"):
         length_figure([{k: v for k, v in rows[0].items() if k != "g_hi"}])
 
+
+
+@pytest.mark.parametrize("name", ["pair_energy", "perturbation", "length"])
+@pytest.mark.parametrize("width", ["single", "double"])
+def test_legends_sit_clear_of_the_curves(name, width):
+    assert_legends_clear(FIGURES[name](width))
+
+
+def test_pair_energy_has_one_y_axis_per_panel_and_the_weight_on_its_own():
+    """Reviewer: two y-axes on one panel confused; the bound's weight is its own panel."""
+    fig = FIGURES["pair_energy"]("double")
+    FigureCanvasAgg(fig).draw()  # positions after the layout
+    panels = data_axes(fig)
+    assert len(panels) == 3  # keys, queries, weight
+    assert len({tuple(ax.get_position().bounds) for ax in panels}) == 3  # no twin axes
+    keys, queries, weight = panels
+    assert "key" in keys.get_ylabel() and "query" in queries.get_ylabel()
+    assert "bound weight" in weight.get_ylabel()
+    for ax in (keys, queries):
+        assert {line.get_label() for line in ax.get_lines()} <= {"trained", "random init"}
+    np.testing.assert_allclose(weight.get_lines()[1].get_ydata(), bound_weight(THETA, 16.0))
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+
+
+def _long_rows() -> list[dict]:
+    """Length rows of L = 128 over 1024 tokens: buckets starting at 0, L, 2L and 4L."""
+    rows = []
+    for setting in ("vanilla", "LM-Infinite"):
+        for bucket, start, stop in (("1x", 0, 128), ("2x", 128, 256), ("4x", 256, 512),
+                                    ("8x", 512, 1024)):  # fmt: skip
+            row = {"setting": setting, "bucket": bucket, "start": start, "stop": stop, "L": 128,
+                   "loss": 2.0, "ratio": 1.0, "curve_position": [start + 1.0, stop - 1.0],
+                   "curve_loss": [2.0, 2.0 + stop / 1024], "curve_in_length": [2.0, 2.0]}
+            for x in "fg":
+                row |= {f"{x}_lo": -1.0, f"{x}_hi": 1.0, f"{x}_outside": 0.0}
+            rows.append(row)  # fmt: skip
+    return rows
+
+
+@pytest.mark.parametrize("width", ["single", "double"])
+def test_length_marks_name_each_multiple_of_l_and_the_in_length_line_stands_out(width):
+    fig = length_figure(_long_rows(), width=width)
+    loss = data_axes(fig)[0]
+    FigureCanvasAgg(fig).draw()
+    ticks = [t.get_text() for t in loss.get_xticklabels()]  # each multiple of L, named
+    assert ticks == ["0", "L\n128", "2L\n256", "4L\n512", "8L\n1024"]
+    marked = sorted(line.get_xdata()[0] for line in loss.get_lines() if line.get_linestyle() == ":")
+    assert marked == [128, 256, 512]  # the dotted lines sit on named ticks
+    lines = {line.get_label(): line for line in loss.get_lines() if line.get_label()[0] != "_"}
+    in_length = lines.pop("in-length (windows of L)")
+    assert set(lines) == {"vanilla", "LM-Infinite"}
+    for line in lines.values():  # drawn above, wider, and in a colour no setting has
+        assert in_length.get_zorder() > line.get_zorder()
+        assert in_length.get_linewidth() > line.get_linewidth()
+        assert in_length.get_color() != line.get_color()
+    assert_legends_clear(fig)
+
+
+def test_layer_and_head_axes_tick_whole_numbers_only():
+    """Reviewer: a 2-layer model's layer axis showed ticks at -0.5 and 0.5."""
+    for layers, heads in ((2, 3), (1, 1), (30, 9)):
+        rows = [{"layer": layer, "head": head, "r_split": 0.5 + 0.01 * layer + 0.001 * head}
+                for layer in range(layers) for head in range(heads)]  # fmt: skip
+        for width in ("single", "double"):
+            fig = r_split_figure(rows, rows, paper=0.959, width=width)
+            fig.canvas.draw()
+            heat, hist = data_axes(fig)
+            for axis in (heat.xaxis, heat.yaxis, hist.yaxis):  # layers, heads, head counts
+                assert_integer_ticks(axis)
+            assert set(visible_ticks(heat.xaxis)) <= set(range(layers))
+            if layers == 2:
+                assert visible_ticks(heat.xaxis) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("name", ["pair_energy", "decomposition"])
+def test_pair_and_token_axes_tick_whole_numbers_only(name):
+    fig = FIGURES[name]("double")
+    fig.canvas.draw()
+    for ax in data_axes(fig):
+        if "pair" in ax.get_xlabel() or "key j" in ax.get_xlabel():
+            assert_integer_ticks(ax.xaxis)

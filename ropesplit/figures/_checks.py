@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from ropesplit.errors import RopesplitError
 
@@ -43,3 +44,20 @@ def panel_label(ax: Any, letter: str) -> None:
     """Put ``(a)``, ``(b)``, ... at the top left of a panel, outside the data."""
     ax.text(-0.02, 1.02, f"({letter})", transform=ax.transAxes, ha="right", va="bottom",
             fontweight="bold")  # fmt: skip
+
+
+def legend_slot(slot: Any, handles: Sequence[Any], labels: Sequence[str], **options: Any) -> None:
+    """A legend at the top of ``slot``, an axes kept empty for it (no frame, ticks or labels),
+    so the legend sits clear of every panel's data."""
+    slot.set_axis_off()
+    slot.xaxis.set_visible(False)
+    slot.yaxis.set_visible(False)
+    slot.legend(handles, labels, loc="upper center", borderaxespad=0.0, **options)
+
+
+def whole_numbers(nbins: int = 10) -> MaxNLocator:
+    """A tick locator for counts and indices (layers, heads, pairs, positions): whole
+    numbers only, even when the view holds a single one (a 1-layer model ticks 0 alone;
+    ``MaxNLocator(integer=True)`` alone falls back to -0.5, 0, 0.5 there); at most
+    ``nbins`` intervals."""
+    return MaxNLocator(nbins=nbins, integer=True, min_n_ticks=1)

@@ -11,28 +11,50 @@ docs/theory.md section 3, the central result, drawn for one head:
 
 The four ``(N, N)`` matrices share one symmetric diverging colour scale (zero
 white) so that their magnitudes compare at a glance; non-causal entries
-(``j > i``) are left blank.
+(``j > i``) are left blank. A fifth panel shows ``f`` row-centred,
+
+.. math:: f_{ij} - \frac{1}{|\{j' \le i\}|}\sum_{j' \le i} f_{ij'},
+
+on its own colour scale: the per-query offset (constant along a row, which
+softmax ignores) dominates ``f`` and paints it as horizontal stripes; what is
+left once it is removed is the part of ``f`` that moves attention between keys,
+its dependence on the distance ``i - j``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from ropesplit.errors import RopesplitError
-from ropesplit.figures._checks import as_array
+from ropesplit.figures._checks import as_array, whole_numbers
 from ropesplit.figures.style import DIVERGING, check_width, new_figure, styled
 
-__all__ = ["decomposition_figure"]
+__all__ = ["decomposition_figure", "row_centred"]
 
 _PANELS = (
-    ("W", r"$W_{ij}$: logit"),
-    ("f", r"$f(q_i, i-j)$: positional"),
-    ("g", r"$g(q_i, k_j)$: semantic"),
-    ("E", r"$E_{ij}$: remainder"),
+    ("W", "$W$: logit"),
+    ("f", "$f$: positional"),
+    ("g", "$g$: semantic"),
+    ("E", "$E$: remainder"),
 )
+_CENTRED = "$f$ minus row mean:\nthe positional part"
+
+
+def row_centred(x: Any, mask: Any) -> np.ndarray:
+    """``x`` minus, in each row, its mean over that row's ``mask``ed entries; NaN off the mask.
+
+    >>> row_centred([[1.0, 9.0], [2.0, 4.0]], [[True, False], [True, True]]).tolist()
+    [[0.0, nan], [-1.0, 1.0]]
+    """
+    arr = np.asarray(x, dtype=np.float64)  # (N, N)
+    show = np.asarray(mask, dtype=bool)  # (N, N)
+    counts = show.sum(axis=1, keepdims=True)  # (N, 1)
+    sums = np.where(show, arr, 0.0).sum(axis=1, keepdims=True)  # (N, 1)
+    means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    return np.where(show, arr - means, np.nan)
 
 
 def decomposition_figure(
@@ -45,14 +67,17 @@ def decomposition_figure(
     title: str | None = None,
     width: float | str = "double",
 ) -> Figure:
-    r"""Four heatmaps ``W, f, g, E`` (each ``(N, N)``) on one colour scale.
+    r"""Heatmaps of ``W, f, g, E`` (each ``(N, N)``) on one colour scale, and ``f`` row-centred.
 
     ``mask`` ``(N, N)`` bool marks the pairs shown (default causal,
-    ``j <= i``). The colour limit is the 99.5th percentile of ``|x|`` over the
-    shown entries of all four, symmetric about 0, so one outlier cannot wash
-    out the rest (the colour bar's arrows say values go beyond). One column
-    (``width="single"``) stacks the panels 2 x 2; two columns put them in a
-    row.
+    ``j <= i``). The colour limit of the four is the 99.5th percentile of
+    ``|x|`` over the shown entries of all four, symmetric about 0, so one
+    outlier cannot wash out the rest (the colour bar's arrows say values go
+    beyond). The fifth panel, :func:`row_centred` ``f`` (each row's mean over
+    its shown pairs removed: the offset softmax ignores), has its own limit,
+    the same percentile of its own entries, and its own colour bar. One
+    column (``width="single"``) puts the four 2 x 2 above the fifth; two
+    columns put all five in a row.
     """
     mats = {name: as_array(name, x, 2) for name, x in zip("WfgE", (W, f, g, E), strict=True)}
     N, N2 = mats["W"].shape
@@ -68,25 +93,49 @@ def decomposition_figure(
     if not np.isfinite(shown).all():
         raise RopesplitError("W, f, g, E must be finite on the shown (causal) pairs")
     limit = float(np.quantile(np.abs(shown), 0.995)) or 1.0  # all-zero input: any scale
+    centred = row_centred(mats["f"], show)  # (N, N), NaN off the mask
+    own = float(np.quantile(np.abs(centred[show]), 0.995)) or 1.0
 
     inches = check_width(width)
     single = inches < 5.0
-    rows, cols = (2, 2) if single else (1, 4)
+    panels = [(mats[name], label, limit) for name, label in _PANELS]
     with styled():
-        fig = new_figure(inches, 3.5 if single else 2.05)
-        axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
-        for ax, (name, label) in zip(axes, _PANELS, strict=True):
-            image = ax.imshow(
-                np.where(show, mats[name], np.nan), cmap=DIVERGING, vmin=-limit, vmax=limit,
+        fig = new_figure(inches, 5.5 if single else 2.5)
+        if single:  # the four on one scale, 2 x 2, above the row-centred f
+            top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(2.0, 1.2)))
+            shared = top.subplots(2, 2, sharex=True, sharey=True).ravel()
+            ax_c = bottom.add_subplot(bottom.add_gridspec(1, 3, width_ratios=(0.5, 1.0, 0.5))[1])
+        else:  # one row: the four on one scale, then the row-centred f on its own
+            left, right = cast(Any, fig.subfigures(1, 2, width_ratios=(4.0, 1.3), wspace=0.0))
+            shared = left.subplots(1, 4, sharex=True, sharey=True)
+            ax_c = right.subplots()
+        cols = 2 if single else 4
+        images = []
+        for index, (ax, (values, label, lim)) in enumerate(
+            zip([*shared, ax_c], [*panels, (centred, _CENTRED, own)], strict=True)
+        ):
+            images.append(ax.imshow(
+                np.where(show, values, np.nan), cmap=DIVERGING, vmin=-lim, vmax=lim,
                 interpolation="nearest", extent=(-0.5, N - 0.5, N - 0.5, -0.5),
-            )  # fmt: skip
+            ))  # fmt: skip
             ax.set_title(label)
-            ax.set_xlabel("key position j (tokens)")
-            ax.set_ylabel("query position i (tokens)")
             ax.set_facecolor("#EEEEEE")  # the blank non-causal half
-            ax.label_outer()
-        bar = fig.colorbar(image, ax=list(axes), extend="both", shrink=0.9)
+            ax.xaxis.set_major_locator(whole_numbers(4))  # token positions, a few
+            ax.yaxis.set_major_locator(whole_numbers(5))
+            inner = single and index < 2  # a panel drawn under this one
+            ax.set_xlabel("" if inner else "key j (tokens)")
+            ax.tick_params(labelbottom=not inner)
+            first = index == 4 or index % cols == 0  # first in its row
+            ax.set_ylabel("query i (tokens)" if first else "")
+            ax.tick_params(labelleft=first)
+        location = "right" if single else "bottom"
+        bar = fig.colorbar(images[0], ax=list(shared), extend="both", location=location,
+                           shrink=0.8 if single else 0.5, aspect=30)  # fmt: skip
         bar.set_label("logit value (nats)")
-        if title:
-            fig.suptitle(title)
+        centred_bar = fig.colorbar(images[4], ax=ax_c, extend="both", location=location,
+                                   shrink=0.8 if single else 0.9,
+                                   aspect=15 if single else 20)  # fmt: skip
+        centred_bar.set_label("nats (own scale)")
+        if title:  # over the four on one scale (a figure-wide one would overlap the panels')
+            (top if single else left).suptitle(title, fontsize=7 if single else 8)
     return fig

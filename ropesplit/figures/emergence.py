@@ -13,7 +13,8 @@ Figure 12 shows the share of key deviation energy
 :math:`\sum_j|\tilde\delta_{j,l}|^2` per pair ``l`` (mean over layers of each
 layer's shares, then over seeds) at the first, a middle and the last
 checkpoint, one panel per base, with the slow pairs
-(:math:`\theta_l L_\mathrm{train} < 1`) shaded.
+(:math:`\theta_l L_\mathrm{train} < 1`) shaded; one legend for all panels, below
+them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from ropesplit.errors import RopesplitError
-from ropesplit.figures._checks import as_array, panel_label
+from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
 __all__ = ["FIGURE_11", "FIGURE_12", "PANELS", "emergence_data", "emergence_figure",
@@ -135,7 +136,7 @@ def emergence_pairs_figure(
     n = len(panels)
     greys = ("#BBBBBB", "#777777", "#000000")
     with styled():
-        fig = new_figure(inches, 2.3 * n if single else 2.6)
+        fig = new_figure(inches, 2.3 * n + 0.5 if single else 2.9)
         axes = fig.subplots(n if single else 1, 1 if single else n, squeeze=False).ravel()
         for ax, letter, panel in zip(axes, "abcdef", panels, strict=False):
             theta = as_array("theta", panel["theta"], 1)
@@ -159,8 +160,14 @@ def emergence_pairs_figure(
             ax.set_title(panel["label"])
             ax.set_xlabel("RoPE pair l (0 = fastest)")
             ax.set_ylabel("share of key-deviation energy")
-            ax.legend(loc="best")
+            ax.xaxis.set_major_locator(whole_numbers())
             panel_label(ax, letter)
+        entries: dict[str, Any] = {}  # one legend for all panels, below them: label -> handle
+        for ax in axes[:n]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                entries.setdefault(label, handle)
+        fig.legend(list(entries.values()), list(entries), loc="outside lower center",
+                   ncols=min(len(entries), 3 if single else 6))  # fmt: skip
     return fig
 
 
@@ -207,11 +214,10 @@ def emergence_data(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _value(checkpoint: Mapping[str, Any], name: str, field: str = "mean") -> float:
-    """One checkpoint's ``val_loss`` or a statistic's mean (or interval end)."""
-    if name == "val_loss":
-        return float(checkpoint["val_loss"])
-    value = checkpoint["summary"][name].get(field, np.nan)
-    return float(value)
+    """One checkpoint's ``val_loss`` or a statistic's mean (or interval end); NaN where the
+    record holds null (every head undefined: JSON has no NaN)."""
+    value = checkpoint["val_loss"] if name == "val_loss" else checkpoint["summary"][name].get(field)
+    return np.nan if value is None else float(value)
 
 
 # (name, title, caption, function) of each figure: the registry's line is FigureSpec(n, *...)

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ropesplit.errors import RopesplitError
-from ropesplit.figures._checks import finite, panel_label, require_rows
+from ropesplit.figures._checks import finite, panel_label, require_rows, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, SEQUENTIAL, check_width, new_figure, styled
 
 __all__ = ["r_split_figure"]
@@ -77,9 +77,9 @@ def r_split_figure(
             origin="lower", extent=(-0.5, L - 0.5, -0.5, H - 0.5),
         )  # fmt: skip  # heads on y, layers on x: (H, L) after the transpose
         ax_map.set_xlabel("layer")
-        ax_map.set_xticks(range(L) if L <= 16 else np.linspace(0, L - 1, 9).round())
         ax_map.set_ylabel("query head")
-        ax_map.set_yticks(range(H) if H <= 16 else np.linspace(0, H - 1, 9).round())
+        for axis in (ax_map.xaxis, ax_map.yaxis):  # layers and heads are whole numbers: a
+            axis.set_major_locator(whole_numbers())  # 2-layer model ticks 0, 1 only
         fig.colorbar(image, ax=ax_map, label=f"{stat} (correlation)")
         panel_label(ax_map, "a")
 
@@ -95,6 +95,7 @@ def r_split_figure(
                             label=f"paper (Han & Ji 2025): {paper}")  # fmt: skip
         ax_hist.set_xlabel(f"{stat} per head (correlation)")
         ax_hist.set_ylabel("heads")
+        ax_hist.yaxis.set_major_locator(whole_numbers())  # a count of heads
         ax_hist.legend(loc="upper left")
         panel_label(ax_hist, "b")
     return fig

@@ -10,9 +10,11 @@ so deviation in pair ``l`` costs in proportion to the weight
 ``2|sin(theta_l Delta/2)|``: near 0 for slow (high ``l``) pairs at typical
 distances, up to 2 for fast ones. The pattern the split needs is key
 deviation energy ``sum_j |delta~_{j,l}|^2`` concentrated where that weight is
-small. Each panel shows, per pair ``l``, the share of that energy (mean over
-layers, with the 10-90% range across layers shaded) for the trained model and
-the random-init control, and the weight for a few distances on a second axis.
+small. One panel per side (keys; queries when given) shows, per pair ``l``, the
+share of that energy (mean over layers, with the 10-90% range across layers
+shaded) for the trained model and the random-init control; a last panel, on
+its own axis, shows the weight for a few distances. One legend for all,
+below the panels.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from ropesplit.errors import RopesplitError
-from ropesplit.figures._checks import as_array, panel_label
+from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
 __all__ = ["bound_weight", "pair_energy_figure"]
@@ -33,7 +34,8 @@ _TITLES = {
     "key": r"keys: $\sum_j |\tilde k_{j,l} - \bar{\tilde k}_l|^2$ per pair",
     "query": r"queries: $\sum_i |\tilde q_{i,l} - \bar{\tilde q}_l|^2$ per pair",
 }
-_WEIGHT_GREYS = ("#333333", "#777777", "#AAAAAA", "#CCCCCC")
+_WEIGHT_GREYS = ("#000000", "#555555", "#999999", "#BBBBBB")
+_WEIGHT_STYLES = ("-", "--", ":", "-.")
 
 
 def bound_weight(theta: Any, distance: float) -> np.ndarray:
@@ -95,31 +97,34 @@ def pair_energy_figure(
 
     inches = check_width(width)
     single = inches < 5.0
-    n = len(panels)
+    n = len(panels) + 1  # the energy panels, then the weight
+    pairs = np.arange(P)
     with styled():
-        fig = new_figure(inches, (2.3 * n if single else 2.6))
+        fig = new_figure(inches, (2.0 * n + 0.4 if single else 2.9))
         axes = fig.subplots(n if single else 1, 1 if single else n, squeeze=False).ravel()
-        for ax, letter, (what, (trained, control)) in zip(axes, "ab", panels.items(), strict=False):
+        for ax, (what, (trained, control)) in zip(axes, panels.items(), strict=False):
             shares = {"trained": _shares(f"energy_{what[0]}", trained, P)}
             if control is not None:
                 shares["random init"] = _shares(f"energy_{what[0]}_control", control, P)
             _draw(ax, shares, colours)
             ax.set_yscale("log")
-            ax.set_xlabel("RoPE pair l (0 = fastest, 1 rad/token)")
             ax.set_ylabel(f"share of {what}-deviation energy")
             ax.set_title(_TITLES[what])
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            weight_ax = ax.twinx()
-            for distance, grey in zip(distances, _WEIGHT_GREYS, strict=False):
-                weight_ax.plot(np.arange(P), bound_weight(th, distance), color=grey,
-                               linestyle=":", linewidth=1.0,
-                               label=rf"weight, $\Delta$ = {distance:g} tokens")  # fmt: skip
-            weight_ax.set_ylim(0, 2.1)
-            weight_ax.set_ylabel(r"bound weight $2|\sin(\theta_l\Delta/2)|$")
-            weight_ax.spines["right"].set_visible(True)
-            lines = ax.get_legend_handles_labels()
-            weights = weight_ax.get_legend_handles_labels()
-            ax.legend(lines[0] + weights[0], lines[1] + weights[1], loc="lower left",
-                      fontsize=6)  # fmt: skip
+        weight_ax = axes[n - 1]
+        for distance, grey, style in zip(distances, _WEIGHT_GREYS, _WEIGHT_STYLES, strict=False):
+            weight_ax.plot(pairs, bound_weight(th, distance), color=grey, linestyle=style,
+                           linewidth=1.0,
+                           label=rf"weight at $\Delta$ = {distance:g} tokens")  # fmt: skip
+        weight_ax.set_ylim(0, 2.1)
+        weight_ax.set_ylabel(r"bound weight $2|\sin(\theta_l\Delta/2)|$")
+        weight_ax.set_title("the bound's weight per pair")
+        x_label = "RoPE pair l (0: fastest" + (", 1 rad/token)" if single else ")")
+        for ax, letter in zip(axes, "abc", strict=False):
+            ax.set_xlabel(x_label)
+            ax.xaxis.set_major_locator(whole_numbers())
             panel_label(ax, letter)
+        handles, labels = axes[0].get_legend_handles_labels()
+        more = weight_ax.get_legend_handles_labels()
+        fig.legend(handles + more[0], labels + more[1], loc="outside lower center",
+                   ncols=2 if single else len(labels) + len(more[1]))  # fmt: skip
     return fig

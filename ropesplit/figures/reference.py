@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ropesplit.errors import RopesplitError
-from ropesplit.figures._checks import as_array, panel_label
+from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
 __all__ = ["reference_figure", "reference_pairs_figure"]
@@ -124,6 +124,8 @@ def reference_pairs_figure(
         ax_b.set_xlabel("pair $l$ (fast to slow)")
         ax_b.set_ylabel(r"share $\times\ (1 - |m_l|^2)$")
         ax_b.set_title("left in the remainder by the mean reference")
+        for ax in (ax_a, ax_b):
+            ax.xaxis.set_major_locator(whole_numbers())  # pairs are whole numbers
         ax_b.legend(loc="upper right")
         panel_label(ax_b, "b")
     return fig
