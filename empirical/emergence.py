@@ -30,6 +30,7 @@ predicted order, *contradicted* when disjoint the other way, else
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -91,9 +92,15 @@ def step0_vs_control(step0: dict[str, Any], control: dict[str, Any]) -> dict[str
     out = {}
     for name in FIGURE_STATS:
         a, b = step0["summary"][name], control["summary"][name]
-        overlap = bool(a["low"] <= b["high"] and b["low"] <= a["high"]) if "low" in a else False
+        bounded = "low" in a and "low" in b  # no interval where every head is undefined
+        overlap = bool(a["low"] <= b["high"] and b["low"] <= a["high"]) if bounded else False
         out[name] = {"step0": a, "control": b, "overlap": overlap}
     return out
+
+
+def _number(value: Any) -> float:
+    """A statistic read from a record: null (JSON's undefined) is NaN."""
+    return math.nan if value is None else float(value)
 
 
 def _pooled(runs: list[dict[str, Any]], base: float, stat: str, *, change: bool) -> np.ndarray:
@@ -102,7 +109,7 @@ def _pooled(runs: list[dict[str, Any]], base: float, stat: str, *, change: bool)
     for run in (r for r in runs if r["rope_base"] == base):
         first, last = run["checkpoints"][0]["heads"], run["checkpoints"][-1]["heads"]
         for h0, h1 in zip(first, last, strict=True):
-            values.append(h1[stat] - h0[stat] if change else h1[stat])
+            values.append(_number(h1[stat]) - _number(h0[stat]) if change else _number(h1[stat]))
     arr = np.asarray(values, dtype=np.float64)
     return arr[np.isfinite(arr)]
 
@@ -120,7 +127,8 @@ def verdict(runs: list[dict[str, Any]], pred: dict[str, Any], *, n_boot: int, se
     for stat, sign in tests:
         def change(run: dict[str, Any], stat: str = stat) -> float:
             first, last = run["checkpoints"][0]["heads"], run["checkpoints"][-1]["heads"]
-            values = np.array([h1[stat] - h0[stat] for h0, h1 in zip(first, last, strict=True)])
+            values = np.array([_number(h1[stat]) - _number(h0[stat])
+                               for h0, h1 in zip(first, last, strict=True)])
             return float(np.nanmean(values))
 
         a, b = _seed_values(runs, many, change), _seed_values(runs, few, change)
@@ -147,7 +155,7 @@ def _head(checkpoint: dict[str, Any], layer: int, head: int) -> dict[str, Any]:
 def _seed_values(runs: list[dict[str, Any]], base: float, value: Any) -> np.ndarray:
     """``value(run)`` for every seed of ``base``, in seed order."""
     mine = sorted((r for r in runs if r["rope_base"] == base), key=lambda r: r["seed"])
-    return np.array([float(value(r)) for r in mine])
+    return np.array([_number(value(r)) for r in mine])
 
 
 def task_prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ Run folder layout (``TrainConfig.out``)::
         model.safetensors    weights (float32)
         tokenizer.json, tokenizer_config.json     byte-level: id = byte, 256 BOS, 257 EOS
         trainer_state.pt     optimizer, data-sampler RNG and torch RNG state, step
-        metrics.json         the checkpoint's record (val loss, statistics per head, means)
+        metrics.json         the checkpoint's record (val loss, statistics per head, means;
+                             ropesplit.io's JSON: an undefined value is null)
     step-000001/ ...
 
 A checkpoint folder is written as ``.tmp-step-NNNNNN`` in the same folder,
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ropesplit.errors import RopesplitError
+from ropesplit.io import read_json, write_json
 
 __all__ = [
     "BOS",
@@ -294,7 +295,7 @@ def _prepare(cfg: TrainConfig) -> Path:
     out.mkdir(exist_ok=True)
     saved = out / "run.json"
     if saved.is_file():
-        before = json.loads(saved.read_text())
+        before = read_json(saved, "run config")
         now = cfg.to_dict()
         diff = [k for k in now if k != "out" and before.get(k) != now[k]]
         if diff:
@@ -303,12 +304,26 @@ def _prepare(cfg: TrainConfig) -> Path:
                 f"{before.get(diff[0])} vs {now[diff[0]]}); use another --out"
             )
     else:
-        tmp = out / ".run.json.tmp"
-        tmp.write_text(json.dumps(cfg.to_dict(), indent=2))
-        os.replace(tmp, saved)
+        _replace_json(saved, cfg.to_dict())
     for stale in out.glob(".tmp-step-*"):
         shutil.rmtree(stale)  # a checkpoint whose write was interrupted
     return out
+
+
+def _replace_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` through :func:`ropesplit.io.write_json` (NaN and inf as null) beside
+    ``path``, fsync it, and rename it over ``path``: readers see the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    write_json(tmp, obj)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _metrics(folder: Path) -> dict[str, Any]:
+    """A checkpoint's record as written (JSON: an undefined statistic is null)."""
+    record: dict[str, Any] = read_json(folder / _METRICS, "checkpoint record")
+    return record
 
 
 def _write_checkpoint(
@@ -327,13 +342,13 @@ def _write_checkpoint(
     tokenizer.save_pretrained(tmp)
     torch.save(state, tmp / _STATE)
     record = measure(tmp)  # loads the checkpoint as any user would
-    (tmp / _METRICS).write_text(json.dumps(record, indent=1, allow_nan=True))
+    write_json(tmp / _METRICS, record)  # NaN -> null, as every JSON of ropesplit
     _fsync_tree(tmp)
     if final.exists():  # a complete checkpoint of the same step (same config): replace it
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(out)
-    return record
+    return _metrics(final)  # as a resumed run reads it back
 
 
 def remeasure(
@@ -353,15 +368,11 @@ def remeasure(
         measure = Measurer(cfg)
     records = []
     for folder in checkpoints(out):
-        old = json.loads((folder / _METRICS).read_text())
+        old = _metrics(folder)
         with torch_threads(1):
             record = {**measure(folder, int(old["step"])), "seconds_train": old["seconds_train"]}
-        tmp = folder / f".{_METRICS}.tmp"
-        tmp.write_text(json.dumps(record, indent=1, allow_nan=True))
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, folder / _METRICS)
-        records.append(record)
+        _replace_json(folder / _METRICS, record)
+        records.append(_metrics(folder))
     return records
 
 
@@ -395,7 +406,7 @@ def train(
     train_bytes = split_text(cfg)[0] if cfg.task == "lm" else np.zeros(0, dtype=np.uint8)
     plan = checkpoint_steps(cfg.steps, cfg.checkpoints)
     done = checkpoints(out)
-    records = [json.loads((p / _METRICS).read_text()) for p in done]
+    records = [_metrics(p) for p in done]
     tokenizer = byte_tokenizer() if cfg.task == "lm" else task_tokenizer(cfg.vocab)
     with torch_threads(cfg.threads), quiet_loading():
         if done:

@@ -1,10 +1,13 @@
 """The docs site renders its maths offline (issue 13): every built page in headless Chromium.
 
 Chromium runs with no network (``tools/offline_check.py``); each page must show
-no raw TeX once MathJax has run and request nothing off the machine. Planted
-faults show the check can fail: a raw formula outside the maths markup, the
-old CDN script, and a site whose local MathJax is missing. Skipped where
-Chromium is not installed (``make docs-check`` installs it).
+no raw TeX once MathJax has run, request nothing off the machine, and fit a
+window 800 and 1400 px wide (nothing sticking out to the right outside a box
+of its own that scrolls). Planted faults show the check can fail: a raw
+formula outside the maths markup, the old CDN script, a site whose local
+MathJax is missing, and tiny pages with a table or a word too wide for the
+window. Skipped where Chromium is not installed (``make docs-check``
+installs it).
 """
 
 from __future__ import annotations
@@ -94,19 +97,85 @@ def test_site_without_its_mathjax_shows_raw_formulas(site, tmp_path):
 
 def test_report_renders_offline(tmp_path, monkeypatch):
     """report/index.html when there is one; else, under ``make docs-check``
-    (DOCS_CHECK_TINY_REPORT=1), a tiny report built the way test_report builds it."""
+    (DOCS_CHECK_TINY_REPORT=1), a tiny report built the way test_report builds it.
+    It must fit both widths too: its tables scroll in their own boxes."""
     report = ROOT / "report" / "index.html"
     if not report.is_file():
         if os.environ.get("DOCS_CHECK_TINY_REPORT") != "1":
             pytest.skip("no report/index.html (make report; make docs-check builds a tiny one)")
-        from test_report import SETTINGS, _tiny_load
+        from test_report import SETTINGS, tiny_report
 
         from ropesplit.report import pipeline
 
-        monkeypatch.setattr(pipeline, "_load", _tiny_load)
+        tiny_report(monkeypatch)
         report = pipeline.run_report(SETTINGS, tmp_path)
     (result,) = offline_check.check_pages([report])
     assert result.ok, result
+    assert result.widths == list(offline_check.WIDTHS)
+
+
+WIDE_CELL = '<td style="white-space: nowrap">' + "wide " * 300 + "</td>"
+
+
+def tiny_page(tmp_path: Path, name: str, body: str) -> Path:
+    """A page of its own (the viewport meta tag as in every built page) holding ``body``."""
+    path = tmp_path / f"{name}.html"
+    path.write_text('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+                    '<meta name="viewport" content="width=device-width, initial-scale=1">'
+                    f"<title>{name}</title></head><body>{body}</body></html>",
+                    encoding="utf-8")  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("width", offline_check.WIDTHS)
+def test_a_table_wider_than_the_window_fails_naming_it(tmp_path, width):
+    page = tiny_page(tmp_path, "wide", '<p>text</p><table id="data" class="results">'
+                     f"<tr>{WIDE_CELL}</tr></table>")  # fmt: skip
+    (result,) = offline_check.check_pages([page], widths=(width,))
+    assert not result.ok and result.wide_at == [width]
+    (line,) = result.overflow  # the table, not each of its cells
+    assert line.startswith(f"at {width} px: table#data.results 'wide wide ")
+    assert line.endswith(f"right of the {width} px viewport")
+
+
+@pytest.mark.parametrize("width", offline_check.WIDTHS)
+def test_the_same_table_in_a_scrolling_box_of_its_own_passes(tmp_path, width):
+    page = tiny_page(tmp_path, "scrolls", '<p>text</p><div style="overflow-x: auto">'
+                     f'<table id="data"><tr>{WIDE_CELL}</tr></table></div>')  # fmt: skip
+    (result,) = offline_check.check_pages([page], widths=(width,))
+    assert result.ok and result.overflow == [] and result.widths == [width], result
+
+
+@pytest.mark.parametrize("width", offline_check.WIDTHS)
+def test_a_word_too_long_for_the_window_fails(tmp_path, width):
+    """Not only tables: a paragraph holding one unbreakable 300-letter word (a hash, a
+    path) widens the page; the paragraph is named."""
+    page = tiny_page(tmp_path, "word", f'<p id="hash">{"f" * 300}</p>')
+    (result,) = offline_check.check_pages([page], widths=(width,))
+    assert result.wide_at == [width] and result.overflow[0].startswith(f"at {width} px: p#hash")
+
+
+def test_a_page_too_wide_only_for_the_narrow_window_fails_there(tmp_path, capsys):
+    """A 1000 px block fits 1400 px, not 800; so does a scrolling box that is itself too
+    wide. The command line names the width and the element and exits 1."""
+    page = tiny_page(tmp_path, "block", '<div id="block" style="width: 1000px">x</div>'
+                     '<div id="box" style="overflow-x: auto; width: 1100px">y</div>')
+    (result,) = offline_check.check_pages([page])
+    assert result.widths == [800, 1400] and result.wide_at == [800]
+    assert [line.split(" '")[0] for line in result.overflow] == ["at 800 px: div#block",
+                                                                 "at 800 px: div#box"]
+    assert offline_check.main([str(page)]) == 1
+    out = capsys.readouterr().out
+    assert "too wide at 800 px" in out and "too wide at 800 px: div#block 'x' ends at" in out
+    assert offline_check.main(["--widths", "1400", str(page)]) == 0
+
+
+def test_planted_wide_block_in_the_site_fails(site, tmp_path):
+    copy = planted(site, tmp_path, "tutorial/index.html", "</article>",
+                   '<div id="planted" style="min-width: 1500px">a planted block</div>')
+    (result,) = offline_check.check_pages([copy / "tutorial" / "index.html"])
+    assert result.wide_at == [800, 1400] and not result.raw_tex and not result.external
+    assert all("div#planted 'a planted block'" in line for line in result.overflow)
 
 
 def test_bad_input_exits_2(tmp_path, capsys):

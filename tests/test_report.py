@@ -23,10 +23,10 @@ from ropesplit.theory import STEPS
 from ropesplit.claims import CLAIMS
 from ropesplit.cli import main
 from ropesplit.figures import FIGURES, figure_files
-from ropesplit.report import pipeline, sections
-from ropesplit.report.document import Section, Table, build_document, fmt
+from ropesplit.report import pipeline, sections, training
+from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.render import render_html, render_markdown
-from ropesplit.report.sections import emergence as emergence_section
+from ropesplit.report.sections import build_document
 
 N_TOKENS = 48
 TINY_TRAIN = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
@@ -69,17 +69,24 @@ def _extra_section(inputs):
                     anchor="extra")]  # fmt: skip
 
 
+def tiny_report(patch: pytest.MonkeyPatch) -> None:
+    """The report's stages sized for a test: the tiny model, its passages, a tiny training
+    (also what ``tests/test_docs_check.py`` builds its tiny report with)."""
+    patch.setattr(pipeline, "_load", _tiny_load)
+    patch.setattr(pipeline, "_claims_ids", _tiny_passages)
+    patch.setattr(pipeline, "_intervention_ids", _tiny_intervention_passages)
+    patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pipeline, "_load", _tiny_load)
-        patch.setattr(pipeline, "_claims_ids", _tiny_passages)
-        patch.setattr(pipeline, "_intervention_ids", _tiny_intervention_passages)
-        patch.setattr(emergence_section, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
-        # the extension points: one Stage line, one SectionSpec line
-        patch.setattr(pipeline, "STAGES", [*pipeline.STAGES,
-                                           pipeline.Stage("extra", "a test stage", _extra_stage)])
+        tiny_report(patch)
+        # the extension points: one Stage line (before gather), one SectionSpec line
+        at = [stage.name for stage in pipeline.STAGES].index("gather")
+        patch.setattr(pipeline, "STAGES", [*pipeline.STAGES[:at], pipeline.Stage(
+            "extra", "a test stage", _extra_stage, ("analyze",)), *pipeline.STAGES[at:]])
         patch.setattr(sections, "SECTIONS", [*sections.SECTIONS[:-1], sections.SectionSpec(
             "extra", ("extra",), _extra_section), sections.SECTIONS[-1]])  # fmt: skip
         index = pipeline.run_report(SETTINGS, out)
@@ -97,17 +104,31 @@ def test_every_step_writes_its_json_and_every_figure_both_widths_and_formats(rep
                                                "claims.json",
                                                "perturb.json", "run.json", "extra.json",
                                                "index.html", "report.md"}  # fmt: skip
-    written = sorted(p.name for p in (out / "figures").iterdir())
+    written = sorted(p.name for p in (out / "figures").iterdir() if p.is_file())
     expected = sorted(figure_files(spec, w, f) for spec in FIGURES
                       for w in ("single", "double") for f in ("pdf", "png"))  # fmt: skip
     assert written == expected and len(written) == len(FIGURES) * 4
 
 
-def test_html_embeds_all_eight_figures_and_references_nothing_outside(report):
+def test_the_report_keeps_the_records_its_figures_redraw_from(report, tmp_path):
+    """Issue 22: every figure's data is kept in figures/records/, and the gallery command
+    redraws each two-column PNG from it byte for byte."""
+    from ropesplit.figures.recorded import draw_recorded
+
+    folder = report["out"] / "figures"
+    assert sorted(p.stem for p in (folder / "records").glob("*.json")) == sorted(
+        spec.name for spec in FIGURES)  # fmt: skip
+    for path in draw_recorded(folder / "records", tmp_path):
+        assert path.read_bytes() == (folder / path.name).read_bytes(), path.name
+
+
+def test_html_embeds_every_figure_and_references_nothing_outside(report):
     html = report["html"]
-    sources = re.findall(r'src="([^"]*)"', html)
-    assert len(sources) == len(FIGURES)
-    for spec, src in zip(FIGURES, sources, strict=True):
+    assert len(re.findall(r'src="([^"]*)"', html)) == len(FIGURES)
+    sources = dict(re.findall(r'<figure id="figure-(\d+)"><img alt="[^"]*" src="([^"]*)"', html))
+    assert sorted(map(int, sources)) == [spec.number for spec in FIGURES]
+    for spec in FIGURES:
+        src = sources[str(spec.number)]
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.removeprefix("data:image/png;base64,"))
         assert png == (report["out"] / "figures" / figure_files(spec, "double", "png")).read_bytes()
@@ -124,7 +145,7 @@ def cell(value) -> str:
 
 def test_html_holds_every_table_with_numbers_from_the_json(report):
     html, records = report["html"], report["records"]
-    titles = ["Theory:", "Numerics:", "Empirical:", "Figures", "Run"]
+    titles = ["Theory:", "Numerics:", "Empirical:", "Training:", "Run"]
     titles += [f"Experiment: {e['title']}" for e in records["perturb"]["experiments"].values()]
     for title in titles:
         assert re.search(f"<h2[^>]*>{re.escape(title)}", html), title
@@ -208,13 +229,18 @@ REPORT_ONLY = ("emergence", "emergence_pairs", "length", *INTERVENTIONS)
 
 def test_figures_rerun_gives_byte_identical_files(report):
     """A second run from scratch (analysis, experiments, captures) draws the same bytes."""
-    again = sorted(report["again"].iterdir())
+    again = sorted(p for p in report["again"].iterdir() if p.is_file())
     assert len(again) == len([s for s in FIGURES
                               if s.name not in ("emergence", "emergence_pairs", *INTERVENTIONS)])
     again = [p for p in again if not any(f"-{name}-" in p.name for name in REPORT_ONLY)]
     assert len(again) == len([s for s in FIGURES if s.name not in REPORT_ONLY])
     for path in again:
         assert path.read_bytes() == (report["out"] / "figures" / path.name).read_bytes(), path.name
+    for path in sorted((report["again"] / "records").iterdir()):  # and the data they drew from
+        if path.stem in REPORT_ONLY:
+            continue
+        assert path.read_bytes() == (report["out"] / "figures" / "records" / path.name
+                                     ).read_bytes(), path.name  # fmt: skip
 
 
 def test_length_runs_on_the_model_the_report_trains(report):
@@ -290,3 +316,40 @@ def test_the_report_opens_with_its_run_line_and_a_table_of_contents(report):
     links = re.findall(r'<li><a href="#([^"]+)">', top)
     assert links == anchors and "claims" in " ".join(links)
     assert report["md"].splitlines()[2].startswith(f"*{run['model']}")
+
+
+# the section each figure stands in (by anchor): with what it shows, not in a gallery at the end
+PLACE = {"decomposition": "empirical", "r_split": "empirical", "pair_energy": "empirical",
+         "bound": "numerics", "sweep": "numerics", "reference": "protocol",
+         "reference_pairs": "protocol", "perturbation": "experiment-order",
+         "distance": "experiment-distance", "length": "experiment-length",
+         "emergence": "training", "emergence_pairs": "training",
+         **{name: f"experiment-{name}" for name in INTERVENTIONS}}  # fmt: skip
+
+
+def test_each_figure_stands_in_its_own_section(report):
+    html = report["html"]
+    heads = [(m.start(), m.group(1)) for m in re.finditer(r'<h2 id="([^"]+)"', html)]
+    assert set(PLACE) == {spec.name for spec in FIGURES}
+    for spec in FIGURES:
+        at = html.index(f'<figure id="figure-{spec.number}">')
+        assert [anchor for pos, anchor in heads if pos < at][-1] == PLACE[spec.name], spec.name
+    assert 'class="missing"' not in html  # the tiny report draws every figure
+
+
+def test_each_claim_is_two_lines_with_every_test_collapsed(report):
+    """The claim's section: prediction and verdict, then its tests in a <details> block; the
+    length experiment's checks as the length stage judged them (length.json)."""
+    html, records = report["html"], report["records"]
+    checks = records["length"]["checks"]
+    assert set(checks) == {"vanilla rises", "LM-Infinite near", "f goes with the rise",
+                           "g in range"}  # fmt: skip
+    for claim in records["claims"]["claims"]:
+        n = claim["claim"]
+        part = html[html.index(f'<h2 id="claim-{n}">') + 1:]
+        part = part[:part.index("<h2")]
+        assert part.count("<p>") == 2 and "<p>Prediction: " in part and "<p>Verdict: " in part
+        assert f"<details><summary>every test of claim {n} (" in part
+        assert part.index("<details>") < part.index("<table>") < part.index("</details>")
+        if n == 1:
+            assert html_module.escape(checks["vanilla rises"]["reason"]) in part

@@ -6,8 +6,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from ropesplit.empirical.train import TrainConfig
+from ropesplit.empirical.train import TrainConfig, checkpoints
 
+from ropesplit.report import training
 from ropesplit.report.sections import emergence
 from ropesplit.report.sections.base import ReportInputs
 
@@ -19,21 +20,31 @@ TINY = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, 
 def stage(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(emergence, "REPORT_TRAIN", TINY)
-        ctx = SimpleNamespace(folder=folder, settings=SimpleNamespace(seed=0), figure_data={})
-        record = emergence.train_stage(ctx)
-        again = emergence.train_stage(SimpleNamespace(folder=folder, settings=ctx.settings,
-                                                      figure_data={}))  # fmt: skip
+        patch.setattr(training, "REPORT_TRAIN", TINY)
+        ctx = SimpleNamespace(folder=folder, settings=SimpleNamespace(seed=0))
+        record = training.train_stage(ctx)
+        again = training.train_stage(SimpleNamespace(folder=folder, settings=ctx.settings))
     return {"folder": folder, "ctx": ctx, "record": record, "again": again}
 
 
 def test_stage_trains_both_bases_into_the_report_folder(stage) -> None:
     record = stage["record"]
-    assert [r["rope_base"] for r in record["runs"]] == list(emergence.REPORT_BASES)
+    assert [r["rope_base"] for r in record["runs"]] == list(training.REPORT_BASES)
     for run in record["runs"]:
         assert run["out"].startswith(str(stage["folder"] / "train"))
-    assert set(stage["ctx"].figure_data) == {"emergence", "emergence_pairs"}
     json.dumps(record)  # JSON-ready
+
+
+def test_stage_writes_only_its_record_and_the_model_it_trained(stage) -> None:
+    """No figure data: the gather step draws figures 11 and 12 from train.json. In memory:
+    the first base's last checkpoint, with that run's config, for length and terms."""
+    ctx, first = stage["ctx"], stage["record"]["runs"][0]
+    assert set(vars(ctx)) == {"folder", "settings", "trained"}
+    trained = ctx.trained
+    assert trained.checkpoint == checkpoints(first["out"])[-1]
+    assert (trained.cfg.rope_base, trained.cfg.seed, trained.cfg.out) == (
+        first["rope_base"], first["seed"], first["out"])
+    assert trained.cfg.seq_len == TINY.seq_len and "trained here" in trained.subject
 
 
 def test_rerun_resumes_with_the_same_numbers(stage) -> None:

@@ -340,3 +340,47 @@ def test_recall_task_trains_resumes_and_prints_within_100_columns(tmp_path, caps
     first = json.loads(js.read_text())
     assert main(argv) == 0  # every checkpoint there: resumed, nothing trained again
     assert json.loads(js.read_text())["runs"][0]["checkpoints"] == first["runs"][0]["checkpoints"]
+
+
+def test_metrics_are_written_by_ropesplit_io_nan_as_null_and_read_back(tmp_path) -> None:
+    """Every metrics.json is strict JSON (ropesplit.io: NaN -> null); a fresh run returns the
+    records as written, so a resumed run reads back exactly the same."""
+    def measure(folder, step):
+        return {"step": step, "val_loss": float("nan") if step == 0 else 1.0,
+                "heads": [{"r_split": float("nan"), "energy_k": np.ones(2)}]}  # fmt: skip
+
+    cfg = tiny(tmp_path / "nan", steps=2, checkpoints=2)
+    first = train(cfg, measure=measure, progress=False, stop_after=0)
+    assert [r["step"] for r in first] == [0]
+    for name in ("step-000000/metrics.json", "run.json"):
+        text = (tmp_path / "nan" / name).read_text()
+        json.loads(text, parse_constant=lambda c, name=name: pytest.fail(f"{name} holds {c}"))
+    assert first[0]["val_loss"] is None and first[0]["heads"][0]["r_split"] is None
+    assert first[0]["heads"][0]["energy_k"] == [1.0, 1.0]  # arrays as lists, as read back
+    resumed = train(cfg, measure=measure, progress=False)
+    assert [r["step"] for r in resumed] == [0, 1, 2] and resumed[0] == first[0]
+    assert json.loads((tmp_path / "nan" / "run.json").read_text()) == json.loads(
+        json.dumps(cfg.to_dict()))
+
+
+def test_verdict_reads_null_statistics_as_undefined_heads() -> None:
+    """A head whose r_split is null in the JSON (NaN when measured) counts as undefined: the
+    r_split verdict is the one without that head, the other statistics' are untouched."""
+    runs = [_fake_run(b, 0.5, end, s) for b, end in ((10000.0, 0.9), (100.0, 0.6))
+            for s in range(3)]  # fmt: skip
+    with_null, without = json.loads(json.dumps(runs)), json.loads(json.dumps(runs))
+    for run_null, run_without in zip(with_null, without, strict=True):
+        for ck_null, ck_without in zip(run_null["checkpoints"], run_without["checkpoints"],
+                                       strict=True):  # fmt: skip
+            ck_null["heads"][0]["r_split"] = None
+            del ck_without["heads"][0]
+    pred = {"many": 10000.0, "few": 100.0}
+    got = verdict(with_null, pred, n_boot=200, seed=0)
+    dropped = verdict(without, pred, n_boot=200, seed=0)["r_split_change"]
+    full = verdict(runs, pred, n_boot=200, seed=0)
+    assert got["r_split_change"]["verdict"] == dropped["verdict"] == "agrees"
+    for key in ("mean", "low", "high"):
+        assert got["r_split_change"][key] == pytest.approx(dropped[key], rel=1e-12)
+        assert got["r_split_change"]["final_many"][key] == pytest.approx(
+            dropped["final_many"][key], rel=1e-12)
+    assert got["remainder_share_change"] == full["remainder_share_change"]

@@ -1,4 +1,4 @@
-"""Open built HTML pages in headless Chromium with the network off; fail on raw maths or requests.
+"""Open built HTML pages in headless Chromium, network off; fail on raw maths, requests, overflow.
 
 For each page (every ``index.html`` of a built site, and ``report/index.html``):
 
@@ -9,11 +9,20 @@ For each page (every ``index.html`` of a built site, and ``report/index.html``):
   ``blob``, ``about`` or ``chrome`` counts as leaving the machine;
 - after the load event and MathJax's first typeset (where the page has
   MathJax), the visible text (``innerText``, code blocks excluded) must hold
-  no raw TeX delimiter: ``\\(``, ``\\[`` or ``$$``.
+  no raw TeX delimiter: ``\\(``, ``\\[`` or ``$$``;
+- the page is loaded again at each viewport width of ``--widths`` (default
+  800 and 1400 px) and must not be wider than the window: it fails when
+  ``document.documentElement.scrollWidth`` exceeds the viewport
+  (``clientWidth``: the window less a vertical scrollbar) or when any
+  visible element (a table, most often) ends right of the viewport without
+  sitting inside a box that scrolls or clips horizontally (a scrolling
+  container that itself fits is fine). The outermost such elements are
+  named (tag, id, classes, the start of their text, their right edge).
 
 Usage: ``python tools/offline_check.py PATH...`` (folders are searched for
 ``*.html``); exit 0 when every page passes, 1 otherwise, 2 on bad input
-(no Chromium, no page). ``--json OUT`` writes one record per page.
+(no Chromium, no page). ``--json OUT`` writes one record per page;
+``--widths 800,1400`` sets the widths (``--widths ''``: no width check).
 """
 
 from __future__ import annotations
@@ -54,6 +63,60 @@ FLAGS = (
     "--allow-file-access-from-files",
     "--remote-debugging-pipe",
 )
+WIDTHS = (800, 1400)  # viewport widths (CSS px) every page must fit
+HEIGHT = 900
+# what sticks out to the right once MathJax (if any) has typeset: the page's own width and
+# the outermost visible elements whose box (or own text) ends right of the viewport outside
+# any box that scrolls or clips horizontally (their overflow is that box's business: the box
+# is checked itself)
+OVERFLOW = """(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  if (document.fonts && document.fonts.ready) { await document.fonts.ready; }
+  const root = document.documentElement;
+  const width = root.clientWidth;
+  const shown = (el) => {
+    const box = el.getBoundingClientRect();
+    return box.width > 0 && box.height > 0 && getComputedStyle(el).visibility !== 'hidden';
+  };
+  const clips = (from) => {
+    for (let p = from; p && p !== document.body && p !== root; p = p.parentElement) {
+      if (getComputedStyle(p).overflowX !== 'visible') { return true; }
+    }
+    return false;
+  };
+  const beyond = (box) => box.right + window.scrollX > width + 1;
+  const wide = new Set();
+  for (const el of document.body ? document.body.querySelectorAll('*') : []) {
+    if (beyond(el.getBoundingClientRect()) && shown(el) && !clips(el.parentElement)) {
+      wide.add(el);
+    }
+  }
+  // text sticking out of its own box (one long word): its element is named
+  const walker = document.createTreeWalker(document.body || root, NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!el || !node.textContent.trim() || wide.has(el)) { continue; }
+    range.selectNodeContents(node);
+    if (beyond(range.getBoundingClientRect()) && shown(el) && !clips(el)) { wide.add(el); }
+  }
+  const outermost = [...wide].filter((el) => {
+    for (let p = el.parentElement; p; p = p.parentElement) { if (wide.has(p)) return false; }
+    return true;
+  });
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+    + [...el.classList].slice(0, 3).map((c) => '.' + c).join('');
+  return {
+    width: width, inner: window.innerWidth, scroll: root.scrollWidth,
+    elements: outermost.slice(0, 5).map((el) => ({
+      name: name(el), table: el.tagName === 'TABLE' || !!el.querySelector('table'),
+      right: Math.round(el.getBoundingClientRect().right + window.scrollX),
+      text: (el.innerText || el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 40),
+    })),
+  };
+})()"""
 # the page's visible text once MathJax (if any) has typeset it; code is not maths
 VISIBLE_TEXT = """(async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
@@ -78,11 +141,14 @@ class PageResult:
     raw_tex: list[str] = field(default_factory=list)  # the raw delimiters, in context
     external: list[str] = field(default_factory=list)  # URLs requested off the machine
     typeset: int = 0  # formulas MathJax rendered
+    widths: list[int] = field(default_factory=list)  # viewport widths checked
+    wide_at: list[int] = field(default_factory=list)  # those the page did not fit
+    overflow: list[str] = field(default_factory=list)  # "at W px: what sticks out", per width
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return not (self.raw_tex or self.external or self.error)
+        return not (self.raw_tex or self.external or self.overflow or self.error)
 
 
 def find_chromium() -> str | None:
@@ -161,11 +227,12 @@ class Browser:
         except queue.Empty:
             return {}
 
-    def wait_event(self, method: str, session: str) -> None:
-        """Wait for event ``method`` of ``session`` (checking those already seen first)."""
+    def wait_event(self, method: str, session: str, since: int = 0) -> None:
+        """Wait for event ``method`` of ``session`` (checking those already seen first, from
+        the ``since``-th on)."""
         deadline = time.monotonic() + self.timeout
         while True:
-            for event in self._events:
+            for event in self._events[since:]:
                 if event.get("method") == method and event.get("sessionId") == session:
                     return
             message = self._get(deadline, method)
@@ -188,9 +255,39 @@ class Browser:
             if e.get("sessionId") == session and e.get("method") == "Network.requestWillBeSent"
         ]
 
-    def check(self, page: Path) -> PageResult:
-        """Load ``page`` and report raw TeX left visible and requests off the machine."""
-        result = PageResult(str(page))
+    def _load(self, page: Path, session: str, width: int | None) -> None:
+        """Navigate ``session`` to ``page`` at viewport ``width`` (None: Chromium's own)."""
+        if width is not None:
+            self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": HEIGHT,
+                      "deviceScaleFactor": 1, "mobile": False}, session)  # fmt: skip
+        since = len(self._events)
+        self.send("Page.navigate", {"url": page.resolve().as_uri()}, session)
+        self.wait_event("Page.loadEventFired", session, since)
+
+    def _evaluate(self, expression: str, session: str) -> Any:
+        shown = self.send("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
+                          "returnByValue": True}, session)  # fmt: skip
+        if "exceptionDetails" in shown:
+            details = shown["exceptionDetails"]
+            raise RuntimeError(details.get("exception", {}).get("description")
+                               or details.get("text", "script error"))  # fmt: skip
+        return shown["result"]["value"]
+
+    def _overflow(self, session: str, width: int) -> list[str]:
+        """What sticks out to the right of the ``width`` px viewport, one line each."""
+        found = self._evaluate(OVERFLOW, session)
+        lines = [f"at {width} px: {'table ' if e['table'] and e['name'][:5] != 'table' else ''}"
+                 f"{e['name']} {e['text']!r} ends at {e['right']} px, right of the "
+                 f"{found['width']} px viewport" for e in found["elements"]]  # fmt: skip
+        if found["scroll"] > found["width"] and not lines:
+            lines.append(f"at {width} px: the page is {found['scroll']} px wide, wider than "
+                         f"the {found['width']} px viewport")  # fmt: skip
+        return lines
+
+    def check(self, page: Path, widths: tuple[int, ...] = WIDTHS) -> PageResult:
+        """Load ``page`` and report raw TeX left visible, requests off the machine and, at
+        each of ``widths``, what makes it wider than the window."""
+        result = PageResult(str(page), widths=list(widths))
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
             "sessionId"
@@ -198,13 +295,13 @@ class Browser:
         try:
             for domain in ("Network", "Page", "Runtime"):
                 self.send(f"{domain}.enable", session=session)
-            self.send("Page.navigate", {"url": page.resolve().as_uri()}, session)
-            self.wait_event("Page.loadEventFired", session)
-            shown = self.send("Runtime.evaluate", {"expression": VISIBLE_TEXT,
-                              "awaitPromise": True, "returnByValue": True}, session)  # fmt: skip
-            if "exceptionDetails" in shown:
-                raise RuntimeError(shown["exceptionDetails"].get("text", "script error"))
-            value = shown["result"]["value"]
+            for width in widths:  # a fresh load per width: the layout MathJax makes for it
+                self._load(page, session, width)
+                lines = self._overflow(session, width)
+                result.overflow += lines
+                result.wide_at += [width] if lines else []
+            self._load(page, session, widths[0] if widths else None)
+            value = self._evaluate(VISIBLE_TEXT, session)
             self.drain(0.5)
             text = value["text"]
             result.typeset = int(value["typeset"])
@@ -259,25 +356,40 @@ def pages(paths: list[Path]) -> list[Path]:
     return found
 
 
-def check_pages(paths: list[Path], executable: str | None = None) -> list[PageResult]:
+def check_pages(paths: list[Path], executable: str | None = None,
+                widths: tuple[int, ...] = WIDTHS) -> list[PageResult]:  # fmt: skip
     """Open every page in one headless Chromium; one result per page."""
     chromium = executable or find_chromium()
     if chromium is None:
         raise FileNotFoundError("Chromium not found (apt-get install chromium, or set CHROMIUM)")
     browser = Browser(chromium)
     try:
-        return [browser.check(page) for page in pages(paths)]
+        return [browser.check(page, widths) for page in pages(paths)]
     finally:
         browser.close()
+
+
+def _widths(text: str) -> tuple[int, ...]:
+    """``--widths``: comma-separated viewport widths in CSS px ('' for none)."""
+    try:
+        widths = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated integers, got {text!r}") from None
+    if any(w < 200 for w in widths):
+        raise argparse.ArgumentTypeError(f"widths must be at least 200 px, got {text!r}")
+    return widths
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="offline_check", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path, help="built site folders or HTML files")
     parser.add_argument("--json", type=Path, help="write one record per page here")
+    parser.add_argument("--widths", type=_widths, default=WIDTHS, metavar="W,W",
+                        help="viewport widths the page must fit (default 800,1400)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        results = check_pages(args.paths)
+        results = check_pages(args.paths, widths=args.widths)
     except FileNotFoundError as exc:
         print(f"offline_check: error: {exc}", file=sys.stderr)
         return 2
@@ -287,12 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         status = "ok  " if r.ok else "FAIL"
         error = f", {r.error}" if r.error else ""
+        fits = (f", too wide at {' and '.join(map(str, r.wide_at))} px" if r.wide_at else
+                f", fits {' and '.join(map(str, r.widths))} px" if r.widths else "")  # fmt: skip
         print(f"{status} {r.page}: {r.typeset} formulas typeset, {len(r.raw_tex)} raw, "
-              f"{len(r.external)} external requests{error}")  # fmt: skip
+              f"{len(r.external)} external requests{fits}{error}")  # fmt: skip
         for snippet in r.raw_tex[:3]:
             print(f"       raw TeX: ...{snippet}...")
         for url in r.external[:3]:
             print(f"       request off the machine: {url}")
+        for line in r.overflow[:6]:
+            print(f"       too wide {line}")
     failed = sum(not r.ok for r in results)
     print(f"{len(results) - failed} passed, {failed} failed")
     if args.json:

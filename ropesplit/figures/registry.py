@@ -41,65 +41,78 @@ class FigureSpec:
     title: str
     caption: str
     function: Callable[..., Figure]
+    # what its data is built from: the run's records by stage name ("analyze", "perturb",
+    # "train", ...) and "load" (the model in memory, for fresh captures); the report's
+    # one gather step (ropesplit.report.figure_data) builds it from these and no others
+    needs: tuple[str, ...]
 
 
 FIGURES = (
     FigureSpec(1, "decomposition", "Logit decomposition of one head",
                "The logits W of one head and their exact split W = f + g + E: positional "
                "relevance f (no key), semantic importance g (no position) and the remainder E, "
-               "on one colour scale; only causal pairs j <= i are shown.",
-               decomposition_figure),
+               "on one colour scale; only causal pairs j <= i are shown. Right: f minus its "
+               "mean over each row's causal pairs, on its own colour scale: f is mostly an "
+               "offset per query (the stripes), which softmax ignores; what is left is the "
+               "part of f that moves attention between keys, its dependence on i - j.",
+               decomposition_figure, ("load", "analyze")),
     FigureSpec(2, "r_split", "r_split for every layer and head",
                "Pearson correlation of W with f + g per head (a), and its distribution over "
                "heads for the trained model and the same architecture at random "
-               "initialisation (b), with the paper's 0.959 marked.", r_split_figure),
+               "initialisation (b), with the paper's 0.959 marked.", r_split_figure,
+               ("analyze",)),
     FigureSpec(3, "pair_energy", "Deviation energy per RoPE pair",
-               "Share of key (and query) deviation energy per rotation pair, mean over layers "
-               "with the 10-90% range across layers, trained against random init; dotted: the "
-               "bound's weight 2|sin(theta_l Delta/2)| for typical distances.",
-               pair_energy_figure),
+               "Share of key (a) and query (b) deviation energy per rotation pair, mean over "
+               "layers with the 10-90% range across layers, trained against random init; (c) "
+               "the bound's weight 2|sin(theta_l Delta/2)| per pair for typical distances, on "
+               "its own axis: deviation in a pair costs in proportion to it.",
+               pair_energy_figure, ("load",)),
     FigureSpec(4, "bound", "The remainder against its bound",
                "|E_ij| against its bound for sampled causal pairs of real heads and of "
                "synthetic patterns; every point lies on or below the line |E| = bound.",
-               bound_figure),
+               bound_figure, ("load", "analyze")),
     FigureSpec(5, "sweep", "Synthetic sweep",
                "r_split of synthetic heads against the share of key deviation energy in the "
-               "high-frequency half of the pairs, for several RoPE bases.", sweep_figure),
+               "high-frequency half of the pairs, for several RoPE bases.", sweep_figure, ()),
     FigureSpec(6, "perturbation", "Word-order and position-id perturbation",
                "Prediction (paper, claim 1): moving up to ~5% of the context's tokens barely "
                "moves the continuation loss, ~10% or more hurts. Measured: the loss ratio "
                "(perturbed / original) against the measured share of tokens moved (a) and the "
                "position-id shift t (b), per scheme, with 95% bootstrap intervals over seeds; "
-               "(c) the mean bound on the logit change for each pair's actual distance change "
-               "beside the measured change, and g's change in the perturbed run's own capture "
-               "(layers >= 1).", perturbation_figure),
+               "(c) how far the logits move: the mean bound on the change of W for each "
+               "pair's actual distance change beside the measured change (same q, k, where g "
+               "does not change at all), and g's change in the perturbed run's own capture, "
+               "where q and k move too (layers >= 1); colours: schemes as in (b).",
+               perturbation_figure, ("perturb",)),
     FigureSpec(7, "distance", "Controlled distance",
                "Prediction (paper, claim 3): at a dummy distance D the distance component moves "
                "and the key component stays put. Measured, per D (mean over heads, 10-90% "
                "band): (a) the correlation of the key effect of the two-axis fit u_i + v_j of "
                "W^D with that of g (exactly 1 when E = 0); (b) the share of W^D - W^0 a "
                "query-only term explains (exactly 1 when E = 0) and the remainder's share "
-               "||E^D|| / ||W^D - mean||.", distance_figure),
+               "||E^D|| / ||W^D - mean||.", distance_figure,
+               ("perturb",)),
     FigureSpec(8, "length", "Length extrapolation with LM-Infinite",
                "Real text beyond the training length L, four settings each from its own forward "
                "pass (vanilla, cap only, mask only, LM-Infinite): the loss against position "
-               "beside the in-length loss of the same tokens (a), and the 1-99% range of f (b) "
+               "beside the in-length loss of the same tokens (a; black dashed; dotted lines at "
+               "L, 2L, 4L), and the 1-99% range of f (b) "
                "and g (c) per length in units of the range seen at distances <= L, with the "
-               "share of pairs outside it.", length_figure),
+               "share of pairs outside it.", length_figure, ("length",)),
     FigureSpec(9, "reference", "r_split under each reference rotation",
-               "Prediction (docs/theory.md 6): the mean rotation m_l is the best Delta-free value for each query and key deviation, so it should raise r_split over m_l = 1 (zero) and fixed C. Measured: mean r_split over heads with its bootstrap 95% interval per reference, trained model and controls.", reference_figure),  # noqa: E501
+               "Prediction (docs/theory.md 6): the mean rotation m_l is the best Delta-free value for each query and key deviation, so it should raise r_split over m_l = 1 (zero) and fixed C. Measured: mean r_split over heads with its bootstrap 95% interval per reference, trained model and controls.", reference_figure, ("analyze",)),  # noqa: E501
     FigureSpec(10, "reference_pairs", "Mean rotation and key deviation per pair",
-               "Per RoPE pair: the mean rotation's modulus |m_l| over the analysed causal pairs beside the share of key deviation energy (a; mean over layers), and the share the mean reference leaves in the remainder, energy x (1 - |m_l|^2) (b), trained against random init.", reference_pairs_figure),  # noqa: E501
-    FigureSpec(11, *FIGURE_11),
-    FigureSpec(12, *FIGURE_12),
+               "Per RoPE pair: the mean rotation's modulus |m_l| over the analysed causal pairs beside the share of key deviation energy (a; mean over layers), and the share the mean reference leaves in the remainder, energy x (1 - |m_l|^2) (b), trained against random init.", reference_pairs_figure, ("load",)),  # noqa: E501
+    FigureSpec(11, *FIGURE_11, needs=("train",)),
+    FigureSpec(12, *FIGURE_12, needs=("train",)),
     FigureSpec(13, "remainder", "Remove the remainder E (intervention)",
-               "Attention from f + g alone in every layer and head (E dropped), against dropping a Gaussian term with E's row norms: (a) the log loss ratio of each edit with its 95% t interval over passages; (b) the paired difference (E minus noise) against 0, the predicted side shaded, with each row's verdict.", functools.partial(intervention_figure, experiment="remainder")),  # noqa: E501
+               "Attention from f + g alone in every layer and head (E dropped), against dropping a Gaussian term with E's row norms: (a) the log loss ratio of each edit with its 95% t interval over passages; (b) the paired difference (E minus noise) against 0, the predicted side shaded, with each row's verdict.", functools.partial(intervention_figure, experiment="remainder"), ("interventions",)),  # noqa: E501
     FigureSpec(14, "keys", "Remove the fast-pair deviation of the keys (intervention)",
-               "The jitter sensitivity S = log(loss at t=16 / loss at t=1) after replacing the keys' fast-pair deviation by kbar, against the same energy removed from the slow pairs and against the unedited model: (a) S of each edit and its null, 95% t intervals over passages; (b) the paired differences against 0, with verdicts.", functools.partial(intervention_figure, experiment="keys")),  # noqa: E501
+               "The jitter sensitivity S = log(loss at t=16 / loss at t=1) after replacing the keys' fast-pair deviation by kbar, against the same energy removed from the slow pairs and against the unedited model: (a) S of each edit and its null, 95% t intervals over passages; (b) the paired differences against 0, with verdicts.", functools.partial(intervention_figure, experiment="keys"), ("interventions",)),  # noqa: E501
     FigureSpec(15, "terms", "Which term carries length generalization (intervention)",
-               "On a model trained here, the rise of the loss beyond the training length L over the in-length loss of the same targets, per setting (vanilla; f capped at L; g + E capped; all capped; LM-Infinite): (a) the rise with its 95% t interval over passages; (b) the paired test against half the vanilla rise (vanilla: against 0), with verdicts.", functools.partial(intervention_figure, experiment="terms")),  # noqa: E501
+               "On a model trained here, the rise of the loss beyond the training length L over the in-length loss of the same targets, per setting (vanilla; f capped at L; g + E capped; all capped; LM-Infinite): (a) the rise with its 95% t interval over passages; (b) the paired test against half the vanilla rise (vanilla: against 0), with verdicts.", functools.partial(intervention_figure, experiment="terms"), ("terms",)),  # noqa: E501
     FigureSpec(16, "shuffle", "Shuffled frequencies inside the model (intervention)",
-               "The frequencies reassigned over the pairs in every layer (3 seeded permutations): (a) the log loss ratio of the trained model and of its random-init twin, 95% t intervals over passages; (b) their paired difference against 0, with the verdict.", functools.partial(intervention_figure, experiment="shuffle")),  # noqa: E501
+               "The frequencies reassigned over the pairs in every layer (3 seeded permutations): (a) the log loss ratio of the trained model and of its random-init twin, 95% t intervals over passages; (b) their paired difference against 0, with the verdict.", functools.partial(intervention_figure, experiment="shuffle"), ("interventions",)),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

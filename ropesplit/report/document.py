@@ -1,29 +1,30 @@
-r"""The report as a plain document (headings, text, tables, figures), built from the run's JSON.
+r"""The report as a plain document: headings, text, tables, collapsible details, figures.
 
-:func:`build_document` builds the sections listed in
-:data:`ropesplit.report.sections.SECTIONS` (one module each), which read
-every number from the JSON records of one run (``derive``, ``bound``,
-``analyze``, ``perturb``, ``run``, ...); the only constants are the seed
-paper's (:mod:`ropesplit.paper`), labelled as the paper's where they
-appear. The renderers (:mod:`ropesplit.report.render`) only format this
-document; neither reads the JSON itself.
+Only the building blocks live here, importing nothing of the report (and no
+numpy or torch): :func:`ropesplit.report.sections.build_document` builds the
+sections listed in :data:`ropesplit.report.sections.SECTIONS` (one module
+each) from the JSON records of one run, and the renderers
+(:mod:`ropesplit.report.render`) only format the result; neither reads the
+JSON itself.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "Details",
     "Document",
     "FigureBlock",
     "Section",
     "Table",
-    "build_document",
     "fmt",
+    "run_line",
 ]
+
 
 @dataclass
 class Table:
@@ -37,24 +38,37 @@ class Table:
 
 @dataclass
 class FigureBlock:
-    """One figure: its number, title, caption and the PNG bytes to embed."""
+    """One figure: its number, title, caption and the PNG bytes to embed, or why it is not
+    drawn (``missing``, one line: which record it needs that the run did not make)."""
 
     number: int
     title: str
     caption: str
-    png: bytes
+    png: bytes = b""
     files: list[str] = field(default_factory=list)  # the PDF/PNG files written beside
+    name: str = ""  # the registry's name (``ropesplit.figures.FIGURES``); sections place by it
+    missing: str = ""  # "" when drawn
+
+
+@dataclass
+class Details:
+    """Detail shown collapsed under a one-line summary (HTML ``<details>``)."""
+
+    summary: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
 
 
 @dataclass
 class Section:
-    """A titled section: paragraphs of plain text, then tables, then figures."""
+    """A titled section: paragraphs of plain text, tables, collapsed details, then figures."""
 
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[FigureBlock] = field(default_factory=list)
     anchor: str = ""  # HTML id, the target of links from other sections
+    details: list[Details] = field(default_factory=list)
 
 
 @dataclass
@@ -87,33 +101,6 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(fmt(v, digits) for v in value)
     return str(value)
-
-
-def build_document(
-    records: Mapping[str, Mapping[str, Any]], figures: Sequence[FigureBlock] = ()
-) -> Document:
-    """The report from the run's JSON ``records`` and the figures, section by section.
-
-    ``records`` maps each stage's name (``derive``, ``bound``, ``analyze``,
-    ``perturb``, ``run``, ...) to the JSON it wrote. Every entry of
-    :data:`ropesplit.report.sections.SECTIONS` whose records are present is
-    built, in order; the stages whose records are missing are listed as not
-    run, before the run metadata.
-    """
-    from ropesplit.report.sections import SECTIONS, ReportInputs
-
-    inputs = ReportInputs(records, tuple(figures))
-    sections: list[Section] = []
-    missing: list[str] = []
-    for spec in SECTIONS:
-        absent = [name for name in spec.records if name not in records]
-        missing += [name for name in absent if name not in missing]
-        if not absent:
-            sections += spec.build(inputs)
-    if missing:
-        at = next((i for i, s in enumerate(sections) if s.anchor == "run"), len(sections))
-        sections.insert(at, Section("Steps not run", [", ".join(missing)], anchor="not-run"))
-    return Document("ropesplit report", sections, run_line(records.get("run", {})))
 
 
 def run_line(run: Mapping[str, Any]) -> str:

@@ -3,7 +3,15 @@ r"""The report run: every step of the toolkit on one model and one text, through
 The run is a list of :class:`Stage` objects, :data:`STAGES`, in order; each
 prints one progress line on stderr (with tqdm bars inside the long ones) and
 may return a JSON record, which :func:`run_report` writes as ``NAME.json``
-and hands to the report's sections (:mod:`ropesplit.report.sections`):
+(through :func:`ropesplit.io.write_json`) and hands to the report's sections
+(:mod:`ropesplit.report.sections`). A stage declares what it ``needs`` (the
+names of earlier stages: their records, or ``load``'s model in memory), and
+every figure declares its own (``FigureSpec.needs``); :func:`check_plan`
+refuses an order in which anything would run before what it needs, before
+any stage runs. The compute stages only write records (and keep objects in
+memory on the :class:`RunContext`: the model, the model trained here); the
+one ``gather`` stage, after all of them, builds every figure's data from the
+records it declares (:mod:`ropesplit.report.figure_data`):
 
 1. ``derive``   the sympy checks of docs/theory.md (``ropesplit.theory.check_all``);
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
@@ -14,13 +22,14 @@ and hands to the report's sections (:mod:`ropesplit.report.sections`):
 6. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
 7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length`` and the
    interventions;
-8. ``gather``   the figures' data (captures, synthetic heads);
-9. ``interventions`` the attention edited inside the model (``remainder``, ``keys``,
+8. ``interventions`` the attention edited inside the model (``remainder``, ``keys``,
    ``shuffle``; issue 20) over corpus passages of ``intervention_tokens`` tokens;
-10. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint;
-11. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
+9. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint
+   (:mod:`ropesplit.report.training`);
+10. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
    (SmolLM2's training length is beyond what 2 CPU cores can run);
-12. ``terms``    which term carries length generalization, on that trained model;
+11. ``terms``    which term carries length generalization, on that trained model;
+12. ``gather``   every figure's data from the records it declares (and fresh captures);
 13. ``figures`` every figure, PDF and PNG, one and two columns;
 
 then ``run.json`` (model, text and token hashes, token count, seeds, stage
@@ -28,8 +37,9 @@ times, package versions) and the rendering, ``index.html`` (self-contained)
 and ``report.md``, every number read from those records.
 
 Adding a stage: a function ``run(ctx: RunContext) -> dict | None`` and one
-``Stage`` line in :data:`STAGES`; its record reaches every section as
-``inputs.records[name]``.
+``Stage`` line in :data:`STAGES` (with its ``needs``), before ``gather``; its
+record reaches every section as ``inputs.records[name]`` and every figure that
+names it in ``needs``.
 """
 
 from __future__ import annotations
@@ -39,14 +49,13 @@ import hashlib
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ropesplit.errors import RopesplitError
-from ropesplit.report.sections.emergence import train_stage
 
 __all__ = [
     "FIGURE_STAGES",
@@ -54,7 +63,8 @@ __all__ = [
     "RunContext",
     "RunSettings",
     "Stage",
-    "collect_figure_data",
+    "check_plan",
+    "figure_blocks",
     "run_figures",
     "run_report",
 ]
@@ -98,7 +108,11 @@ class RunContext:
     control: Any = None  # its random-init twin, or None
     ids: Any = None  # (N,) token ids
     text: str = ""
+    trained: Any = None  # the train stage's TrainedSubject (report.training), in memory
+    planned: tuple[str, ...] = ()  # the names of this run's stages, in order
+    # written by the gather stage only: each figure's keyword arguments, and why any is not
     figure_data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    figure_missing: dict[str, str] = field(default_factory=dict)
     figure_folder: Path | None = None
     widths: Sequence[str] = ("single", "double")
     formats: Sequence[str] = ("pdf", "png")
@@ -107,11 +121,18 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Stage:
-    """A step of the run: ``run(ctx)`` returns its JSON record (written as NAME.json) or None."""
+    """A step of the run: ``run(ctx)`` returns its JSON record (written as NAME.json) or None.
+
+    ``needs``: the stages that must have run before it (their records, or for ``load`` the
+    model in memory). ``gathers``: the gather step, which must run after every stage any
+    figure needs (``FigureSpec.needs``) that this run has.
+    """
 
     name: str
     what: str  # the progress line
     run: Callable[[RunContext], dict[str, Any] | None]
+    needs: tuple[str, ...] = ()
+    gathers: bool = False
 
 
 @dataclass
@@ -145,7 +166,8 @@ def _versions() -> dict[str, str]:
 
 
 def _derive(ctx: RunContext) -> dict[str, Any]:
-    """Every docs/theory.md step checked (``theory.check_all``), in ``ropesplit derive``'s schema."""
+    """Every docs/theory.md step checked (``theory.check_all``), in ``ropesplit derive``'s
+    schema."""
     from ropesplit.theory import STEPS, check_all
 
     results = check_all()
@@ -217,59 +239,59 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
 
 
 def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
-    return _perturb(ctx.loaded, ctx.ids, ctx.settings)
-
-
-def _report_perturb_stage(ctx: RunContext) -> dict[str, Any]:
-    """Every experiment but ``length``, which the ``length`` stage runs on the model trained here."""
+    """Every experiment but ``length`` (its own stage) and the interventions (theirs)."""
     from ropesplit.empirical.experiments import EXPERIMENTS, INTERVENTIONS
 
     names = [name for name in EXPERIMENTS if name != "length" and name not in INTERVENTIONS]
     return _perturb(ctx.loaded, ctx.ids, ctx.settings, names)
 
 
+def _with_checks(record: dict[str, Any]) -> dict[str, Any]:
+    """The length record with each of its four checks judged (``checks``: name -> outcome,
+    reason), so the claims' sections read them from the record."""
+    from ropesplit.empirical.experiments.length import claims
+
+    record["checks"] = {name: {"outcome": v.outcome, "reason": v.reason}
+                        for name, v in claims(record["length"]).items()}  # fmt: skip
+    return record
+
+
 def _length_stage(ctx: RunContext) -> dict[str, Any]:
     """LM-Infinite's length experiment on the model the ``train`` stage trained (issue 12).
 
     Its subject is the last checkpoint of the first base's run (trained at ``L_train``
-    tokens), its text the first ``8 L_train`` tokens of the held-out part of its corpus,
-    so the farthest bucket lies at 4-8x the training length. The record has
-    ``ropesplit perturb --experiment length --json``'s schema.
+    tokens, ``ctx.trained``), its text the first ``8 L_train`` tokens of the held-out part
+    of its corpus, so the farthest bucket lies at 4-8x the training length. The record has
+    ``ropesplit perturb --experiment length --json``'s schema, plus ``checks``.
     """
     from ropesplit.empirical import tokenize
     from ropesplit.empirical.experiments import run_experiments
     from ropesplit.empirical.train import split_text
-    from ropesplit.figures import gather
 
-    loaded, cfg, subject = _trained_model(ctx)
+    trained = ctx.trained
+    loaded, cfg = trained.model(), trained.cfg
     held = split_text(cfg)[1]
     record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len),
                              experiments=["length"], seed=ctx.settings.seed)  # fmt: skip
-    record["header"]["subject"] = f"{subject}; held-out text"
-    ctx.figure_data["length"] = gather.length_data(record)
-    return record
+    record["header"]["subject"] = f"{trained.subject}; held-out text"
+    return _with_checks(record)
 
 
-def _trained_model(ctx: RunContext) -> tuple[Any, Any, str]:
-    """The last checkpoint of the ``train`` stage's first run, its config and a subject line."""
-    from ropesplit.empirical import load_model
-    from ropesplit.empirical.train import TrainConfig, checkpoints
+def _length_here_stage(ctx: RunContext) -> dict[str, Any]:
+    """``ropesplit figures``: the length experiment on the analysed model and its text."""
+    return _with_checks(_perturb(ctx.loaded, ctx.ids, ctx.settings, ["length"]))
 
-    train = ctx.records["train"]
-    cfg = TrainConfig(**train["config"])  # the record holds TrainConfig.to_dict()
-    found = checkpoints(train["runs"][0]["out"])
-    if not found:
-        raise RopesplitError(f"no complete checkpoint under {train['runs'][0]['out']}")
-    subject = f"{found[-1]} (trained here: L_train {cfg.seq_len}, RoPE base {cfg.rope_base:g})"
-    return load_model(str(found[-1])), cfg, subject
+
+def _train_stage(ctx: RunContext) -> dict[str, Any]:
+    from ropesplit.report.training import train_stage  # imports torch: only when it runs
+
+    return train_stage(ctx)
 
 
 def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
     """The interventions that run on the model itself (issue 20), at the run's intervention
     size: ``remainder``, ``keys`` and ``shuffle`` over corpus passages of
     ``intervention_tokens`` tokens."""
-    from ropesplit.figures import gather
-
     tokens = ctx.settings.intervention_tokens
     names = ["remainder", "keys", "shuffle"]
     if tokens > len(ctx.ids):
@@ -277,8 +299,6 @@ def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
     record = _perturb(ctx.loaded, ctx.ids[:tokens], ctx.settings, names,
                       passages=_intervention_ids(ctx))  # fmt: skip
     record["header"]["subject"] = f"{ctx.loaded.name}: corpus passages of {tokens} tokens"
-    for name in names:
-        ctx.figure_data[name] = gather.intervention_data(record, name)
     return record
 
 
@@ -288,61 +308,124 @@ def _terms_stage(ctx: RunContext) -> dict[str, Any]:
     from ropesplit.empirical.experiments import run_experiments
     from ropesplit.empirical.text import tokenize
     from ropesplit.empirical.train import split_text
-    from ropesplit.figures import gather
 
-    loaded, cfg, subject = _trained_model(ctx)
+    trained = ctx.trained
+    loaded, cfg = trained.model(), trained.cfg
     held = split_text(cfg)[1]  # the header's text; the passages come from the corpus
     record = run_experiments(loaded, tokenize(loaded, held, 4 * cfg.seq_len),
                              experiments=["terms"], seed=ctx.settings.seed)  # fmt: skip
-    record["header"]["subject"] = subject
-    ctx.figure_data["terms"] = gather.intervention_data(record, "terms")
+    record["header"]["subject"] = trained.subject
     return record
 
 
 def _gather_stage(ctx: RunContext) -> None:
-    ctx.figure_data = collect_figure_data(ctx.loaded, ctx.control, ctx.ids, ctx.records["analyze"],
-                                          ctx.records.get("perturb"), ctx.settings)  # fmt: skip
+    """Every figure's data from the records (and model) it declares; why any is missing."""
+    from ropesplit.figures import FIGURES as FIGURE_SPECS
+    from ropesplit.report.figure_data import FigureSources, gather_figures
+
+    sources = FigureSources(ctx.records, ctx.settings, ctx.loaded, ctx.control, ctx.ids)
+    ctx.figure_data, ctx.figure_missing = gather_figures(FIGURE_SPECS, sources, ctx.planned)
 
 
 def _figures_stage(ctx: RunContext) -> None:
+    """Every gathered figure drawn, and its data kept as a record in ``records/`` beside
+    them: ``python -m ropesplit.figures.recorded FOLDER/records OUT`` redraws them (the
+    gallery in docs/figures is drawn that way)."""
     from ropesplit.figures import write_figures
+    from ropesplit.figures.recorded import write_records
 
     assert ctx.figure_folder is not None
     ctx.written = write_figures(ctx.figure_data, ctx.figure_folder, widths=ctx.widths,
                                 formats=ctx.formats)  # fmt: skip
+    settings = ctx.settings
+    source = {"model": getattr(ctx.loaded, "name", None), "tokens": settings.tokens,
+              "seed": settings.seed, "seeds": settings.seeds, "text": settings.text}  # fmt: skip
+    write_records(ctx.figure_data, ctx.figure_folder / "records", source=source)
 
 
+MODEL = ("load",)  # the model in memory
 DERIVE = Stage("derive", "sympy checks of every step", _derive)
 BOUND = Stage("bound", "numerics on synthetic queries and keys", _bound)
 LOAD = Stage("load", "model and random-init control", _load_stage)
-ANALYZE = Stage("analyze", "every head, trained and control", _analyze_stage)
+ANALYZE = Stage("analyze", "every head, trained and control", _analyze_stage, MODEL)
 PROTOCOL = Stage("protocol", "r_split per reference, kbar, tokens, layers; controls",
-                 _protocol_stage)  # fmt: skip
-PERTURB = Stage("perturb", "every experiment of the registry", _perturb_stage)
+                 _protocol_stage, MODEL)  # fmt: skip
+PERTURB = Stage("perturb", "every experiment of the registry but length and interventions",
+                _perturb_stage, MODEL)  # fmt: skip
 CLAIMS = Stage("claims", "each claim's primary test over a corpus, trained and controls",
-               _claims_stage)  # fmt: skip
-GATHER = Stage("gather", "figure data from captures and synthetic heads", _gather_stage)
-FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figures_stage)
+               _claims_stage, MODEL)  # fmt: skip
+INTERVENE = Stage("interventions", "attention edited inside the model: remainder, keys, shuffle",
+                  _interventions_stage, MODEL)  # fmt: skip
+TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", _train_stage)
+LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
+               _length_stage, ("train",))  # fmt: skip
+TERMS = Stage("terms", "f capped against g + E capped, beyond L, on the model trained here",
+              _terms_stage, ("train",))  # fmt: skip
+GATHER = Stage("gather", "every figure's data from the records it declares", _gather_stage,
+               gathers=True)  # fmt: skip
+FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figures_stage,
+                ("gather",))  # fmt: skip
+LENGTH_HERE = Stage("length", "LM-Infinite's four settings on the analysed model and text",
+                    _length_here_stage, MODEL)  # fmt: skip
 
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
-FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, GATHER, FIGURES]
-TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", train_stage)
-REPORT_PERTURB = Stage("perturb", "every experiment of the registry but length",
-                       _report_perturb_stage)  # fmt: skip
-LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
-               _length_stage)  # fmt: skip
-INTERVENE = Stage("interventions", "attention edited inside the model: remainder, keys, shuffle",
-                  _interventions_stage)  # fmt: skip
-TERMS = Stage("terms", "f capped against g + E capped, beyond L, on the model trained here",
-              _terms_stage)  # fmt: skip
-STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, ANALYZE, PROTOCOL, REPORT_PERTURB, GATHER,
-                       INTERVENE, TRAIN, LENGTH, TERMS, FIGURES]  # fmt: skip
+FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, LENGTH_HERE, GATHER, FIGURES]
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, ANALYZE, PROTOCOL, PERTURB, INTERVENE,
+                       TRAIN, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
+# every name a stage of ropesplit makes: what a figure's needs may name
+_MAKERS = frozenset(stage.name for stage in (*STAGES, *FIGURE_STAGES))
+
+
+def check_plan(stages: Sequence[Stage], figures: Sequence[Any] | None = None) -> None:
+    """Refuse, before anything runs, an order of ``stages`` that would run a stage before
+    what it needs, or gather a figure's data before a stage it needs (one-line error).
+
+    ``figures`` (default ``ropesplit.figures.FIGURES``): every need must name a stage of
+    :data:`STAGES` or :data:`FIGURE_STAGES` (or of this run); one that this run has no
+    stage for leaves its figure out, said in the report and on stderr.
+    """
+    position: dict[str, int] = {}
+    for index, stage in enumerate(stages):
+        if stage.name in position:
+            raise RopesplitError(f"stage {stage.name!r} appears twice in the run")
+        position[stage.name] = index
+    for index, stage in enumerate(stages):
+        for need in stage.needs:
+            if need not in position:
+                raise RopesplitError(f"stage {stage.name!r} needs {need!r}, which no stage of "
+                                     "this run makes")  # fmt: skip
+            if position[need] > index:
+                raise RopesplitError(f"stage {stage.name!r} needs {need!r}, which stage "
+                                     f"{need!r} makes after it; run {need!r} first")  # fmt: skip
+    gathers = [stage for stage in stages if stage.gathers]
+    if len(gathers) > 1:
+        raise RopesplitError(f"one gather stage per run, got {len(gathers)}")
+    if not gathers:
+        return
+    if figures is None:
+        from ropesplit.figures import FIGURES
+
+        figures = FIGURES
+    known = _MAKERS | set(position)
+    at = position[gathers[0].name]
+    for spec in figures:
+        for need in spec.needs:
+            if need not in known:
+                raise RopesplitError(f"figure {spec.number} ({spec.name}) needs {need!r}, "
+                                     "which no stage makes")  # fmt: skip
+            if position.get(need, -1) > at:
+                raise RopesplitError(f"figure {spec.number} ({spec.name}) needs record "
+                                     f"{need!r}, which stage {need!r} makes after "
+                                     f"{gathers[0].name!r}; gather after every compute stage")
 
 
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
-    """Run ``stages`` in order; a returned record is kept (and written when there is a folder)."""
+    """Check the order, then run ``stages``; a returned record is kept (and written when
+    there is a folder)."""
     from ropesplit.io import write_json
 
+    check_plan(stages)
+    ctx.planned = tuple(stage.name for stage in stages)
     progress = _Progress(total=len(stages) + (ctx.folder is not None))
     for stage in stages:
         with progress.stage(stage.name, stage.what):
@@ -409,47 +492,6 @@ def _perturb(
                                passages=passages)  # fmt: skip
 
 
-def collect_figure_data(
-    loaded: Any,
-    control: Any | None,
-    ids: Any,
-    analysis: Mapping[str, Any],
-    perturb: Mapping[str, Any] | None,
-    settings: RunSettings,
-) -> dict[str, dict[str, Any]]:
-    """Every figure's keyword arguments, from the run's records and fresh captures.
-
-    Figure 1 and the real heads of figure 4 use the first ``figure_tokens``
-    tokens (readable heatmaps); figure 3 the full text, trained and control.
-    """
-    from ropesplit.empirical.capture import capture
-    from ropesplit.figures import gather
-
-    head = settings.head or gather.median_head(analysis["heads"])
-    cache = capture(loaded, ids, keep_probs=False)
-    control_cache = capture(control, ids, keep_probs=False) if control is not None else None
-    short = capture(loaded, ids[: settings.figure_tokens], keep_probs=False)
-    ordered = sorted(analysis["heads"], key=lambda r: float(r["r_split"]))
-    lowest, highest = ordered[0], ordered[-1]
-    real = [(int(lowest["layer"]), int(lowest["head"])), head,
-            (int(highest["layer"]), int(highest["head"]))]  # fmt: skip
-    data = {
-        "decomposition": gather.decomposition_data(short, *head, model=analysis["model"]),
-        "r_split": gather.r_split_data(analysis),
-        "pair_energy": gather.pair_energy_data(cache, control_cache),
-        "bound": gather.bound_data(short, list(dict.fromkeys(real)), seed=settings.seed),
-        "sweep": gather.sweep_data(seed=settings.seed),
-        "reference": gather.reference_data(analysis),
-        "reference_pairs": gather.reference_pairs_data(cache, control_cache),
-    }
-    if perturb is not None:
-        data["perturbation"] = gather.perturbation_data(perturb)
-        data["distance"] = gather.distance_data(perturb)
-        if "length" in perturb:  # the report runs it on the model it trains (length stage)
-            data["length"] = gather.length_data(perturb)
-    return data
-
-
 def _text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict[str, Any]:
     import numpy as np
 
@@ -473,7 +515,8 @@ def _commit() -> str:
 
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, cwd=Path(__file__).resolve().parent)  # fmt: skip
+                             text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
@@ -486,10 +529,43 @@ def run_figures(
     widths: Sequence[str] = ("single", "double"),
     formats: Sequence[str] = ("pdf", "png"),
 ) -> list[Path]:
-    """``ropesplit figures``: :data:`FIGURE_STAGES` (load, analyse, run, draw) into ``out``."""
+    """``ropesplit figures``: :data:`FIGURE_STAGES` (load, analyse, run, draw) into ``out``.
+
+    The figures this run has no records for (the trained model's, the interventions') are
+    named on stderr with what they need."""
     ctx = RunContext(settings, figure_folder=Path(out), widths=widths, formats=formats)
     _run_stages(ctx, FIGURE_STAGES)
+    for block in figure_blocks(ctx):
+        if block.missing:
+            print(f"figure {block.number} ({block.name}) {block.missing}", file=sys.stderr)
     return ctx.written
+
+
+def figure_blocks(ctx: RunContext) -> list[Any]:
+    """One :class:`~ropesplit.report.document.FigureBlock` per figure of the registry, in
+    order: the PNG the figures stage wrote (two-column), or, where it drew none, why not."""
+    from ropesplit.figures import FIGURES as FIGURE_SPECS
+    from ropesplit.figures import figure_files
+    from ropesplit.report.document import FigureBlock
+
+    folder = ctx.figure_folder or Path(".")
+    written = {Path(p).resolve() for p in ctx.written}
+    blocks = []
+    for spec in FIGURE_SPECS:
+        png = folder / figure_files(spec, "double", "png")
+        files = [f"figures/{figure_files(spec, w, f)}" for w in ctx.widths for f in ctx.formats]
+        if spec.name in ctx.figure_missing:
+            missing = f"not drawn: {ctx.figure_missing[spec.name]}"
+        elif spec.name not in ctx.figure_data:
+            missing = "not drawn: no gather stage ran"
+        elif png.resolve() not in written:
+            missing = f"not drawn: the figures stage wrote no {png.name}"
+        else:
+            missing = ""
+        blocks.append(FigureBlock(spec.number, spec.title, spec.caption,
+                                  b"" if missing else png.read_bytes(), [] if missing else files,
+                                  name=spec.name, missing=missing))  # fmt: skip
+    return blocks
 
 
 def run_report(settings: RunSettings, out: str | Path) -> Path:
@@ -498,29 +574,23 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
     Writes into ``out`` (which must exist): ``NAME.json`` for every stage
     with a record, ``run.json``, ``figures/`` (PDF and PNG of every figure at
     both widths), ``index.html`` and ``report.md``. Returns the path of
-    ``index.html``.
+    ``index.html``. A figure whose records this run did not make is not drawn;
+    the report says so where the figure would stand, naming what it needs.
     """
-    from ropesplit.figures import FIGURES as FIGURE_SPECS
-    from ropesplit.figures import figure_files
     from ropesplit.io import write_json, write_text
-    from ropesplit.report.document import FigureBlock, build_document
     from ropesplit.report.render import render_html, render_markdown
+    from ropesplit.report.sections import build_document
 
     folder = Path(out)
     if not folder.is_dir():
         raise RopesplitError(f"cannot write the report to {folder}: folder does not exist")
+    check_plan(STAGES)  # before the figures folder is made
     start = time.perf_counter()
     ctx = RunContext(settings, folder=folder, figure_folder=folder / "figures")
     ctx.figure_folder.mkdir(exist_ok=True)  # type: ignore[union-attr]
     progress = _run_stages(ctx, STAGES)
     with progress.stage("render", "run.json, index.html and report.md"):
-        blocks = [
-            FigureBlock(spec.number, spec.title, spec.caption,
-                        (folder / "figures" / figure_files(spec, "double", "png")).read_bytes(),
-                        [f"figures/{figure_files(spec, w, f)}" for w in ("single", "double")
-                         for f in ("pdf", "png")])
-            for spec in FIGURE_SPECS
-        ]  # fmt: skip
+        blocks = figure_blocks(ctx)
         run = _text_header(settings, ctx.loaded, ctx.ids, ctx.text)
         run["stage_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in progress.seconds.items())
         run["run_seconds"] = round(time.perf_counter() - start, 1)
@@ -535,7 +605,7 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
         write_json(folder / "run.json", run)
         doc = build_document(ctx.records, blocks)
         write_text(folder / "index.html", render_html(doc))
-        links = {b.number: f"figures/{figure_files(s, 'double', 'png')}"
-                 for b, s in zip(blocks, FIGURE_SPECS, strict=True)}  # fmt: skip
+        links = {b.number: next(f for f in b.files if f.endswith("-double.png"))
+                 for b in blocks if not b.missing}  # the PNG embedded in index.html
         write_text(folder / "report.md", render_markdown(doc, links))
     return folder / "index.html"

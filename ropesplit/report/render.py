@@ -2,8 +2,12 @@ r"""Render a :class:`~ropesplit.report.document.Document` as self-contained HTML
 
 The HTML page carries everything inline: CSS in a ``<style>`` element and
 every figure as a base64 ``data:image/png`` URI, with no script and no link
-to any other file or host, so it opens offline in any browser. The Markdown
-file links the PNGs written beside it (``figures/...``).
+to any other file or host, so it opens offline in any browser. It never
+grows wider than the window: long words and cells wrap, and every table sits
+in its own horizontally scrolling box (``tools/offline_check.py`` checks at
+800 and 1400 px). Long detail is collapsed in ``<details>``; a figure not
+drawn is a visible line saying what it needs. The Markdown file links the
+PNGs written beside it (``figures/...``).
 """
 
 from __future__ import annotations
@@ -11,26 +15,28 @@ from __future__ import annotations
 import base64
 import html
 
-from ropesplit.report.document import Document, FigureBlock, Table
+from ropesplit.report.document import Details, Document, FigureBlock, Section, Table
 
 __all__ = ["render_html", "render_markdown"]
 
 _CSS = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto;
-       padding: 0 1rem; color: #111; line-height: 1.45; }
+       padding: 0 1rem; color: #111; line-height: 1.45; overflow-wrap: anywhere; }
 p.run { color: #444; margin-top: -0.6rem; }
+details { margin: 0.6rem 0; } summary { cursor: pointer; color: #333; }
+p.missing { border-left: 3px solid #d9a400; padding: 0.3rem 0.6rem; background: #fff6d9; }
 nav.toc ol { columns: 2; column-gap: 2rem; margin: 0.4rem 0 0; }
 nav.toc h2 { margin-top: 1rem; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem;
        border-bottom: 1px solid #ccc; }
 .wrap { overflow-x: auto; max-width: 100%; margin: 0.8rem 0; }
-table { border-collapse: collapse; font-size: 0.85rem; }
+table { border-collapse: collapse; font-size: 0.85rem; overflow-wrap: normal; }
 caption { caption-side: top; text-align: left; color: #444; padding-bottom: 0.3rem; }
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left;
          vertical-align: top; }
-th { background: #f2f2f2; white-space: nowrap; }
+th { background: #f2f2f2; }  /* titles break at spaces and after underscores */
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-td.prose { min-width: 12rem; max-width: 28rem; }
+td.prose { min-width: 12rem; max-width: 28rem; overflow-wrap: anywhere; }
 td.agrees { background: #e6f4e6; } td.disagrees { background: #fbe3e3; }
 td.inconclusive { background: #fff6d9; }
 figure { margin: 1.5rem 0; }
@@ -68,10 +74,15 @@ def _html_cell(cell: str, kind: str, link: str = "") -> str:
     return f'<td class="{classes}">{text}</td>' if classes else f"<td>{text}</td>"
 
 
+def _header(title: str) -> str:
+    """A column title that may break after each underscore (``lowfreq_share_k``)."""
+    return html.escape(title).replace("_", "_<wbr>")
+
+
 def _html_table(table: Table) -> str:
     kinds = _column_kinds(table)
     links = table.links or [""] * len(table.rows)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    head = "".join(f"<th>{_header(c)}</th>" for c in table.columns)
     body = "".join(
         "<tr>" + "".join(_html_cell(cell, kinds[i], links[r] if i == 0 else "")
                          for i, cell in enumerate(row)) + "</tr>"
@@ -82,7 +93,14 @@ def _html_table(table: Table) -> str:
            f"<tbody>{body}</tbody></table></div>"  # fmt: skip
 
 
+def _missing(fig: FigureBlock) -> str:
+    """The line standing in for a figure not drawn: which one, and what it needs."""
+    return f"Figure {fig.number} ({fig.name}): {fig.title}, {fig.missing}."
+
+
 def _html_figure(fig: FigureBlock) -> str:
+    if fig.missing:
+        return f'<p class="missing" id="figure-{fig.number}">{html.escape(_missing(fig))}</p>'
     data = base64.b64encode(fig.png).decode("ascii")
     alt = html.escape(f"Figure {fig.number}: {fig.title}")
     files = (" Files: " + ", ".join(f"<code>{html.escape(f)}</code>" for f in fig.files) + "."
@@ -111,13 +129,26 @@ def render_html(doc: Document) -> str:
                         for s in toc)  # fmt: skip
         parts.append(f'<nav class="toc"><h2>Contents</h2><ol>{items}</ol></nav>')
     for section in doc.sections:
-        anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
-        parts.append(f"<h2{anchor}>{html.escape(section.title)}</h2>")
-        parts += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
-        parts += [_html_table(t) for t in section.tables]
-        parts += [_html_figure(f) for f in section.figures]
+        parts += _html_section(section)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _html_details(details: Details) -> str:
+    inner = [f"<p>{html.escape(p)}</p>" for p in details.paragraphs]
+    inner += [_html_table(t) for t in details.tables]
+    return (f"<details><summary>{html.escape(details.summary)}</summary>" + "".join(inner)
+            + "</details>")  # fmt: skip
+
+
+def _html_section(section: Section) -> list[str]:
+    anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
+    parts = [f"<h2{anchor}>{html.escape(section.title)}</h2>"]
+    parts += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
+    parts += [_html_table(t) for t in section.tables]
+    parts += [_html_details(d) for d in section.details]
+    parts += [_html_figure(f) for f in section.figures]
+    return parts
 
 
 def _md_cell(cell: str) -> str:
@@ -151,7 +182,14 @@ def render_markdown(doc: Document, figure_links: dict[int, str] | None = None) -
         parts.append(f"## {section.title}")
         parts += section.paragraphs
         parts += [_md_table(t) for t in section.tables]
+        for details in section.details:  # GitHub and most viewers fold these too
+            parts += [f"<details><summary>{html.escape(details.summary)}</summary>",
+                      *details.paragraphs, *(_md_table(t) for t in details.tables),
+                      "</details>"]  # fmt: skip
         for fig in section.figures:
+            if fig.missing:
+                parts.append(f"*{_missing(fig)}*")
+                continue
             image = f"![Figure {fig.number}: {fig.title}]({links[fig.number]})\n\n" \
                 if fig.number in links else ""  # fmt: skip
             parts.append(f"{image}**Figure {fig.number}. {fig.title}.** {fig.caption}")

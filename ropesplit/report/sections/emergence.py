@@ -1,48 +1,24 @@
 r"""Training: the split's pattern watched as it forms (``ropesplit train``, issue 11).
 
-The ``train`` stage (:func:`train_stage`, one line in the pipeline's
-``STAGES``) trains the small Llama of :mod:`ropesplit.empirical.train` at two
-RoPE bases, shorter than ``ropesplit train``'s default (:data:`REPORT_TRAIN`),
-into ``REPORT/train/``; a rerun resumes the finished runs (same numbers). Its
-record is ``train.json`` (the ``ropesplit train --json`` schema) and it adds
-figures 11 and 12 to the run's figures. This section states the theory's
-prediction, then per base the random init, its control and the last
+Reads ``train.json``, the record of the report's ``train`` stage
+(:mod:`ropesplit.report.training`: the small Llama of
+:mod:`ropesplit.empirical.train` trained at two RoPE bases), and shows
+figures 11 and 12, drawn from the same record. This section states the
+theory's prediction, then per base the random init, its control and the last
 checkpoint with bootstrap intervals over heads, then the verdicts.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from ropesplit.empirical.train import TrainConfig
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
 
-__all__ = ["REPORT_BASES", "REPORT_TRAIN", "SECTION", "train_stage"]
+__all__ = ["SECTION"]
 
-# the report's training: the default model, fewer steps (about 1-2 min per base on 2 cores)
-REPORT_TRAIN = TrainConfig(steps=150, checkpoints=6)
-REPORT_BASES = (10000.0, 100.0)  # many vs no slow pairs at L_train = 128 (7 vs 0 of 16)
 _STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k", "lowfreq_share_q")
-
-
-def train_stage(ctx: Any) -> dict[str, Any]:
-    """Train :data:`REPORT_TRAIN` at :data:`REPORT_BASES` under ``ctx.folder / "train"``."""
-    import tempfile
-
-    from ropesplit.empirical.emergence import run_emergence
-    from ropesplit.figures.emergence import emergence_data
-
-    root = Path(ctx.folder or tempfile.mkdtemp(prefix="ropesplit-train-"))
-    cfg = dataclasses.replace(REPORT_TRAIN, out=str(root / "train"), seed=ctx.settings.seed)
-    record = run_emergence(cfg, list(REPORT_BASES), [ctx.settings.seed],
-                           say=lambda line: print(line, file=sys.stderr))  # fmt: skip
-    ctx.figure_data |= emergence_data(record)
-    return record
 
 
 def _ci(summary: Mapping[str, Any], name: str) -> str:
@@ -76,7 +52,8 @@ def build(inputs: ReportInputs) -> list[Section]:
                          (f"step {last['step']}", last)):  # fmt: skip
             rows.append([f"{run['rope_base']:g} (seed {run['seed']})", label, fmt(c["val_loss"]),
                          *(_ci(c["summary"], s) for s in _STATS)])  # fmt: skip
-        below = "below" if last["val_loss"] < entropy else "NOT below"
+        loss = last["val_loss"]  # null in the JSON when it was not a number
+        below = "below" if loss is not None and loss < entropy else "NOT below"
         text.append(f"Base {run['rope_base']:g}, seed {run['seed']}: final validation loss "
                     f"{fmt(last['val_loss'])} nats/byte, {below} the corpus's unigram entropy "
                     f"{fmt(entropy)}.")  # fmt: skip
@@ -90,7 +67,8 @@ def build(inputs: ReportInputs) -> list[Section]:
                             "each training seed one unit (paired across bases or init vs "
                             "final); a verdict needs 3 seeds"))  # fmt: skip
     text.append("Figures 11 and 12 show every checkpoint.")
-    return [Section("Training: the pattern as it forms", text, tables, anchor=SECTION.anchor)]
+    return [Section("Training: the pattern as it forms", text, tables,
+                    figures=inputs.figures_named(SECTION.figures), anchor=SECTION.anchor)]
 
 
-SECTION = SectionSpec("training", ("train",), build)
+SECTION = SectionSpec("training", ("train",), build, ("emergence", "emergence_pairs"))

@@ -66,7 +66,8 @@ def build(inputs: ReportInputs) -> list[Section]:
     ]  # fmt: skip
     return [Section("Empirical: the split on every head, trained vs random init", text,
                     [Table(columns, rows, "per-layer means over heads; last row: all heads")],
+                    figures=inputs.figures_named(SECTION.figures),
                     anchor=SECTION.anchor)]  # fmt: skip
 
 
-SECTION = SectionSpec("empirical", ("analyze",), build)
+SECTION = SectionSpec("empirical", ("analyze",), build, ("decomposition", "r_split", "pair_energy"))

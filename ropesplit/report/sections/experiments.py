@@ -12,8 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ropesplit.report.document import Section, Table, fmt
+from ropesplit.report.document import Details, FigureBlock, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
+
+# the figure shown in each experiment's section (registry names; figure 6 shows order and
+# position, and sits with order, the first of the two)
+FIGURES = {"order": "perturbation", "distance": "distance", "length": "length",
+           "remainder": "remainder", "keys": "keys", "terms": "terms", "shuffle": "shuffle"}
 
 
 def anchor(name: str) -> str:
@@ -40,11 +45,11 @@ def experiment_records(records: Mapping[str, Any]) -> list[tuple[str, Mapping[st
 def build(inputs: ReportInputs) -> list[Section]:
     sections = []
     for stage, record in experiment_records(inputs.records):
-        sections += _sections(stage, record)
+        sections += _sections(stage, record, inputs)
     return sections
 
 
-def _sections(stage: str, perturb: Mapping[str, Any]) -> list[Section]:
+def _sections(stage: str, perturb: Mapping[str, Any], inputs: ReportInputs) -> list[Section]:
     experiments = need(perturb, "experiments", stage)
     sections = []
     for name, about in experiments.items():
@@ -60,12 +65,15 @@ def _sections(stage: str, perturb: Mapping[str, Any]) -> list[Section]:
                 "above")  # fmt: skip
         text = ([f"Subject: {subject}."] if subject else []) + [
                 f"Prediction (stated before the run): {about['prediction']}.",
-                f"Verdict ({kind}): {about['verdict']}. {about['reason']}",
-                f"Needs: {about['needs']}; captured from their own forward pass: "
-                f"{', '.join(about.get('own_capture') or []) or 'none'}."]  # fmt: skip
-        sections.append(Section(f"Experiment: {about['title']}", text, [table],
-                                anchor=anchor(name)))  # fmt: skip
+                f"Verdict ({kind}): {about['verdict']}. {about['reason']}"]  # fmt: skip
+        detail = Details(f"{len(rows)} rows measured, each with its verdict",
+                         [f"Needs: {about['needs']}; captured from their own forward pass: "
+                          f"{', '.join(about.get('own_capture') or []) or 'none'}."],
+                         [table])  # fmt: skip
+        figures: list[FigureBlock] = inputs.figure(FIGURES[name]) if name in FIGURES else []
+        sections.append(Section(f"Experiment: {about['title']}", text, figures=figures,
+                                anchor=anchor(name), details=[detail]))  # fmt: skip
     return sections
 
 
-SECTION = SectionSpec("experiments", ("perturb",), build)
+SECTION = SectionSpec("experiments", ("perturb",), build, tuple(FIGURES.values()))

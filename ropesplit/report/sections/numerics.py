@@ -21,8 +21,8 @@ def build(inputs: ReportInputs) -> list[Section]:
          "is spread evenly (random) or sits in the fastest pairs (adversarial). "
          f"Bound violations: {violations} (the theory says 0; tightness never above 1)."],
         [Table(list(COLUMNS), [[fmt(case.get(c)) for c in COLUMNS] for case in cases])],
-        anchor=SECTION.anchor,
+        figures=inputs.figures_named(SECTION.figures), anchor=SECTION.anchor,
     )]  # fmt: skip
 
 
-SECTION = SectionSpec("numerics", ("bound",), build)
+SECTION = SectionSpec("numerics", ("bound",), build, ("bound", "sweep"))

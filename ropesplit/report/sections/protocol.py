@@ -1,4 +1,4 @@
-r"""The protocol table: which measurement choices move ``r_split`` (docs/theory.md section 6, issue 10).
+r"""The protocol table: which measurement choices move ``r_split`` (docs/theory.md 6, issue 10).
 
 Reads ``protocol.json`` (``empirical.protocol.protocol``): per token count,
 reference key, layer set and reference rotation, the per-head mean and the
@@ -61,7 +61,8 @@ def build(inputs: ReportInputs) -> list[Section]:
         + "; ".join(need(record, "verdicts", "protocol")) + ".",
     ]
     return [Section("Protocol: what moves r_split towards the paper's value", text,
-                    [table, controls], anchor=SECTION.anchor)]  # fmt: skip
+                    [table, controls], figures=inputs.figures_named(SECTION.figures),
+                    anchor=SECTION.anchor)]  # fmt: skip
 
 
-SECTION = SectionSpec("protocol", ("protocol",), build)
+SECTION = SectionSpec("protocol", ("protocol",), build, ("reference", "reference_pairs"))

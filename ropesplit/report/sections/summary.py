@@ -5,12 +5,13 @@ Every verdict here is the claim's pre-registered primary test
 ``claims`` stage (``claims.json``): the statistic, its 95% t interval over
 passages (and the paired difference against the random-init twin), the
 number of passages, the verdict. Each line links to the claim's detail
-section: every condition, the nulls beside the primary, the positive
-control where there is one, and the secondary statistics (one-sided,
-Holm-corrected, shown only) and, under claims 1 and 5, the length
-experiment's checks (loss behaviour under 1, f/g behaviour under 5). The
-experiment sections further down are descriptive: none of their checks
-decides a claim.
+section: its prediction and verdict in two lines, then, collapsed, every
+condition, the nulls beside the primary, the positive control where there
+is one, and the secondary statistics (one-sided, Holm-corrected, shown only)
+and, under claims 1 and 5, the length experiment's checks as the ``length``
+stage judged them (``length.json``'s ``checks``: loss behaviour under 1, f/g
+behaviour under 5). The experiment sections further down are descriptive:
+none of their checks decides a claim.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropesplit.paper import PAPER_CITATION
-from ropesplit.report.document import Section, Table, fmt
+from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
 
 __all__ = ["SECTION", "claim_cells", "interval_text"]
@@ -52,15 +53,11 @@ LENGTH_ROUTES = {1: ("vanilla rises", "LM-Infinite near"),
 
 
 def _length_rows(claim: int, records: Mapping[str, Any]) -> list[list[str]]:
-    from ropesplit.empirical.experiments.length import claims as length_claims
-
-    record = records.get("length") or records.get("perturb") or {}
-    rows = record.get("length")
-    if not rows or claim not in LENGTH_ROUTES:
-        return []
-    judged = length_claims(rows)
-    return [[f"descriptive (length experiment, one text): {name}", judged[name].reason, "-",
-             judged[name].outcome] for name in LENGTH_ROUTES[claim]]  # fmt: skip
+    """The length experiment's checks about ``claim``, as the length stage judged them."""
+    checks = records.get("length", {}).get("checks", {})
+    return [[f"descriptive (length experiment, one text): {name}", checks[name]["reason"], "-",
+             checks[name]["outcome"]]
+            for name in LENGTH_ROUTES.get(claim, ()) if name in checks]  # fmt: skip
 
 
 def _detail(claim: Mapping[str, Any], records: Mapping[str, Any]) -> Section:
@@ -77,10 +74,12 @@ def _detail(claim: Mapping[str, Any], records: Mapping[str, Any]) -> Section:
     table = Table(["test", "95% t interval over passages", "n", "outcome"], rows,
                   f"claim {claim['claim']}: conditions fixed in ropesplit.claims before the run; "
                   "the verdict is the intersection-union test of the primary conditions")
+    detail = Details(f"every test of claim {claim['claim']} ({len(rows)}: primary, nulls, "
+                     "secondaries)", tables=[table])  # fmt: skip
     return Section(f"Claim {claim['claim']}: {claim['statement']}",
                    [f"Prediction: {claim['prediction']}.",
-                    f"Verdict: {claim['verdict']}. {claim['reason']}"], [table],
-                   anchor=f"claim-{claim['claim']}")  # fmt: skip
+                    f"Verdict: {claim['verdict']}. {claim['reason']}"],
+                   anchor=f"claim-{claim['claim']}", details=[detail])  # fmt: skip
 
 
 def build(inputs: ReportInputs) -> list[Section]:

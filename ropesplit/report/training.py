@@ -1,0 +1,72 @@
+r"""The report's ``train`` stage: a small Llama trained here (``ropesplit train``, issue 11).
+
+:func:`train_stage` trains :data:`REPORT_TRAIN` (the default model of
+:mod:`ropesplit.empirical.train`, fewer steps than ``ropesplit train``) at the
+RoPE bases :data:`REPORT_BASES` into ``REPORT/train/`` (a rerun resumes the
+finished runs: the same numbers) and returns the ``ropesplit train --json``
+record, written as ``train.json``; figures 11 and 12 are drawn from it by the
+gather step. It also leaves on the context what the ``length`` and ``terms``
+stages run on, in memory: :class:`TrainedSubject`, the last checkpoint of the
+first base's run with that run's config, loaded once for both. Importing this
+module imports torch; the pipeline imports it when the stage runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from ropesplit.empirical.train import TrainConfig
+from ropesplit.errors import RopesplitError
+
+__all__ = ["REPORT_BASES", "REPORT_TRAIN", "TrainedSubject", "train_stage"]
+
+# the default model, fewer steps (about 1-2 min per base on 2 cores); tests set a tiny one
+REPORT_TRAIN = TrainConfig(steps=150, checkpoints=6)
+REPORT_BASES = (10000.0, 100.0)  # many vs no slow pairs at L_train = 128 (7 vs 0 of 16)
+
+
+@dataclasses.dataclass
+class TrainedSubject:
+    """The model the ``length`` and ``terms`` stages run on: one finished training run."""
+
+    cfg: Any  # that run's TrainConfig (its base, seed and folder)
+    checkpoint: Path  # its last complete checkpoint
+    _loaded: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def subject(self) -> str:
+        return (f"{self.checkpoint} (trained here: L_train {self.cfg.seq_len}, RoPE base "
+                f"{self.cfg.rope_base:g})")  # fmt: skip
+
+    def model(self) -> Any:
+        """The checkpoint as a ``LoadedModel``, loaded on first use and kept."""
+        if self._loaded is None:
+            from ropesplit.empirical import load_model
+
+            self._loaded = load_model(str(self.checkpoint))
+        return self._loaded
+
+
+def train_stage(ctx: Any) -> dict[str, Any]:
+    """Train :data:`REPORT_TRAIN` at :data:`REPORT_BASES` under ``ctx.folder / "train"``;
+    sets ``ctx.trained`` and returns the record."""
+    import tempfile
+
+    from ropesplit.empirical.emergence import run_emergence
+    from ropesplit.empirical.train import checkpoints
+
+    root = Path(ctx.folder or tempfile.mkdtemp(prefix="ropesplit-train-"))
+    cfg = dataclasses.replace(REPORT_TRAIN, out=str(root / "train"), seed=ctx.settings.seed)
+    record = run_emergence(cfg, list(REPORT_BASES), [ctx.settings.seed],
+                           say=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    first = record["runs"][0]
+    run_cfg = dataclasses.replace(cfg, rope_base=float(first["rope_base"]), seed=first["seed"],
+                                  out=first["out"])  # fmt: skip
+    found = checkpoints(run_cfg.out)
+    if not found:
+        raise RopesplitError(f"no complete checkpoint under {run_cfg.out}")
+    ctx.trained = TrainedSubject(run_cfg, found[-1])
+    return record
