@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 TOL = 1e-12  # relative residual ||G x - r|| / ||r|| at which CG stops
-DIRECT_MAX = 2048  # unknowns up to which a band Gram is inverted once and reused
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class ThreeAxisFit:
     d_min: int  # smallest masked distance i - j
     fitted: np.ndarray  # (N, N), 0 off the mask
     r: float  # Pearson corr(W, fitted) over the mask
-    iterations: int  # CG iterations to convergence (0: solved directly)
+    iterations: int  # CG iterations to convergence
 
 
 class _Gram:
@@ -77,15 +76,8 @@ class _Gram:
         raise NotImplementedError
 
     def solve(self, rhs: np.ndarray, tol: float = TOL) -> tuple[np.ndarray, int]:
-        r"""Solve :math:`G x = r` for each column of ``rhs (K, H)``: the solution with no part
-        along the gauge directions.
+        r"""Solve :math:`G x = r` for each column of ``rhs (K, H)`` by preconditioned CG.
 
-        Up to :data:`DIRECT_MAX` unknowns when :meth:`inverse` has one: directly,
-        :math:`x = (G + \bar g\,ZZ^\top)^{-1} r` with the gauge basis ``Z`` (the
-        added term is 0 on the range of ``G``, where ``r`` lies, and makes the
-        matrix invertible), refined by one step :math:`x \mathrel{+}= M^{-1}(r - Gx)`
-        until the residual meets ``tol`` (``iterations`` 0). Otherwise by
-        diagonally preconditioned CG from 0, which stays off the gauge directions.
         Returns ``(x (K, H), iterations)``; raises if not converged in ``10 K``
         iterations (never seen: ``G`` is well conditioned on its range).
         """
@@ -93,16 +85,6 @@ class _Gram:
         gauge = self.gauge()  # A^T w is orthogonal to these; rounding in the sums is not
         for _ in range(2):  # twice: the first pass's own rounding leaves a trace along them
             rhs = rhs - gauge @ (gauge.T @ rhs)
-        inverse = self.inverse()
-        if inverse is not None:
-            x = inverse @ rhs
-            target = tol * np.linalg.norm(rhs, axis=0)  # (H,)
-            for _ in range(3):  # refinement: the inverse's rounding, once or twice
-                res = rhs - self.apply(x)
-                if (np.linalg.norm(res, axis=0) <= target).all():
-                    x = x - gauge @ (gauge.T @ x)
-                    return x, 0
-                x = x + inverse @ res
         inv_diag = np.where(self.diag > 0, 1.0 / np.maximum(self.diag, 1e-300), 0.0)[:, None]
         x = np.zeros((k, h))
         res = rhs.copy()
@@ -125,10 +107,6 @@ class _Gram:
         if (np.linalg.norm(res, axis=0) <= np.sqrt(tol) * np.linalg.norm(rhs, axis=0)).all():
             return x, 10 * k  # stalled at the rounding floor, still far below any use
         raise RopesplitError(f"additive fit did not converge in {10 * k} iterations")
-
-    def inverse(self) -> np.ndarray | None:
-        """``(G + mean(diag) Z Z^T)^{-1}`` (``K, K``) when :meth:`solve` goes direct, else None."""
-        return None
 
     def gauge(self) -> np.ndarray:
         """An orthonormal basis ``(K, g)`` of the gauge directions (no fitted value changes).
@@ -186,19 +164,6 @@ class BandGram(_Gram):
         self.last_row = np.minimum(n - 1, i + reach - 1)  # column j sees rows j .. last_row
         self.reach = reach
         self.pairs = int(self.count_b.sum())
-
-    @functools.cached_property
-    def _inverse(self) -> np.ndarray | None:
-        k = self.diag.size
-        if k > DIRECT_MAX or k == 0:
-            return None
-        gauge = self.gauge()
-        dense = self.apply(np.eye(k)) + self.diag.mean() * (gauge @ gauge.T)  # (K, K)
-        return np.linalg.inv(dense)
-
-    def inverse(self) -> np.ndarray | None:
-        """The cached direct inverse (see :meth:`_Gram.inverse`), built on first use."""
-        return self._inverse
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         r"""``G x`` for ``x (K, H)``: the fit summed per distance, row and column."""
@@ -311,7 +276,7 @@ class AdditiveFits:
     a: np.ndarray | None  # (K, n_a) distance effect a_D, D = 0 .. n_a - 1; None for two axes
     b: np.ndarray  # (K, N) query (row) effect
     c: np.ndarray  # (K, N) key (column) effect: mean 0 (three axes: no linear trend either)
-    iterations: int  # CG iterations to convergence (0: solved directly)
+    iterations: int  # CG iterations to convergence
 
     def fitted(self) -> np.ndarray:
         """The fitted values ``(K, N, N)`` (every entry, masked or not)."""
