@@ -92,7 +92,8 @@ class TrainConfig:
     n_boot: int = 1000  # bootstrap resamples for the CIs over heads
     text: str | None = None  # UTF-8 file (default: ropesplit.empirical.default_text())
     task: str = "lm"  # "lm" (bytes of the text), "recall" or "offset" (empirical.tasks)
-    vocab: int = 64  # content tokens of the synthetic tasks
+    vocab: int = 64  # content tokens of the synthetic tasks (3/4 keys, 1/4 values)
+    init_std: float = 0.02  # weights drawn N(0, init_std^2) (transformers' initializer_range)
 
     @property
     def head_dim(self) -> int:
@@ -107,14 +108,16 @@ class TrainConfig:
                 raise RopesplitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.seq_len < 8:
             raise RopesplitError(f"seq_len must be at least 8, got {self.seq_len}")
-        from ropesplit.empirical.tasks import MIN_DISTANCE, TASKS
+        from ropesplit.empirical.tasks import TASKS
 
         if self.task not in TASKS:
             raise RopesplitError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        pairs = (self.seq_len - 1) // 4  # the tasks' key-value pairs
-        if self.task != "lm" and not MIN_DISTANCE <= pairs < self.vocab:
-            raise RopesplitError(f"task {self.task} holds (seq_len - 1) // 4 = {pairs} distinct "
-                                 f"keys: it needs {MIN_DISTANCE} to vocab - 1 ({self.vocab - 1})")
+        if self.task != "lm":
+            from ropesplit.empirical.tasks import check_task
+
+            check_task(self.seq_len, self.vocab)
+        if not (math.isfinite(self.init_std) and self.init_std > 0):
+            raise RopesplitError(f"init_std must be a positive number, got {self.init_std}")
         if self.d_model % self.heads or self.head_dim % 2:
             raise RopesplitError(
                 f"d_model / heads must be an even integer, got {self.d_model}/{self.heads}"
@@ -170,14 +173,20 @@ def model_config(cfg: TrainConfig) -> Any:
     """The ``LlamaConfig`` of a run; the context allows 8 ``L_train`` for extrapolation studies."""
     from transformers import LlamaConfig
 
-    vocab, bos, eos = (VOCAB, BOS, EOS) if cfg.task == "lm" else (cfg.vocab + 2, cfg.vocab,
-                                                                   cfg.vocab + 1)  # fmt: skip
+    if cfg.task == "lm":
+        vocab, bos, eos = VOCAB, BOS, EOS
+    else:
+        from ropesplit.empirical.tasks import task_vocab
+
+        vocab = task_vocab(cfg.vocab)[2]
+        bos, eos = vocab - 2, vocab - 1
     settings: dict[str, Any] = dict(
         vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
         num_key_value_heads=cfg.heads, head_dim=cfg.head_dim,
         max_position_embeddings=8 * cfg.seq_len, rope_theta=float(cfg.rope_base),
         bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=True,
+        initializer_range=cfg.init_std,
         ropesplit_train_length=cfg.seq_len,  # L_train, saved in config.json
         ropesplit_task=cfg.task,
     )  # fmt: skip
@@ -185,16 +194,22 @@ def model_config(cfg: TrainConfig) -> Any:
 
 
 def task_tokenizer(vocab: int) -> Any:
-    """A word-level tokenizer of a synthetic task: ``t0 .. t{V-1}``, ``<s>`` (BOS) = V, ``</s>``
-    = V + 1 (also what an unknown word reads as), so checkpoints load like any model."""
+    """A word-level tokenizer of a synthetic task over ``vocab`` content tokens: keys
+    ``k0 ..``, values ``v0 ..``, one word per stored pair ``k3=v1`` (``empirical.tasks``), then
+    ``<s>`` (BOS) and ``</s>`` (EOS, also what an unknown word reads as), so checkpoints load
+    like any model."""
+    from ropesplit.empirical.tasks import task_vocab
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    words = {f"t{i}": i for i in range(vocab)} | {"<s>": vocab, "</s>": vocab + 1}
+    keys, values, size = task_vocab(vocab)
+    names = ([f"k{i}" for i in range(keys)] + [f"v{i}" for i in range(values)]
+             + [f"k{k}=v{v}" for k in range(keys) for v in range(values)])  # fmt: skip
+    words = {name: i for i, name in enumerate(names)} | {"<s>": size - 2, "</s>": size - 1}
     tok = Tokenizer(models.WordLevel(vocab=words, unk_token="</s>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab)]
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", size - 2)]
     )
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                    unk_token="</s>")  # fmt: skip

@@ -229,8 +229,14 @@ def control_record(cfg: TrainConfig, control_seed: int) -> dict[str, Any]:
 
 def corpus_entropy(cfg: TrainConfig) -> float:
     """Unigram entropy (nats per token) of the training data: the context-free baseline loss
-    (a synthetic task's answers are uniform over its vocabulary: log V)."""
+    (a synthetic task's: of its answers, over the validation windows; recall's are uniform
+    over the values, log(vocab // 4))."""
     if cfg.task != "lm":
-        return float(np.log(cfg.vocab))
+        from ropesplit.empirical.tasks import task_vocab
+
+        _, task = validation(cfg)
+        assert task is not None  # a synthetic task's windows come with their answers
+        labels = task[0]
+        return unigram_entropy(labels[labels >= 0], task_vocab(cfg.vocab)[2])
     train_bytes, _ = split_text(cfg)
     return unigram_entropy(train_bytes, 256)

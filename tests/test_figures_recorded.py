@@ -26,7 +26,7 @@ from ropesplit.io import write_json
 
 
 def _all_figures() -> dict[str, dict]:
-    """Keyword arguments of all sixteen figures, tiny and synthetic."""
+    """Keyword arguments of all eighteen figures, tiny and synthetic."""
     rng = np.random.default_rng(0)
     ci = {"mean": 0.8, "low": 0.7, "high": 0.9}
     data = {name: figure_kwargs(name) for name in KWARGS}
@@ -36,6 +36,7 @@ def _all_figures() -> dict[str, dict]:
                                "energy_k": rng.uniform(0.1, 1.0, (3, 4)),
                                "energy_k_control": None}  # fmt: skip
     data |= emergence_data(_record())
+    data |= {"recall_emergence": data["emergence"], "recall_pairs": data["emergence_pairs"]}
     assert set(data) == {spec.name for spec in FIGURES}
     return data
 
@@ -110,7 +111,7 @@ def test_records_hold_each_figure_with_its_number_and_source(tmp_path):
 
 
 def test_records_redraw_every_figure_byte_for_byte(tmp_path):
-    """What the records draw is what the data they were written from draws: all sixteen."""
+    """What the records draw is what the data they were written from draws: all eighteen."""
     data = _all_figures()
     (tmp_path / "records").mkdir()
     (tmp_path / "direct").mkdir()

@@ -31,6 +31,9 @@ from ropesplit.report.sections import build_document
 N_TOKENS = 48
 TINY_TRAIN = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
                          warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
+TINY_RECALL = TrainConfig(task="recall", steps=2, seq_len=52, vocab=24, layers=1, d_model=16,
+                          heads=2, d_ff=16, batch=2, warmup=1, checkpoints=2, n_boot=50,
+                          threads=1)  # fmt: skip
 SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64,
                                 passages=8, order_passages=8, intervention_tokens=N_TOKENS)
 
@@ -76,6 +79,7 @@ def tiny_report(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(pipeline, "_claims_ids", _tiny_passages)
     patch.setattr(pipeline, "_intervention_ids", _tiny_intervention_passages)
     patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
+    patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # issue 21's, tiny
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +96,8 @@ def report(tmp_path_factory):
         index = pipeline.run_report(SETTINGS, out)
         again = tmp_path_factory.mktemp("figures")
         pipeline.run_figures(SETTINGS, again, widths=("single",), formats=("png",))  # quick rerun
-    names = ("derive", "bound", "claims", "analyze", "perturb", "length", "run", "extra")
+    names = ("derive", "bound", "claims", "analyze", "perturb", "length", "recall", "run",
+             "extra")
     records = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
     return {"out": out, "html": index.read_text(), "records": records, "again": again,
             "md": (out / "report.md").read_text()}  # fmt: skip
@@ -224,14 +229,15 @@ def test_markdown_links_the_written_pngs(report):
 # drawn by the report from the model it trains (train and length stages) or from its
 # interventions stage (issue 20), not by `figures`
 INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
-REPORT_ONLY = ("emergence", "emergence_pairs", "length", *INTERVENTIONS)
+TRAINED = ("emergence", "emergence_pairs", "recall_emergence", "recall_pairs")  # report only
+REPORT_ONLY = (*TRAINED, "length", *INTERVENTIONS)
 
 
 def test_figures_rerun_gives_byte_identical_files(report):
     """A second run from scratch (analysis, experiments, captures) draws the same bytes."""
     again = sorted(p for p in report["again"].iterdir() if p.is_file())
     assert len(again) == len([s for s in FIGURES
-                              if s.name not in ("emergence", "emergence_pairs", *INTERVENTIONS)])
+                              if s.name not in (*TRAINED, *INTERVENTIONS)])
     again = [p for p in again if not any(f"-{name}-" in p.name for name in REPORT_ONLY)]
     assert len(again) == len([s for s in FIGURES if s.name not in REPORT_ONLY])
     for path in again:
@@ -262,7 +268,7 @@ def test_renderer_shows_failed_steps_and_steps_not_run(report):
     doc = build_document({"derive": derive, "analyze": records["analyze"]})
     html, md = render_html(doc), render_markdown(doc)
     assert "<td>FAILED</td>" in html and "NOT all checked" in html
-    not_run = "claims, bound, protocol, perturb, train, run"
+    not_run = "claims, bound, protocol, perturb, train, recall, run"
     assert f'<h2 id="not-run">Steps not run</h2>\n<p>{not_run}</p>' in html
     assert f"## Steps not run\n\n{not_run}" in md
 
@@ -324,6 +330,7 @@ PLACE = {"decomposition": "empirical", "r_split": "empirical", "pair_energy": "e
          "reference_pairs": "protocol", "perturbation": "experiment-order",
          "distance": "experiment-distance", "length": "experiment-length",
          "emergence": "training", "emergence_pairs": "training",
+         "recall_emergence": "recall", "recall_pairs": "recall",
          **{name: f"experiment-{name}" for name in INTERVENTIONS}}  # fmt: skip
 
 
@@ -353,3 +360,19 @@ def test_each_claim_is_two_lines_with_every_test_collapsed(report):
         assert part.index("<details>") < part.index("<table>") < part.index("</details>")
         if n == 1:
             assert html_module.escape(checks["vanilla rises"]["reason"]) in part
+
+
+def test_the_recall_section_states_its_predictions_and_verdicts(report):
+    """Issue 21: the report trains associative recall at two bases over three seeds and says
+    what came out: the prediction before training, accuracy by distance, each verdict."""
+    record = report["records"]["recall"]
+    assert record["config"]["task"] == "recall"
+    assert {r["rope_base"] for r in record["runs"]} == {10000.0, 100.0}
+    assert sorted({r["seed"] for r in record["runs"]}) == [0, 1, 2]
+    assert set(record["verdict"]) == {"weighted_slow_share_rises", "r_split_rises",
+                                      "accuracy_falls_with_distance"}  # fmt: skip
+    html = report["html"]
+    section = html.split('<h2 id="recall"', 1)[1].split("<h2 ", 1)[0]
+    assert "Prediction, computed before training" in section and "Finding: " in section
+    for v in record["verdict"].values():
+        assert v["verdict"] in section

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from ropesplit.empirical.tasks import MIN_DISTANCE, OFFSET, task_batch
+from ropesplit.empirical.tasks import MIN_DISTANCE, OFFSET, pairs_in, task_batch, task_vocab
 from ropesplit.numerics.emergence import weighted_slow_share
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.stats import head_statistics
@@ -16,21 +16,25 @@ L, V = 64, 32
 def test_every_answer_is_where_its_task_says(task):
     batch = task_batch(task, np.random.default_rng(0), 6, L, V)
     ids, labels, distance, source = (np.asarray(x) for x in batch)
-    pairs = (L - 1) // 4
-    assert (ids[:, 0] == V).all()
+    keys, values, size = task_vocab(V)
+    pairs = pairs_in(L)
+    assert (ids[:, 0] == size - 2).all() and ids.max() < size
     for b in range(6):
         at = np.flatnonzero(labels[b] >= 0)
         assert at.size == pairs and (labels[b, at] == ids[b, at]).all()
-        assert (ids[b, source[b, at]] == ids[b, at]).all()  # the answer is copied from source
+        store = ids[b, 1 : 1 + pairs] - V  # (key, value) of each stored pair token
+        assert (store >= 0).all()
         if task == "recall":
-            keys = ids[b, 1 : 1 + 2 * pairs : 2]
-            assert len(set(keys.tolist())) == pairs  # distinct keys: only content finds them
+            assert len(set((store // values).tolist())) == pairs  # distinct keys
             assert (distance[b, at] >= MIN_DISTANCE).all()
-            assert (ids[b, source[b, at] - 1] == ids[b, at - 1]).all()  # after the same key
+            held = ids[b, source[b, at]] - V  # the pair token each answer is read from
+            assert (held // values == ids[b, at - 1]).all()  # it holds the query's key
+            assert (keys + held % values == ids[b, at]).all()  # and the answer as its value
         else:
             assert (source[b, at] == at - OFFSET).all()
+            assert (ids[b, source[b, at]] == ids[b, at]).all()  # copied from OFFSET back
     assert np.ptp(distance[distance > 0]) > L / 2 or task == "offset"  # distances spread
-    with pytest.raises(RopesplitError, match="^a recall sequence of 20 tokens holds 4 pairs"):
+    with pytest.raises(RopesplitError, match="^a task sequence of 20 tokens holds"):
         task_batch("recall", np.random.default_rng(0), 1, 20, V)
 
 
@@ -41,18 +45,20 @@ FAST = [0, 1, P, P + 1]
 
 
 def _recall_head(where: str):
-    """A hand-built retrieval head on one recall sequence: queries and keys carry a token's
-    embedding in the non-rotating pairs (``where="slow"``: one-hot) or in the rotating ones
-    (``"fast"``); key ``j`` carries token ``j - 1`` (an induction head's input)."""
-    ids, labels, _, source = (np.asarray(x) for x in
+    """A hand-built retrieval head on one recall sequence: a query carries its key token's
+    embedding, and each stored pair token its key's, in the non-rotating pairs
+    (``where="slow"``: one-hot) or in the rotating ones (``"fast"``); other keys carry none."""
+    ids, labels, _, source = (np.asarray(x)[0] for x in
                               task_batch("recall", np.random.default_rng(1), 1, L, V))  # fmt: skip
-    emb = (np.eye(len(SLOW))[: V + 2] if where == "slow"
-           else np.random.default_rng(2).normal(size=(V + 2, len(FAST))))  # fmt: skip
+    keys, values, _ = task_vocab(V)
+    emb = (np.eye(len(SLOW))[:keys] if where == "slow"
+           else np.random.default_rng(2).normal(size=(keys, len(FAST))))  # fmt: skip
     dims = SLOW if where == "slow" else FAST
     q, k = np.zeros((L, 2 * P)), np.full((L, 2 * P), 0.5)
-    q[:, dims] = 8.0 * emb[ids[0]]
-    k[1:, dims] += emb[ids[0, :-1]]
-    return q, k, ids[0], labels[0]
+    is_key, is_pair = ids < keys, (ids >= V) & (ids < V + keys * values)
+    q[np.ix_(is_key, dims)] = 8.0 * emb[ids[is_key]]
+    k[np.ix_(is_pair, dims)] += emb[(ids[is_pair] - V) // values]
+    return q, k, ids, labels, source
 
 
 def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
@@ -61,7 +67,7 @@ def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
     content (its attention's top key follows the query's key). The same head with its
     content in the rotating pairs has neither."""
     for where, want in (("slow", True), ("fast", False)):
-        q, k, ids, labels = _recall_head(where)
+        q, k, ids, labels, _ = _recall_head(where)
         stats = head_statistics(q, k, THETA, 0.5, kbar=k[1:].mean(0))
         delta = k - k[1:].mean(0)  # BOS left out of kbar
         share = weighted_slow_share(to_pairs(q)[None], to_pairs(delta)[None], THETA)[0]
@@ -70,7 +76,9 @@ def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
         if where == "slow":
             w = np.where(np.tril(np.ones((L, L), dtype=bool)), q @ k.T, -np.inf)
             at = np.flatnonzero(labels >= 0)
-            assert (ids[w[at - 1].argmax(-1)] == labels[at]).all()  # it solves recall
+            keys, values, _ = task_vocab(V)
+            read = ids[w[at - 1].argmax(-1)] - V  # the pair token each query attends most
+            assert (keys + read % values == labels[at]).all()  # its value is the answer
         else:
             assert share < 0.2
 
@@ -83,24 +91,19 @@ def _softmax_causal(w):
 
 def test_retrieval_score_is_1_on_the_content_head_and_low_on_positional_ones():
     """Known truth for the retrieval head's score: the hand-built content head's attention
-    sits on the keys that follow the query's token, the stored value and any earlier query
-    of the same pair (so each answer's score is about 1 / matches); a previous-token head
-    scores 0 and an even spread exactly the mean of 1 / (query row + 1)."""
+    sits on the stored pair token that holds the query's key (score near 1); a
+    previous-token head scores 0 and an even spread exactly the mean of 1 / (query row + 1)."""
     from ropesplit.numerics.emergence import retrieval_score
 
-    q, k, ids, labels = _recall_head("slow")
-    _, _, _, source = (np.asarray(x)[0] for x in
-                       task_batch("recall", np.random.default_rng(1), 1, L, V))  # fmt: skip
+    q, k, ids, labels, source = _recall_head("slow")
     content = _softmax_causal(q @ k.T)  # (L, L)
     previous = np.eye(L, k=-1)
     previous[0, 0] = 1.0  # the first row has only itself
     even = _softmax_causal(np.zeros((L, L)))
     score = retrieval_score(np.stack([content, previous, even]), source)
     answers = np.flatnonzero(source >= 0)
-    matches = np.array([(ids[:a - 1] == ids[a - 1]).sum() for a in answers])  # keys j-1 = query
-    np.testing.assert_allclose(score[0], np.mean(1.0 / matches), rtol=0.05)
-    assert score[0] > 0.8
-    assert score[1] == 0.0  # the value sits >= MIN_DISTANCE back, never one token back
+    assert score[0] > 0.95  # the rest: e^-8 of the logit on each of the other keys
+    assert score[1] == 0.0  # the pair sits >= MIN_DISTANCE back, never one token back
     np.testing.assert_allclose(score[2], np.mean(1.0 / answers), rtol=1e-12)
     assert np.isnan(retrieval_score(content[None], np.full(L, -1))).all()
     with pytest.raises(RopesplitError, match="probs must be"):

@@ -323,9 +323,9 @@ def test_recall_task_trains_resumes_and_prints_within_100_columns(tmp_path, caps
     head and the weighted slow share, judges over seeds, and a rerun resumes to the same."""
     js = tmp_path / "r.json"
     argv = ["train", "--task", "recall", "--out", str(tmp_path / "runs"), "--bases", "10000,100",
-            "--seeds", "0,1,2", "--steps", "2", "--seq-len", "40", "--layers", "1", "--d-model",
+            "--seeds", "0,1,2", "--steps", "2", "--seq-len", "52", "--layers", "1", "--d-model",
             "16", "--heads", "2", "--d-ff", "16", "--batch", "2", "--checkpoints", "2",
-            "--n-boot", "20", "--threads", "1", "--vocab", "16", "--json", str(js)]  # fmt: skip
+            "--n-boot", "20", "--threads", "1", "--vocab", "24", "--json", str(js)]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert all(len(line) <= 100 for line in out.splitlines())

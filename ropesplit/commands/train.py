@@ -43,7 +43,8 @@ def _ints(text: str) -> list[int]:
 
 # the synthetic tasks' scale (issue 21: vocabulary 64, L = 128, 2 layers, d_model 64); a
 # flag given on the command line wins
-TASK_DEFAULTS = {"steps": 1000, "d_model": 64, "d_ff": 256, "batch": 32, "lr": 1e-3}
+TASK_DEFAULTS = {"steps": 800, "d_model": 64, "d_ff": 256, "batch": 32, "lr": 3e-3,
+                 "init_std": 0.1}  # recall at init 0.02: chance at step 300; at 0.1: 99.6% by 600
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lm: bytes of the text (default); recall: associative recall at "
                         "any distance; offset: the answer a fixed offset back (the control)")
     parser.add_argument("--vocab", type=int, default=d.vocab,
-                        help=f"content tokens of recall/offset (default {d.vocab})")
+                        help=f"content tokens of recall/offset, 3/4 keys and 1/4 values "
+                        f"(default {d.vocab})")  # fmt: skip
     parser.add_argument("--out", default=d.out, help=f"run folder (default {d.out})")
     parser.add_argument("--text", metavar="FILE", help="UTF-8 corpus (default: Python's docs)")
     parser.add_argument("--bases", default=f"{d.rope_base:g}",
@@ -76,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float,
                         help=f"peak learning rate ({d.lr}; tasks {TASK_DEFAULTS['lr']})")
     parser.add_argument("--warmup", type=int, default=d.warmup, help=f"default {d.warmup}")
+    parser.add_argument("--init-std", type=float,
+                        help=f"std of the initial weights ({d.init_std}; tasks "
+                        f"{TASK_DEFAULTS['init_std']})")  # fmt: skip
     parser.add_argument("--threads", type=int, default=d.threads,
                         help=f"torch threads; part of reproducibility (default {d.threads})")
     parser.add_argument("--checkpoints", type=int, default=d.checkpoints,

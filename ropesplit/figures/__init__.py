@@ -1,4 +1,4 @@
-r"""ropesplit.figures: the sixteen figures, each a pure function of plain data.
+r"""ropesplit.figures: the eighteen figures, each a pure function of plain data.
 
 Every figure function takes arrays or the JSON rows of the other commands
 and returns a :class:`matplotlib.figure.Figure` (no pyplot state), so it is
@@ -26,6 +26,8 @@ identical on re-runs.
  14    keys              intervention: the keys' fast-pair deviation removed
  15    terms             intervention: which term carries length generalization
  16    shuffle           intervention: frequencies shuffled over the pairs
+ 17    recall_emergence  figure 11 for the associative recall task (issue 21)
+ 18    recall_pairs      figure 12 for the associative recall task
 =====  ================  ==========================================================
 
 :mod:`ropesplit.figures.recorded` keeps each figure's data as JSON records and

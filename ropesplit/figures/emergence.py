@@ -73,6 +73,7 @@ def emergence_figure(
     controls: Mapping[str, Mapping[str, float]] | None = None,
     *,
     unigram_entropy: float | None = None,
+    task: str = "lm",
     width: float | str = "double",
 ) -> Figure:
     """Each statistic against the training step, one line and band per run label.
@@ -80,7 +81,8 @@ def emergence_figure(
     ``runs``: ``{"label", "steps" (S,), "mean", "low", "high"}`` where the last
     three map every :data:`PANELS` name to ``(S,)`` values (band ``low..high``).
     ``controls[label][name]``: the random-init control's value, drawn at "init".
-    ``unigram_entropy`` is drawn as a dashed line on the loss panel.
+    ``unigram_entropy`` is drawn as a dashed line on the loss panel; ``task`` (``"lm"``,
+    ``"recall"``, ``"offset"``) names the loss's unit: per byte, or per answer.
     """
     _check_runs(runs)
     inches = check_width(width)
@@ -102,7 +104,9 @@ def emergence_figure(
                             marker="D", markerfacecolor="none", color=colour)  # fmt: skip
             if name == "val_loss" and unigram_entropy is not None:
                 ax.axhline(unigram_entropy, color="#777777", linestyle="--", linewidth=0.8,
-                           label="unigram entropy")  # fmt: skip
+                           label="unigram entropy" if task == "lm" else "answers' entropy")
+            if name == "val_loss" and task != "lm":
+                title = "val loss (nats/answer)"
             ax.set_xscale("log")
             ticks = [_INIT_X] + [t for t in (1, 10, 100, 1000, 10000) if t <= top]
             ax.set_xticks(ticks, ["init"] + [f"{t:g}" for t in ticks[1:]])
@@ -178,7 +182,8 @@ def _layer_shares(energy: Any) -> np.ndarray:
 
 
 def emergence_data(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Figures 11 and 12's keyword arguments from a ``ropesplit train --json`` record."""
+    """Figures 11 and 12's keyword arguments (``emergence``, ``emergence_pairs``) from a
+    ``ropesplit train --json`` record (figures 17 and 18 take the same of a recall record)."""
     by_base: dict[float, list[Mapping[str, Any]]] = {}
     for run in record["runs"]:
         by_base.setdefault(float(run["rope_base"]), []).append(run)
@@ -206,9 +211,11 @@ def emergence_data(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         panels.append({"label": label, "theta": group[0]["checkpoints"][0]["theta"],
                        "seq_len": record["config"]["seq_len"],
                        "steps": [steps[i] for i in picks], "shares": np.stack(shares)})  # fmt: skip
+    task = record.get("config", {}).get("task", "lm")  # the loss is per byte, or per answer
     return {
         "emergence": {"runs": runs, "controls": controls,
-                      "unigram_entropy": record["unigram_entropy"]},
+                      "unigram_entropy": record["unigram_entropy"],
+                      **({"task": task} if task != "lm" else {})},
         "emergence_pairs": {"panels": panels},
     }  # fmt: skip
 
@@ -234,3 +241,14 @@ FIGURE_12 = ("emergence_pairs", "Key deviation energy per pair during training",
              "middle and the last checkpoint, one panel per RoPE base; shaded: the slow pairs "
              "(theta_l L_train < 1) where the remainder bound charges little; dotted: uniform.",
              emergence_pairs_figure)  # fmt: skip
+# figures 17 and 18: the same two figures of the associative recall task (issue 21)
+FIGURE_17 = ("recall_emergence", "The split pattern while associative recall is learned",
+             "Figure 11 for the recall task (ropesplit train --task recall): a small Llama trained "
+             "here to find each query's value by its key's content, 8 to L_train tokens back; the "
+             "loss is the answers' and the statistics are the means over heads, one colour per "
+             "RoPE base, band: range over training seeds; dashed: the answers' entropy (chance).",
+             emergence_figure)  # fmt: skip
+FIGURE_18 = ("recall_pairs", "Key deviation energy per pair while recall is learned",
+             "Figure 12 for the recall task: share of key deviation energy per RoPE pair (mean "
+             "over layers) at the first, a middle and the last checkpoint, one panel per base; "
+             "shaded: the slow pairs (theta_l L_train < 1).", emergence_pairs_figure)  # fmt: skip

@@ -1,4 +1,4 @@
-"""The sixteen figures by number and name, and the writer of their PDF/PNG files.
+"""The eighteen figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
 (plain arrays and JSON rows, as :mod:`ropesplit.figures.gather` returns
@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from ropesplit.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
 from ropesplit.figures.decomposition import decomposition_figure
-from ropesplit.figures.emergence import FIGURE_11, FIGURE_12
+from ropesplit.figures.emergence import FIGURE_11, FIGURE_12, FIGURE_17, FIGURE_18
 from ropesplit.figures.experiments import distance_figure
 from ropesplit.figures.heads import r_split_figure
 from ropesplit.figures.interventions import intervention_figure
@@ -113,6 +113,8 @@ FIGURES = (
                "On a model trained here, the rise of the loss beyond the training length L over the in-length loss of the same targets, per setting (vanilla; f capped at L; g + E capped; all capped; LM-Infinite): (a) the rise with its 95% t interval over passages; (b) the paired test against half the vanilla rise (vanilla: against 0), with verdicts.", functools.partial(intervention_figure, experiment="terms"), ("terms",)),  # noqa: E501
     FigureSpec(16, "shuffle", "Shuffled frequencies inside the model (intervention)",
                "The frequencies reassigned over the pairs in every layer (3 seeded permutations): (a) the log loss ratio of the trained model and of its random-init twin, 95% t intervals over passages; (b) their paired difference against 0, with the verdict.", functools.partial(intervention_figure, experiment="shuffle"), ("interventions",)),  # noqa: E501
+    FigureSpec(17, *FIGURE_17, needs=("recall",)),
+    FigureSpec(18, *FIGURE_18, needs=("recall",)),
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

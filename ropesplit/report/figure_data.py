@@ -141,11 +141,11 @@ def _bound(view: FigureView) -> dict[str, Any]:
                                 seed=view.settings.seed)  # fmt: skip
 
 
-def _emergence(name: str) -> Callable[[FigureView], dict[str, Any]]:
+def _emergence(name: str, stage: str = "train") -> Callable[[FigureView], dict[str, Any]]:
     def build(view: FigureView) -> dict[str, Any]:
         from ropesplit.figures.emergence import emergence_data
 
-        return dict(emergence_data(view.record("train"))[name])
+        return dict(emergence_data(view.record(stage))[name])
 
     return build
 
@@ -176,6 +176,8 @@ BUILDERS: dict[str, Callable[[FigureView], dict[str, Any]]] = {
     "keys": _intervention("keys", "interventions"),
     "terms": _intervention("terms", "terms"),
     "shuffle": _intervention("shuffle", "interventions"),
+    "recall_emergence": _emergence("emergence", "recall"),
+    "recall_pairs": _emergence("emergence_pairs", "recall"),
 }
 
 

@@ -26,11 +26,13 @@ records it declares (:mod:`ropesplit.report.figure_data`):
    ``shuffle``; issue 20) over corpus passages of ``intervention_tokens`` tokens;
 9. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint
    (:mod:`ropesplit.report.training`);
-10. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
+10. ``recall``   associative recall trained at the same two bases over three seeds (issue 21;
+   :func:`ropesplit.report.training.recall_stage`), the predictions judged over seeds;
+11. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
    (SmolLM2's training length is beyond what 2 CPU cores can run);
-11. ``terms``    which term carries length generalization, on that trained model;
-12. ``gather``   every figure's data from the records it declares (and fresh captures);
-13. ``figures`` every figure, PDF and PNG, one and two columns;
+12. ``terms``    which term carries length generalization, on that trained model;
+13. ``gather``   every figure's data from the records it declares (and fresh captures);
+14. ``figures`` every figure, PDF and PNG, one and two columns;
 
 then ``run.json`` (model, text and token hashes, token count, seeds, stage
 times, package versions) and the rendering, ``index.html`` (self-contained)
@@ -282,6 +284,12 @@ def _length_here_stage(ctx: RunContext) -> dict[str, Any]:
     return _with_checks(_perturb(ctx.loaded, ctx.ids, ctx.settings, ["length"]))
 
 
+def _recall_stage(ctx: RunContext) -> dict[str, Any]:
+    from ropesplit.report.training import recall_stage  # imports torch: only when it runs
+
+    return recall_stage(ctx)
+
+
 def _train_stage(ctx: RunContext) -> dict[str, Any]:
     from ropesplit.report.training import train_stage  # imports torch: only when it runs
 
@@ -357,6 +365,8 @@ CLAIMS = Stage("claims", "each claim's primary test over a corpus, trained and c
 INTERVENE = Stage("interventions", "attention edited inside the model: remainder, keys, shuffle",
                   _interventions_stage, MODEL)  # fmt: skip
 TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", _train_stage)
+RECALL = Stage("recall", "associative recall trained at two RoPE bases over three seeds",
+               _recall_stage)  # fmt: skip
 LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
                _length_stage, ("train",))  # fmt: skip
 TERMS = Stage("terms", "f capped against g + E capped, beyond L, on the model trained here",
@@ -371,7 +381,7 @@ LENGTH_HERE = Stage("length", "LM-Infinite's four settings on the analysed model
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, LENGTH_HERE, GATHER, FIGURES]
 STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, ANALYZE, PROTOCOL, PERTURB, INTERVENE,
-                       TRAIN, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
+                       TRAIN, RECALL, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
 # every name a stage of ropesplit makes: what a figure's needs may name
 _MAKERS = frozenset(stage.name for stage in (*STAGES, *FIGURE_STAGES))
 

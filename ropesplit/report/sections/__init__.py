@@ -28,6 +28,7 @@ from ropesplit.report.sections import (
     experiments,
     numerics,
     protocol,
+    recall,
     run,
     summary,
     theory,
@@ -44,6 +45,7 @@ SECTIONS: list[SectionSpec] = [
     protocol.SECTION,  # what moves r_split: reference, kbar, tokens, layers; figures 9, 10
     experiments.SECTION,  # one section per experiment of the registry's record; 6-8, 13-16
     emergence.SECTION,  # training: the pattern as it forms; figures 11, 12
+    recall.SECTION,  # associative recall, where the pattern must appear; figures 17, 18
     run.SECTION,  # run metadata, last
 ]
 
