@@ -9,13 +9,13 @@ apart from the statistics of all heads. Printed, all measured in this run
 ``capture/fwd``, ``analysis/fwd`` (statistics, the issue 9 target <= 2 at
 N = 1024) and ``total/fwd`` (capture + statistics), with the capture's
 validation numbers (largest logit difference over the logit scale; largest
-probability difference), the peak resident memory (target within 6 GB at
-N = 2048) and beside it what ``check_memory`` predicts for that N
-(``analyze.memory_estimate``: the weights and what capture and analysis
-allocate; the process peak also holds the interpreter, its libraries and the
-GGUF loader's transient, about 0.6 GiB here, so compare how each grows with N:
-one run gave peaks 1.21 and 1.57 GiB at 512 and 1024 tokens against
-predictions 0.82 and 1.16).  The allocator is made steady first (:func:`steady_allocator`):
+probability difference), and the memory of the analysis alone, measured in a
+fresh process (:func:`analysis_peak`; in this one the plain forward pass's
+``(B, N, vocab)`` output logits dominate the peak): its peak above the loaded
+model (``extra GiB``) beside what ``check_memory`` adds for the batch
+(``analyze.memory_estimate`` without the weights), and the absolute peak
+beside the whole estimate on the line below (target within 6 GB at N = 2048).
+The allocator is made steady first (:func:`steady_allocator`):
 with glibc's default the forward pass alone varied by 1.6x within one run.
 
 With ``--passages P`` each row is a batch: the first ``P`` passages of the
@@ -62,6 +62,52 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+_PEAK = """
+import json, resource, sys
+import torch
+from ropesplit.empirical import load_model
+from ropesplit.empirical.analyze import analyze_batch, memory_estimate
+loaded = load_model({model!r}, {gguf!r})
+ids = torch.load({ids!r})
+analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's
+rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+analyze_batch(loaded, ids, pair_budget=None)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+print(json.dumps({{"peak": peak, "extra": peak - rss,
+                  "predicted": memory_estimate(loaded, ids.shape[1], ids.shape[0]),
+                  "predicted_extra": memory_estimate(loaded, ids.shape[1], ids.shape[0])
+                  - weights}}))
+"""
+
+
+def analysis_peak(model: str | None, gguf: str | None, ids: object) -> dict[str, float]:
+    """Peak memory of one ``analyze_batch`` of ``ids`` alone, in a fresh process (GiB).
+
+    ``extra``: the peak above the process after loading the model and compiling
+    the kernels, beside ``predicted_extra``, ``memory_estimate`` without the
+    weights (what ``check_memory`` adds for this batch); ``peak`` beside
+    ``predicted`` (the interpreter, its libraries and the loader's transient
+    are in the first, not the second). In this process the plain forward
+    pass's ``(B, N, vocab)`` output logits would dominate the peak.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/ids.pt"
+        torch.save(ids, path)
+        code = _PEAK.format(model=model, gguf=gguf, ids=path)
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if run.returncode:
+        raise SystemExit(f"the memory child failed: {run.stderr.strip().splitlines()[-1]}")
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    return {key: value / 2**30 for key, value in got.items()}
+
+
 def batch_forward(loaded: object, ids: object) -> None:
     """One plain forward pass of the model (its output head included) over ``ids (B, N)``."""
     import torch
@@ -87,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from ropesplit.empirical import default_text, load_model, tokenize
-    from ropesplit.empirical.analyze import analyze_batch, memory_estimate
+    from ropesplit.empirical.analyze import analyze_batch
     from ropesplit.empirical.corpus import default_corpus, passage_ids
 
     from ropesplit.io import write_json
@@ -101,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "
           f"{'capture/fwd':>12} {'analysis/fwd':>13} {'total/fwd':>10} {'logit rel':>10} "
-          f"{'probs abs':>10} {'peak GiB':>9} {'predicted':>10}")  # fmt: skip
+          f"{'probs abs':>10} {'extra GiB':>9} {'predicted':>10}")  # fmt: skip
     for n_tokens in sorted(args.tokens):
         if args.passages == 1:
             ids = tokenize(loaded, text, n_tokens)[None]  # (1, N)
@@ -121,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)  # fmt: skip
         fwd = statistics.median(forwards)
         result.seconds = {key: statistics.median(s[key] for s in analyses) for key in analyses[0]}
+        memory = analysis_peak(args.model, args.gguf_file, ids)
         row = {
             "tokens": n_tokens,
             "passages": int(ids.shape[0]),
@@ -132,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             "analysis_over_forward": result.seconds["analysis"] / fwd,
             "total_over_forward": (result.seconds["capture"] + result.seconds["analysis"]) / fwd,
             "exact_tightness": all(h["sampled_pairs"] is None for h in result.heads),
-            "peak_rss_gib": peak_rss_gib(),  # peak so far; N only grows, so this N's peak
-            "predicted_gib": memory_estimate(loaded, n_tokens, int(ids.shape[0])) / 2**30,
+            "peak_rss_gib": peak_rss_gib(),  # this process: the forward's logits included
+            **{f"analysis_{key}_gib": value for key, value in memory.items()},
             "reconstruction_max_abs_diff": result.reconstruction_max_abs_diff,
             **result.validation,
         }
@@ -142,7 +189,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['analysis_s']:11.2f} {row['capture_over_forward']:12.2f} "
               f"{row['analysis_over_forward']:13.2f} {row['total_over_forward']:10.2f} "
               f"{row['logit_max_rel_diff']:10.1e} {row['reconstruction_max_abs_diff']:10.1e} "
-              f"{row['peak_rss_gib']:9.2f} {row['predicted_gib']:10.2f}")  # fmt: skip
+              f"{row['analysis_extra_gib']:9.2f} {row['analysis_predicted_extra_gib']:10.2f}"
+              )  # fmt: skip
+        print(f"  N={n_tokens}: analysis alone (fresh process) peak "
+              f"{row['analysis_peak_gib']:.2f} GiB against check_memory's "
+              f"{row['analysis_predicted_gib']:.2f}; above the loaded model "
+              f"{row['analysis_extra_gib']:.2f} against {row['analysis_predicted_extra_gib']:.2f}; "
+              f"this process's peak {row['peak_rss_gib']:.2f}")  # fmt: skip
         sys.stdout.flush()
     if args.json:
         write_json(args.json, {"model": loaded.name, "steady_allocator": steady, "rows": rows})
