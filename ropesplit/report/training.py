@@ -27,11 +27,12 @@ __all__ = ["REPORT_BASES", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS", "Tra
 # the default model, fewer steps (about 1-2 min per base on 2 cores); tests set a tiny one
 REPORT_TRAIN = TrainConfig(steps=150, checkpoints=6)
 REPORT_BASES = (10000.0, 100.0)  # many vs no slow pairs at L_train = 128 (7 vs 0 of 16)
-# associative recall (issue 21) at a report's size: ropesplit train --task recall's model and
-# task (L_train 128: base 10000 leaves 7 of 16 pairs slow, base 100 none) on fewer steps (450
-# of 800: about a minute a run on 2 cores; one run reached 69% and 26% accuracy there, against
-# 99.8% and 75% at 800) and 3 checkpoints, three seeds (the verdicts' unit) at each base
-REPORT_RECALL = TrainConfig(task="recall", steps=450, seq_len=128, vocab=64, d_model=64,
+# associative recall (issue 21) at a report's size: ropesplit train --task recall's model on
+# half the length (L_train 64, 21 pairs of 32 content tokens; base 10000 leaves 4 of 8 pairs
+# slow, base 100 none, though its slowest pair turns only 1.1 rad over 64 tokens), 400 steps
+# and 3 checkpoints, about 25 s a run on 2 cores, three seeds (the verdicts' unit) per base.
+# At L_train 128 (the documented run: 95 s a run) the stage took 330 s of a 1011 s report.
+REPORT_RECALL = TrainConfig(task="recall", steps=400, seq_len=64, vocab=32, d_model=64,
                             d_ff=256, batch=32, lr=3e-3, init_std=0.1,
                             checkpoints=3)  # fmt: skip
 RECALL_SEEDS = 3
