@@ -74,16 +74,18 @@ def build(inputs: ReportInputs) -> list[Section]:
               f"{fmt(_mean([_at(r, -1, s) for r in mine]))}" for s in _HEAD),
         ])  # fmt: skip
         text.append(f"Base {base:g}: final accuracy {fmt(_mean([c['accuracy'] for c in last]))} "
-                    f"(distance buckets {', '.join(str(e) for e in edges)}).")  # fmt: skip
+                    f"(distance bucket edges {', '.join(f'{e:g}' for e in edges)}).")  # fmt: skip
     table = Table(["base", "accuracy", "accuracy by distance, near to far",
                    "retrieval score init -> final", "r_split init -> final",
                    "weighted slow share init -> final"], rows,
                   "mean over seeds; the retrieval head is each run's final one")  # fmt: skip
     lines = [_verdict_line(name, v) for name, v in verdict.items()]
     agree = [name for name, v in verdict.items() if v["verdict"] == "agrees"]
+    others = [f"{name} {v['verdict']}" for name, v in verdict.items() if name not in agree]
     text.append("Finding: " + (f"{len(agree)} of {len(verdict)} predictions agree"
                                if verdict else "no verdicts (fewer than 3 seeds)")
-                + (f" ({', '.join(agree)})." if agree else "."))  # fmt: skip
+                + (f" ({', '.join(agree)})" if agree else "")
+                + (f"; {', '.join(others)}." if others else "."))  # fmt: skip
     details = [Details("Each prediction's paired test over seeds", lines,
                        [Table(["test", "paired difference", "mean", "95% t interval", "seeds",
                                "verdict"],
