@@ -15,8 +15,9 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
   :math:`\theta_l L < 1` (``numerics.emergence.weighted_slow_share``);
 - for the synthetic tasks (``empirical.tasks``): the answer's accuracy, in
   all and per distance bucket, and each head's ``retrieval`` score, its
-  attention from the query to the answer's source (the value after the
-  matching key for ``recall``, the token ``OFFSET`` back for ``offset``);
+  attention from the query to the answer's source (the stored pair token
+  holding the query's key for ``recall``, the token ``OFFSET`` back for
+  ``offset``; ``numerics.emergence.retrieval_score``);
   the head that attends there most is the run's retrieval head;
 - per head and pair the deviation energy :math:`\sum_j|\tilde\delta_{j,l}|^2`
   of keys and queries (``numerics.emergence.pair_energy``);

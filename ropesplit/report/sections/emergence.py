@@ -16,7 +16,7 @@ from typing import Any
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
 
-__all__ = ["SECTION"]
+__all__ = ["SECTION", "verdict_table"]
 
 _STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k", "lowfreq_share_q")
 
@@ -26,6 +26,16 @@ def _ci(summary: Mapping[str, Any], name: str) -> str:
     if "low" not in value:
         return "n/a"
     return f"{fmt(value['mean'])} [{fmt(value['low'])}, {fmt(value['high'])}]"
+
+
+def verdict_table(verdicts: Mapping[str, Mapping[str, Any]]) -> Table:
+    """One row per prediction of a ``ropesplit train --json`` record's ``verdict``: its paired
+    difference, the mean with its t interval over seeds, and the verdict."""
+    rows = [[name, v["what"], fmt(v.get("mean")), f"[{fmt(v.get('low'))}, {fmt(v.get('high'))}]",
+             str(v["seeds"]), v["verdict"]] for name, v in verdicts.items()]  # fmt: skip
+    return Table(["test", "paired difference", "mean", "95% t interval", "seeds", "verdict"],
+                 rows, "each training seed one unit (paired across bases or init vs final); a "
+                 "verdict needs 3 seeds")  # fmt: skip
 
 
 def build(inputs: ReportInputs) -> list[Section]:
@@ -59,13 +69,7 @@ def build(inputs: ReportInputs) -> list[Section]:
                     f"{fmt(entropy)}.")  # fmt: skip
     tables = [Table(columns, rows, "random init, its control, and the last checkpoint per run")]
     if "verdict" in record:
-        vrows = [[name, v["what"], fmt(v.get("mean")), f"[{fmt(v.get('low'))}, "
-                  f"{fmt(v.get('high'))}]", str(v["seeds"]), v["verdict"]]
-                 for name, v in record["verdict"].items()]  # fmt: skip
-        tables.append(Table(["test", "paired difference", "mean", "95% t interval", "seeds",
-                             "verdict"], vrows,
-                            "each training seed one unit (paired across bases or init vs "
-                            "final); a verdict needs 3 seeds"))  # fmt: skip
+        tables.append(verdict_table(record["verdict"]))
     text.append("Figures 11 and 12 show every checkpoint.")
     return [Section("Training: the pattern as it forms", text, tables,
                     figures=inputs.figures_named(SECTION.figures), anchor=SECTION.anchor)]

@@ -16,6 +16,7 @@ from typing import Any
 
 from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
+from ropesplit.report.sections.emergence import verdict_table
 
 __all__ = ["SECTION"]
 
@@ -34,12 +35,6 @@ def _at(run: Mapping[str, Any], index: int, name: str) -> Any:
     head = next(h for h in run["checkpoints"][index]["heads"]
                 if (h["layer"], h["head"]) == (best["layer"], best["head"]))  # fmt: skip
     return head.get(name)
-
-
-def _verdict_line(name: str, v: Mapping[str, Any]) -> str:
-    interval = (f"{fmt(v.get('mean'))} [{fmt(v.get('low'))}, {fmt(v.get('high'))}]"
-                if "mean" in v else "no interval")  # fmt: skip
-    return f"{name} (base {v['base']:g}, {v['seeds']} seeds): {interval}: {v['verdict']}"
 
 
 def build(inputs: ReportInputs) -> list[Section]:
@@ -64,34 +59,30 @@ def build(inputs: ReportInputs) -> list[Section]:
     for base in dict.fromkeys(float(r["rope_base"]) for r in runs):
         mine = [r for r in runs if float(r["rope_base"]) == base]
         last = [r["checkpoints"][-1] for r in mine]
+        accuracy = fmt(_mean([c["accuracy"] for c in last]))
         buckets = [_mean(column) for column in zip(*(c["accuracy_by_distance"] for c in last),
                                                    strict=True)]  # fmt: skip  # over seeds
         edges = last[0].get("distance_edges", [])
         rows.append([
-            f"{base:g}", fmt(_mean([c["accuracy"] for c in last])),
+            f"{base:g}", accuracy,
             ", ".join(fmt(x) for x in buckets),
             *(f"{fmt(_mean([_at(r, 0, s) for r in mine]))} -> "
               f"{fmt(_mean([_at(r, -1, s) for r in mine]))}" for s in _HEAD),
         ])  # fmt: skip
-        text.append(f"Base {base:g}: final accuracy {fmt(_mean([c['accuracy'] for c in last]))} "
+        text.append(f"Base {base:g}: final accuracy {accuracy} "
                     f"(distance bucket edges {', '.join(f'{e:g}' for e in edges)}).")  # fmt: skip
     table = Table(["base", "accuracy", "accuracy by distance, near to far",
                    "retrieval score init -> final", "r_split init -> final",
                    "weighted slow share init -> final"], rows,
                   "mean over seeds; the retrieval head is each run's final one")  # fmt: skip
-    lines = [_verdict_line(name, v) for name, v in verdict.items()]
     agree = [name for name, v in verdict.items() if v["verdict"] == "agrees"]
     others = [f"{name} {v['verdict']}" for name, v in verdict.items() if name not in agree]
     text.append("Finding: " + (f"{len(agree)} of {len(verdict)} predictions agree"
                                if verdict else "no verdicts (fewer than 3 seeds)")
                 + (f" ({', '.join(agree)})" if agree else "")
                 + (f"; {', '.join(others)}." if others else "."))  # fmt: skip
-    details = [Details("Each prediction's paired test over seeds", lines,
-                       [Table(["test", "paired difference", "mean", "95% t interval", "seeds",
-                               "verdict"],
-                              [[name, v["what"], fmt(v.get("mean")),
-                                f"[{fmt(v.get('low'))}, {fmt(v.get('high'))}]", str(v["seeds"]),
-                                v["verdict"]] for name, v in verdict.items()])])]  # fmt: skip
+    details = [Details("Each prediction's paired test over seeds",
+                       tables=[verdict_table(verdict)])]
     return [Section("Associative recall: where the pattern must appear", text, [table],
                     figures=inputs.figures_named(SECTION.figures), anchor=SECTION.anchor,
                     details=details)]  # fmt: skip
