@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from ropesplit.numerics.workers import serial
 
 __all__ = ["ATOL", "RTOL", "causal_ratios", "remainder_and_bound", "violations"]
 
@@ -179,22 +180,25 @@ def causal_ratios(
     bad = np.zeros((h, span), dtype=np.int64)
     parts = [np.ascontiguousarray(z) for z in (qc.real, qc.imag, np.abs(qc),
                                                dc.real, dc.imag, np.abs(dc))]  # fmt: skip
-    _causal_kernel()(*parts, u_re, u_im, u_abs, iq - low, ik, float(scale), starts, RTOL, ATOL,
-                     ratio, bad)  # fmt: skip
+    _causal_kernel(not serial())(*parts, u_re, u_im, u_abs, iq - low, ik, float(scale), starts,
+                                 RTOL, ATOL, ratio, bad)  # fmt: skip
     return ratio, bad.sum(-1)
 
 
 @functools.cache
-def _causal_kernel() -> Callable[..., None]:
-    """The compiled loop of :func:`causal_ratios` (numba imported and compiled on first use)."""
+def _causal_kernel(parallel: bool = True) -> Callable[..., None]:
+    """The compiled loop of :func:`causal_ratios` (numba imported and compiled on first use);
+    ``parallel=False``: the single-threaded build a worker of :mod:`.workers` runs."""
     import numba
 
-    @numba.njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+    loop = numba.prange if parallel else range  # a closure variable: each build its own cache
+
+    @numba.njit(parallel=parallel, cache=True, nogil=True, fastmath={"reassoc", "contract"})
     def kernel(qr, qi, q_abs, dr, di, d_abs, u_re, u_im, u_abs, iq, ik, s, starts, rtol, atol,
                ratio, bad):  # type: ignore[no-untyped-def]  # fmt: skip
         heads, n, p = qr.shape
         span = starts.size - 1
-        for task in numba.prange(heads * span):  # one diagonal i - j = back of one head per task
+        for task in loop(heads * span):  # one diagonal i - j = back of one head per task
             h = task // span
             back = task - h * span
             count = 0

@@ -77,6 +77,26 @@ def test_band_gram_is_the_gram_matrix_of_the_mask(n, window, seed):
     assert gram.pairs == rows.size
 
 
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), window=st.one_of(st.none(), st.integers(1, 40)),
+       axes=st.sampled_from([2, 3]),
+       rhs=arrays(np.float64, (4,), elements=st.floats(-1e3, 1e3)))  # fmt: skip
+def test_the_compiled_band_solve_is_the_numpy_iteration(n, window, axes, rhs):
+    """BandGram.solve (one compiled loop) takes the numpy CG of _Gram.solve step for step:
+    the same iterations and the same solution, to rounding."""
+    from ropesplit.numerics.fit import _Gram
+
+    gram = band_gram(n, window, axes)
+    x0 = np.random.default_rng(n).normal(size=(gram.diag.size, 4)) * rhs  # four right sides
+    right = gram.apply(x0)
+    got, steps = gram.solve(right)
+    want, steps_np = _Gram.solve(gram, right)
+    assert steps == steps_np
+    scale = np.abs(want).max() + 1e-300
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9 * scale)
+
+
 def test_fit_converges_at_long_sequences():
     gram = band_gram(2048, None)
     rhs = gram.apply(np.random.default_rng(0).normal(size=(gram.diag.size, 3)))
