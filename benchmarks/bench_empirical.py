@@ -63,16 +63,18 @@ def peak_rss_gib() -> float:
 
 
 _PEAK = """
-import json, resource, sys
+import json, sys
 import torch
 from ropesplit.empirical import load_model
 from ropesplit.empirical.analyze import analyze_batch, memory_estimate
+from ropesplit.empirical.capture import peak_resident, resident
 loaded = load_model({model!r}, {gguf!r})
 ids = torch.load({ids!r})
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's
-rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+rss = resident()
+peak_resident(reset=True)  # the run's own peak (ru_maxrss would carry the parent's)
 analyze_batch(loaded, ids, pair_budget=None)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_resident()
 weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
 print(json.dumps({{"peak": peak, "extra": peak - rss,
                   "predicted": memory_estimate(loaded, ids.shape[1], ids.shape[0]),
@@ -89,7 +91,10 @@ def analysis_peak(model: str | None, gguf: str | None, ids: object) -> dict[str,
     weights (what ``check_memory`` adds for this batch); ``peak`` beside
     ``predicted`` (the interpreter, its libraries and the loader's transient
     are in the first, not the second). In this process the plain forward
-    pass's ``(B, N, vocab)`` output logits would dominate the peak.
+    pass's ``(B, N, vocab)`` output logits would dominate the peak. The child
+    reads its own peak (``VmHWM``, reset after the warm-up:
+    ``capture.peak_resident``): ``ru_maxrss`` would report at least this
+    process's size, carried across ``exec``.
     """
     import json
     import subprocess

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.capture import LayerCapture, capture_batch
+from ropesplit.empirical.capture import GROWTH, LayerCapture, capture_batch
 from ropesplit.empirical.models import LoadedModel, as_position_ids
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
+from ropesplit.numerics.workers import map_each
 
 from ropesplit.errors import RopesplitError, ValidationError
 from ropesplit.paper import PAPER_R_SPLIT
@@ -143,7 +144,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
 
     .. math:: \text{weights} + B N\,\big(4(4D + 2F) + 12\,(H + H_{kv})\,d
               + 72 H d + 24 H_{kv} d\big) + B N^2 (8 H + 8)
-              + \min(W, 4 H N^2) + 64\ \text{MiB}
+              + \min(B, T)\,\min(W, 4 H N^2) + 64\ \text{MiB} + G
 
     what the code allocates (:func:`analyze_batch`):
 
@@ -157,9 +158,16 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     - per pair: the eager attention's scores and probabilities ``(B, H, N,
       N)`` float32 (the logit tap holds the scores) and its masks;
     - ``W``: the bound check's ratios, a float64 per causal pair and head of
-      one sequence (sequences are measured one after another), up to
-      ``numerics.stats``' chunk bound, and 64 MiB of state.
+      one sequence, up to ``numerics.stats``' chunk bound, for each of the
+      ``min(B, T)`` sequences measured side by side (``T``: torch's CPU
+      threads, :func:`ropesplit.numerics.workers.map_each`; 1 on a GPU), and
+      64 MiB of state.
 
+    ``G``: the growth past the first layer that a streamed run allows before
+    the C heap's free pages go back (:data:`~ropesplit.empirical.capture.GROWTH`,
+    :func:`~ropesplit.empirical.capture.release_growth`): without that,
+    glibc's per-thread arenas grew the process layer after layer, past this
+    count.
     ``tests/test_empirical_analyze.py`` measures the peak of a run against it.
     """
     from ropesplit.numerics.stats import _WORK_BYTES
@@ -174,9 +182,12 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d + (72 * n_heads
                                                                          + 24 * n_kv) * d
     per_pair = 8 * n_heads + 8
-    work = min(_WORK_BYTES, 4 * n_heads * n_tokens**2)
+    import torch
+
+    side_by_side = min(sequences, torch.get_num_threads() if loaded.device.type == "cpu" else 1)
+    work = side_by_side * min(_WORK_BYTES, 4 * n_heads * n_tokens**2)
     return int(weights + sequences * (n_tokens * per_token + n_tokens**2 * per_pair)
-               + work + 2**26)  # fmt: skip
+               + work + 2**26 + GROWTH)  # fmt: skip
 
 
 def _available_bytes(device: Any) -> int | None:
@@ -249,8 +260,10 @@ def analyze_batch(
     ``"mean-skip-first"`` (the mean key without the first token).
 
     Streamed (:func:`~ropesplit.empirical.capture.capture_batch`): as each
-    layer finishes, every sequence's heads are measured and the layer's
-    captures released, so memory holds one layer at a time
+    layer finishes, every sequence's heads are measured (on a CPU side by
+    side, one thread each: :func:`ropesplit.numerics.workers.map_each`; the
+    numbers are those of each sequence measured alone in a worker) and the
+    layer's captures released, so memory holds one layer at a time
     (:func:`memory_estimate`, checked first). One :class:`Analysis` per
     sequence; ``seconds`` are the batch's (``capture``: the forward pass with
     its validation, ``analysis``: the statistics), the same in each.
@@ -268,12 +281,19 @@ def analyze_batch(
     rows: list[list[dict[str, Any]]] = [[] for _ in range(int(batch))]
     spent = 0.0
 
+    def one(b: int, layer: LayerCapture) -> list[dict[str, Any]]:
+        return capture_rows(layer, positions[b], seed=seed, pair_budget=pair_budget,
+                            reference=reference, references=references, kbar=kbar)  # fmt: skip
+
     def measure(layers: list[LayerCapture]) -> None:
         nonlocal spent
         tick = time.perf_counter()
-        for b, layer in enumerate(layers):  # one call per sequence: stacking them bought nothing
-            rows[b] += capture_rows(layer, positions[b], seed=seed, pair_budget=pair_budget,
-                                    reference=reference, references=references, kbar=kbar)
+        # the sequences side by side, one thread each (stacking them as heads bought nothing);
+        # on a GPU one after another, torch's kernels are already parallel there
+        on_cpu = layers[0].q.device.type == "cpu"
+        for b, got in enumerate(map_each(lambda b: one(b, layers[b]), range(len(layers)),
+                                         workers=None if on_cpu else 1)):  # fmt: skip
+            rows[b] += got
         spent += time.perf_counter() - tick
         if on_layer is not None:
             on_layer(len(layers))

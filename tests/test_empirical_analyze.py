@@ -186,9 +186,18 @@ def test_a_batch_is_its_sequences_one_by_one(tiny_model):
 def test_memory_check_names_both_numbers(monkeypatch):
     loaded = load_model(CONFIGS["llama"], seed=0)
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-    one, two = memory_estimate(loaded, 512), memory_estimate(loaded, 512, sequences=2)
-    fixed = memory_estimate(loaded, 512, sequences=0)  # weights, work and state
-    assert two - one == one - fixed > 0 and fixed > weights  # linear in the batch
+    fixed = memory_estimate(loaded, 512, sequences=0)  # weights and state
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # two sequences measured side by side, each with its work
+    try:
+        one, two, three = (memory_estimate(loaded, 512, sequences=b) for b in (1, 2, 3))
+        work = min(2**29, 4 * 4 * 512**2)  # the bound's ratios of one sequence (4 heads)
+        assert two - one == one - fixed > 0 and fixed > weights  # both sequences at work
+        assert three - two == two - one - work  # the third waits: linear in the batch
+        torch.set_num_threads(1)
+        assert memory_estimate(loaded, 512, sequences=2) == two - work  # one at a time
+    finally:
+        torch.set_num_threads(threads)
     assert memory_estimate(loaded, 1024) - fixed > 3 * (one - fixed)  # the N^2 term
     analyze_module = importlib.import_module("ropesplit.empirical.analyze")
     monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: 2**30)
@@ -200,18 +209,19 @@ def test_memory_check_names_both_numbers(monkeypatch):
 
 
 _PEAK = """
-import json, resource, sys
+import json, sys
 sys.path.insert(0, {tests!r})
 import torch
 from conftest import tiny_llama
 from ropesplit.empirical.analyze import analyze_batch, memory_estimate
+from ropesplit.empirical.capture import peak_resident, resident
 loaded = tiny_llama(context=4096)
 ids = torch.randint(0, 128, ({batch}, {tokens}), generator=torch.Generator().manual_seed(0))
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's
-rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+rss = resident()
+before = peak_resident(reset=True)  # the peak from here: the run's own
 analyze_batch(loaded, ids)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_resident()
 weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
 print(json.dumps({{"extra": peak - rss, "grew": peak > before,
                   "predicted": memory_estimate(loaded, {tokens}, {batch}) - weights}}))
