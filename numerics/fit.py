@@ -81,11 +81,24 @@ class _Gram:
         Returns ``(x (K, H), iterations)``; raises if not converged in ``10 K``
         iterations (never seen: ``G`` is well conditioned on its range).
         """
-        k, h = rhs.shape
+        k = rhs.shape[0]
         gauge = self.gauge()  # A^T w is orthogonal to these; rounding in the sums is not
         for _ in range(2):  # twice: the first pass's own rounding leaves a trace along them
             rhs = rhs - gauge @ (gauge.T @ rhs)
-        inv_diag = np.where(self.diag > 0, 1.0 / np.maximum(self.diag, 1e-300), 0.0)[:, None]
+        inv_diag = np.where(self.diag > 0, 1.0 / np.maximum(self.diag, 1e-300), 0.0)  # (K,)
+        x, it = self._cg(np.ascontiguousarray(rhs), inv_diag, tol)
+        if it > 0:
+            return x, it
+        if it == 0:
+            return x, 10 * k  # stalled at the rounding floor, still far below any use
+        raise RopesplitError(f"additive fit did not converge in {10 * k} iterations")
+
+    def _cg(self, rhs: np.ndarray, inv_diag: np.ndarray, tol: float) -> tuple[np.ndarray, int]:
+        """CG from 0 with the diagonal preconditioner ``inv_diag (K,)``: ``(x, iterations)``,
+        iterations 0 when stalled at the rounding floor (``sqrt(tol)``), -1 when not converged.
+        """
+        k, h = rhs.shape
+        inv_diag = inv_diag[:, None]
         x = np.zeros((k, h))
         res = rhs.copy()
         target = tol * np.linalg.norm(rhs, axis=0)  # (H,)
@@ -104,9 +117,8 @@ class _Gram:
             rz_new = (res * z).sum(0)
             p = z + np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0) * p
             rz = rz_new
-        if (np.linalg.norm(res, axis=0) <= np.sqrt(tol) * np.linalg.norm(rhs, axis=0)).all():
-            return x, 10 * k  # stalled at the rounding floor, still far below any use
-        raise RopesplitError(f"additive fit did not converge in {10 * k} iterations")
+        stalled = (np.linalg.norm(res, axis=0) <= np.sqrt(tol) * np.linalg.norm(rhs, axis=0)).all()
+        return x, 0 if stalled else -1
 
     def gauge(self) -> np.ndarray:
         """An orthonormal basis ``(K, g)`` of the gauge directions (no fitted value changes).
@@ -182,30 +194,19 @@ class BandGram(_Gram):
         ya = self.count_a[:, None] * a + (cb[n] - cb[dist]) + cc[n - dist]
         return np.concatenate([ya, yb + ca[self._a_to], yc + ca[self._a_to_c]])
 
-    def solve(self, rhs: np.ndarray, tol: float = TOL) -> tuple[np.ndarray, int]:
-        r"""Solve :math:`G x = r` as :meth:`_Gram.solve` does, the iteration compiled.
+    def _cg(self, rhs: np.ndarray, inv_diag: np.ndarray, tol: float) -> tuple[np.ndarray, int]:
+        """:meth:`_Gram._cg`, step for step, as one compiled loop (:func:`_band_cg`).
 
-        The same preconditioned CG, step for step and with the same stopping
-        rule (every column's relative residual at ``tol``; the rounding-floor
-        fallback), one compiled loop (:func:`_band_cg`) in place of some
-        thirty numpy calls per iteration on ``(K, H)`` arrays: about 0.4 ms
-        an iteration at ``N = 512``, nine heads, before.  The numpy iteration
+        The same preconditioned CG and stopping rule, in place of some thirty
+        numpy calls per iteration on ``(K, H)`` arrays (about 0.4 ms an
+        iteration at ``N = 512``, nine heads, before). The numpy iteration
         stays the float64 twin (``tests/test_numerics_fit.py``).
         """
-        k, h = rhs.shape
-        gauge = self.gauge()
-        for _ in range(2):
-            rhs = rhs - gauge @ (gauge.T @ rhs)
-        inv_diag = np.where(self.diag > 0, 1.0 / np.maximum(self.diag, 1e-300), 0.0)
-        x = np.zeros((k, h))
+        x = np.zeros(rhs.shape)
         it = _band_cg()(self.count_a, self.count_b, self.count_c, self.first_col,
-                        self.last_row, self._a_to, self._a_to_c, inv_diag,
-                        np.ascontiguousarray(rhs), float(tol), x)  # fmt: skip
-        if it > 0:
-            return x, int(it)
-        if it == 0:
-            return x, 10 * k  # stalled at the rounding floor, still far below any use
-        raise RopesplitError(f"additive fit did not converge in {10 * k} iterations")
+                        self.last_row, self._a_to, self._a_to_c, inv_diag, rhs, float(tol),
+                        x)  # fmt: skip
+        return x, int(it)
 
     def sums(self, w: np.ndarray) -> np.ndarray:
         r"""``A^T w`` for ``K`` matrices ``w (K, N, N)``: ``(rows, K)``.
@@ -226,7 +227,7 @@ class BandGram(_Gram):
 
 @functools.cache
 def _band_cg() -> Any:
-    """Compiled: :meth:`_Gram.solve`'s preconditioned CG with :meth:`BandGram.apply`.
+    """Compiled: :meth:`_Gram._cg` with :meth:`BandGram.apply`.
 
     ``(count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, inv_diag,
     rhs (K, H), tol, x (K, H))``: solves into ``x`` (zeros on entry) and
