@@ -37,7 +37,7 @@ from ropesplit.empirical.capture import GROWTH, LayerCapture, capture_batch
 from ropesplit.empirical.models import LoadedModel, as_position_ids
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
-from ropesplit.numerics.workers import map_each
+from ropesplit.numerics.workers import map_each, side_by_side
 
 from ropesplit.errors import RopesplitError, ValidationError
 from ropesplit.paper import PAPER_R_SPLIT
@@ -159,8 +159,8 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
       N)`` float32 (the logit tap holds the scores) and its masks;
     - ``W``: the bound check's ratios, a float64 per causal pair and head of
       one sequence, up to ``numerics.stats``' chunk bound, for each of the
-      ``min(B, T)`` sequences measured side by side (``T``: torch's CPU
-      threads, :func:`ropesplit.numerics.workers.map_each`; 1 on a GPU), and
+      ``min(B, T)`` sequences measured side by side (``T``:
+      :func:`ropesplit.numerics.workers.side_by_side`, torch's CPU threads; 1 on a GPU), and
       64 MiB of state.
 
     ``G``: the growth past the first layer that a streamed run allows before
@@ -182,10 +182,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d + (72 * n_heads
                                                                          + 24 * n_kv) * d
     per_pair = 8 * n_heads + 8
-    import torch
-
-    side_by_side = min(sequences, torch.get_num_threads() if loaded.device.type == "cpu" else 1)
-    work = side_by_side * min(_WORK_BYTES, 4 * n_heads * n_tokens**2)
+    work = min(sequences, side_by_side(loaded.device)) * min(_WORK_BYTES, 4 * n_heads * n_tokens**2)
     return int(weights + sequences * (n_tokens * per_token + n_tokens**2 * per_pair)
                + work + 2**26 + GROWTH)  # fmt: skip
 
@@ -281,18 +278,17 @@ def analyze_batch(
     rows: list[list[dict[str, Any]]] = [[] for _ in range(int(batch))]
     spent = 0.0
 
-    def one(b: int, layer: LayerCapture) -> list[dict[str, Any]]:
-        return capture_rows(layer, positions[b], seed=seed, pair_budget=pair_budget,
-                            reference=reference, references=references, kbar=kbar)  # fmt: skip
-
     def measure(layers: list[LayerCapture]) -> None:
         nonlocal spent
         tick = time.perf_counter()
-        # the sequences side by side, one thread each (stacking them as heads bought nothing);
-        # on a GPU one after another, torch's kernels are already parallel there
-        on_cpu = layers[0].q.device.type == "cpu"
-        for b, got in enumerate(map_each(lambda b: one(b, layers[b]), range(len(layers)),
-                                         workers=None if on_cpu else 1)):  # fmt: skip
+
+        def one(b: int) -> list[dict[str, Any]]:
+            return capture_rows(layers[b], positions[b], seed=seed, pair_budget=pair_budget,
+                                reference=reference, references=references, kbar=kbar)  # fmt: skip
+
+        # the sequences side by side, one thread each (stacking them as heads bought nothing)
+        for b, got in enumerate(map_each(one, range(len(layers)),
+                                         side_by_side(layers[0].q.device))):  # fmt: skip
             rows[b] += got
         spent += time.perf_counter() - tick
         if on_layer is not None:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["map_each", "one_blas_thread", "serial"]
+__all__ = ["map_each", "one_blas_thread", "serial", "side_by_side"]
 
 T = TypeVar("T")
 _local = threading.local()
@@ -64,24 +64,29 @@ def _enter_worker() -> None:
     _local.serial = True
 
 
+def side_by_side(device: Any = None) -> int:
+    """How many items :func:`map_each` runs at once by default: torch's CPU threads, and 1
+    for tensors on another ``device`` (a GPU's kernels are parallel already)."""
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    return torch.get_num_threads() if on_cpu else 1
+
+
 def map_each(fn: Callable[[Any], T], items: Sequence[Any], workers: int | None = None) -> list[T]:
     r"""``[fn(x) for x in items]`` with the items spread over ``workers`` threads.
 
-    ``workers`` defaults to torch's thread count; with fewer than two items
+    ``workers`` defaults to :func:`side_by_side` (torch's thread count); with fewer than two items
     or workers, ``fn`` runs here with every library's threads as they are.
     Otherwise each worker computes with one thread (module docstring) and
     the results come back in the order of ``items``; the first exception
     raised by ``fn`` is raised here.
     """
-    count = min(len(items), workers if workers is not None else torch.get_num_threads())
+    count = min(len(items), workers if workers is not None else side_by_side())
     if count < 2:
         return [fn(x) for x in items]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # new threads read it at their first operation
     try:
-        with _controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(
-            count, initializer=_enter_worker
-        ) as pool:
+        with one_blas_thread(), ThreadPoolExecutor(count, initializer=_enter_worker) as pool:
             return list(pool.map(fn, items))
     finally:
         torch.set_num_threads(threads)
