@@ -27,17 +27,10 @@ import sys
 import time
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
 def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global: int) -> None:
     """One measurement: print ``{"peak_mib", "seconds"}`` as JSON."""
     import torch
+    from ropesplit.empirical.capture import peak_resident, resident
     from ropesplit.numerics.lambda_attention import lambda_attention
 
     torch.set_num_threads(1)
@@ -45,9 +38,10 @@ def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global:
     n = multiple * length
     q, k, v, qf, kf = (torch.randn(1, heads, n, dim, generator=gen) for _ in range(5))
     lambda_attention(q[:, :, :64], k[:, :, :64], v[:, :, :64], 0.125)  # warm the allocator paths
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")  # reset VmHWM to the current resident size
-    before = _status_kib("VmRSS")
+    peak_resident(reset=True)  # VmHWM restarts at the current resident size
+    before = resident()
+    if before is None:
+        raise SystemExit("this benchmark reads /proc/self (Linux)")
     start = time.perf_counter()
     if kind == "dense":
         out = lambda_attention(q, k, v, dim**-0.5)
@@ -55,9 +49,9 @@ def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global:
         out = lambda_attention(q, k, v, dim**-0.5, n_local=length, n_global=n_global, cap=length,
                                query_far=qf, key_far=kf)  # fmt: skip
     seconds = time.perf_counter() - start
-    peak = _status_kib("VmHWM") - before
+    peak = peak_resident() - before
     assert out.shape == (1, heads, n, dim)
-    print(json.dumps({"peak_mib": peak / 1024, "seconds": seconds}))
+    print(json.dumps({"peak_mib": peak / 2**20, "seconds": seconds}))
 
 
 def _measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
