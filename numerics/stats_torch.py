@@ -70,7 +70,7 @@ def row_moments(f: _Factors, window: int | None, device: torch.device | str) -> 
     refs = len(f.us)
     heads = torch.from_numpy(np.asarray(f.kv, dtype=np.int64)).to(dev)
     a = f.a.to(dev, torch.float64)
-    u = torch.stack(f.us).to(dev, torch.float64)  # (M, H, N, c)
+    u = f.us.to(dev, torch.float64)  # (M, H, N, c)
     y, b, dp = (x.to(dev, torch.float64) for x in (f.y, f.b, f.dp))  # (Hkv, N, c)
     s_ww = torch.zeros(h, n, dtype=torch.float64, device=dev)
     s_we, s_ee = torch.zeros(2, refs, h, n, dtype=torch.float64, device=dev)

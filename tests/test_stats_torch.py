@@ -75,7 +75,7 @@ def factors(qc, kc, kv, theta, pq, pk, gaps):
     rot_k = np.exp(1j * pk[:, None] * theta)
     a = stats._real(qc * np.exp(1j * pq[:, None] * theta))
     feats = [stats._real(v) for v in (kc * rot_k, de * rot_k, de)]
-    return stats._Factors(a, *feats, [stats._real(qc * m) for m in ms], kv)
+    return stats._Factors(a, *feats, stats._real(qc * np.stack(ms)[:, None, None]), kv)
 
 
 def assert_moments_equal(got, want, f):
