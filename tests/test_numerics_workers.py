@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -34,6 +36,26 @@ def test_map_each_is_the_items_in_order_and_restores_the_threads():
     with pytest.raises(ValueError, match=r"^item \d$"):
         map_each(fails, [1, 2], workers=2)
     assert torch.get_num_threads() == threads and not serial()
+
+
+def test_the_workers_are_the_same_threads_and_a_nested_call_runs_in_place():
+    # fresh threads per call each opened a heap arena that kept its memory (numerics.workers)
+    def thread(x):
+        return threading.current_thread()  # the objects: a dead thread's ident may be reused
+
+    first, second = (set(map_each(thread, range(6), workers=2)) for _ in range(2))
+    assert first == second and threading.current_thread() not in first and len(first) <= 2
+
+    def nested(x):  # both workers busy: a nested call must not wait for them
+        return map_each(lambda y: (serial(), threading.get_ident()), range(3), workers=2)
+
+    box = []
+    runner = threading.Thread(target=lambda: box.append(map_each(nested, range(2), workers=2)))
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "a nested map_each waited for the busy workers"
+    for calls in box[0]:
+        assert all(s for s, _ in calls) and len({t for _, t in calls}) == 1  # one worker, here
 
 
 @settings(max_examples=10, deadline=None)
