@@ -149,8 +149,8 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     what the code allocates (:func:`analyze_batch`):
 
     - per token: the model's own activations, about four residual streams
-      ``D`` and two MLP widths ``F`` in float32 (the capture runs the base
-      model: no ``(N, vocab)`` output logits), the one layer's captured
+      ``D`` and two MLP widths ``F`` in float32 (the capture's pass stops
+      after the last attention: no ``(N, vocab)`` output logits), the one layer's captured
       ``q``, ``k`` in float32 and float64 (layers stream: each is measured and
       released before the next), and the statistics' float64 features of
       that layer (rotated queries and, per reference, scaled ones; rotated

@@ -142,6 +142,26 @@ def test_taps_are_removed_after_capture(arch):
     assert not any(m._forward_pre_hooks for m in loaded.attn)
 
 
+def test_the_pass_stops_after_the_last_attention_unless_logits_are_kept(arch):
+    # nothing after the last layer's attention is needed: its MLP and the output head never run
+    name, loaded, _, _, _ = arch
+    seen = []
+    last_mlp = loaded.model.base_model.layers[-1].mlp if hasattr(loaded.model.base_model,
+                                                                    "layers") else None
+    modules = [m for m in (last_mlp, loaded.model.get_output_embeddings()) if m is not None]
+    hooks = [m.register_forward_hook(lambda *a, m=m: seen.append(m)) for m in modules]
+    try:
+        cache = capture(loaded, token_ids())
+        assert seen == [] and len(cache) == 2 and cache.logits is None, name
+        kept = capture(loaded, token_ids(), keep_logits=True)
+        assert set(map(id, seen)) == set(map(id, modules)), name
+        assert kept.logits.shape == (N_TOKENS, COMMON["vocab_size"])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert kept.reconstruction_max_abs_diff == cache.reconstruction_max_abs_diff
+
+
 def test_taps_restore_everything_even_when_the_block_fails():
     """One patching module: wrappers, hooks, the registered attention and the
     model's attention implementation all go back in ``finally``."""
