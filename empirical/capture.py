@@ -861,10 +861,12 @@ def _run(
               on_logits=_on_logits(state)), torch.no_grad():  # fmt: skip
         # an explicit all-ones mask keeps the mask causal by index: without it,
         # transformers reads non-+1 steps in position_ids as packed sequences;
-        # without kept logits the pass stops after the last attention (_LastAttention)
+        # without kept logits the base model runs (no (B, N, vocab) output head) and stops
+        # after the last attention (_LastAttention)
+        model = loaded.model if keep_logits else loaded.model.base_model
         try:
-            out = loaded.model(input_ids=ids, position_ids=pos,
-                               attention_mask=torch.ones_like(ids), use_cache=False)  # fmt: skip
+            out = model(input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids),
+                        use_cache=False)  # fmt: skip
         except _LastAttention:
             pass
     missing = [i for i in range(loaded.n_layers) if i not in state.done]
@@ -872,7 +874,8 @@ def _run(
         raise RopesplitError(f"no rotary embedding was applied in layers {missing}")
     return [Capture(layers=[state.done[i][b] for i in range(loaded.n_layers)],
                     input_ids=ids[b].cpu(), positions=pos[b].cpu(),
-                    logits=out.logits[b].float() if out is not None else None, tolerances=tol)
+                    logits=out.logits[b].float() if keep_logits and out is not None else None,
+                    tolerances=tol)
             for b in range(ids.shape[0])]  # fmt: skip
 
 
