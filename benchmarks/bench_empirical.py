@@ -15,7 +15,11 @@ fresh process (:func:`analysis_peak`; in this one the plain forward pass's
 model (``extra GiB``) beside what ``check_memory`` adds for the batch
 (``analyze.memory_estimate`` without the weights), and the absolute peak
 beside the whole estimate on the line below (target within 6 GB at N = 2048).
-The allocator is made steady first (:func:`steady_allocator`):
+Below each row, every run's own ``total/fwd`` and their median (paired:
+each run's capture and analysis over the forward pass beside it).
+The statistics' compiled kernels are loaded before the timed runs (a
+small batch; once a process, its time printed), as the forward pass is
+warmed up. The allocator is made steady first (:func:`steady_allocator`):
 with glibc's default the forward pass alone varied by 1.6x within one run.
 
 With ``--passages P`` each row is a batch: the first ``P`` passages of the
@@ -159,7 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ids = torch.as_tensor(passage_ids(loaded, default_corpus(), n_tokens,
                                               count=args.passages).ids)  # (P, N)  # fmt: skip
-        batch_forward(loaded, ids)  # warm-up: allocator, kernels
+        batch_forward(loaded, ids)  # warm-up: allocator, torch's kernels
+        tick = time.perf_counter()  # and the statistics' compiled kernels, loaded once a process
+        analyze_batch(loaded, ids[:2, :64])
+        print(f"  N={n_tokens}: warm-up of the statistics' kernels "
+              f"{time.perf_counter() - tick:.2f} s (once a process: not in the timed runs)",
+              file=sys.stderr)  # fmt: skip
         forwards, analyses = [], []
         for _ in range(args.repeats):  # interleaved, so load drifts hit both alike
             tick = time.perf_counter()
@@ -171,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result.seconds['capture']:.2f} s, analysis {result.seconds['analysis']:.2f} s",
                   file=sys.stderr, flush=True)  # fmt: skip
         fwd = statistics.median(forwards)
+        ratios = [(a["capture"] + a["analysis"]) / f
+                  for a, f in zip(analyses, forwards, strict=True)]  # fmt: skip
+        paired = statistics.median(ratios)  # each run's own total/fwd, then their median
         result.seconds = {key: statistics.median(s[key] for s in analyses) for key in analyses[0]}
         memory = analysis_peak(args.model, args.gguf_file, ids)
         row = {
@@ -183,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             "capture_over_forward": result.seconds["capture"] / fwd,
             "analysis_over_forward": result.seconds["analysis"] / fwd,
             "total_over_forward": (result.seconds["capture"] + result.seconds["analysis"]) / fwd,
+            "total_over_forward_runs": ratios,
+            "total_over_forward_paired": paired,
             "exact_tightness": all(h["sampled_pairs"] is None for h in result.heads),
             "peak_rss_gib": peak_rss_gib(),  # this process: the forward's logits included
             **{f"analysis_{key}_gib": value for key, value in memory.items()},
@@ -196,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['logit_max_rel_diff']:10.1e} {row['reconstruction_max_abs_diff']:10.1e} "
               f"{row['analysis_extra_gib']:9.2f} {row['analysis_predicted_extra_gib']:10.2f}"
               )  # fmt: skip
+        print(f"  N={n_tokens}: total/fwd of each run {', '.join(f'{x:.2f}' for x in ratios)}, "
+              f"their median {paired:.2f}")  # fmt: skip
         print(f"  N={n_tokens}: analysis alone (fresh process) peak "
               f"{row['analysis_peak_gib']:.2f} GiB against check_memory's "
               f"{row['analysis_predicted_gib']:.2f}; above the loaded model "
