@@ -195,17 +195,18 @@ class BandGram(_Gram):
         return np.concatenate([ya, yb + ca[self._a_to], yc + ca[self._a_to_c]])
 
     def _cg(self, rhs: np.ndarray, inv_diag: np.ndarray, tol: float) -> tuple[np.ndarray, int]:
-        """:meth:`_Gram._cg`, step for step, as one compiled loop (:func:`_band_cg`).
+        """:meth:`_Gram._cg`, step for step, as one compiled loop (:func:`._cg_kernel.solve`).
 
         The same preconditioned CG and stopping rule, in place of some thirty
         numpy calls per iteration on ``(K, H)`` arrays (about 0.4 ms an
         iteration at ``N = 512``, nine heads, before). The numpy iteration
         stays the float64 twin (``tests/test_numerics_fit.py``).
         """
+        from ropesplit.numerics._cg_kernel import solve  # numba loads on first use
+
         x = np.zeros(rhs.shape)
-        it = _band_cg()(self.count_a, self.count_b, self.count_c, self.first_col,
-                        self.last_row, self._a_to, self._a_to_c, inv_diag, rhs, float(tol),
-                        x)  # fmt: skip
+        it = solve(self.count_a, self.count_b, self.count_c, self.first_col, self.last_row,
+                   self._a_to, self._a_to_c, inv_diag, rhs, float(tol), x)  # fmt: skip
         return x, int(it)
 
     def sums(self, w: np.ndarray) -> np.ndarray:
@@ -223,19 +224,6 @@ class BandGram(_Gram):
                          for dd in range(self.n_a)]  # fmt: skip  # n_a x (K,)
             parts.insert(0, np.stack(diagonals))  # (n_a, K)
         return np.concatenate(parts)
-
-
-def _band_cg() -> Any:
-    """Compiled: :meth:`_Gram._cg` with :meth:`BandGram.apply` (:func:`._cg_kernel.solve`).
-
-    ``(count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, inv_diag,
-    rhs (K, H), tol, x (K, H))``: solves into ``x`` (zeros on entry) and
-    returns the iterations, 0 when stalled at the rounding floor, -1 when
-    not converged.
-    """
-    from ropesplit.numerics._cg_kernel import solve
-
-    return solve
 
 
 @functools.lru_cache(maxsize=8)
