@@ -31,7 +31,13 @@ that the intervened model attends with :math:`W + \Delta W`:
   :math:`\Delta_{ij} > L`, :func:`cap_rest` :math:`(W - f)(L) - (W - f)(\Delta_{ij})`
   (LM-Infinite's cap, :math:`W(L) - W(\Delta)`, is their sum);
 - :func:`shuffle_frequencies` :math:`W_\pi - W`, the logits with pair
-  :math:`l` turning at :math:`\theta_{\pi(l)}`.
+  :math:`l` turning at :math:`\theta_{\pi(l)}` (:func:`band_order`: a
+  permutation that keeps every pair in its half, the slow or the fast);
+- :func:`structured_remainder` :math:`-\xi`, the remainder the same heads
+  would have if their pairs turned at shuffled frequencies, each row rescaled
+  to the norm of :math:`E^m`'s: a removal of :math:`E`'s size and kind
+  (bilinear in the same queries and key deviations, rotating with distance)
+  that is not :math:`E`.
 
 Shapes (numpy or torch in; torch out, complex128 for float64 input and
 complex64 for float32, so that the edits run at the model's precision inside
@@ -54,6 +60,7 @@ from ropesplit.numerics.rope import _index, _rotary_dim
 from ropesplit.errors import RopesplitError
 
 __all__ = [
+    "band_order",
     "cap_positional",
     "cap_rest",
     "drop_pair_deviation",
@@ -65,6 +72,7 @@ __all__ = [
     "pairs",
     "same_norm_noise",
     "shuffle_frequencies",
+    "structured_remainder",
 ]
 
 FAST_TURNS = 1.0  # a pair is fast when it turns at least once over the text's distances
@@ -156,6 +164,54 @@ def same_norm_noise(term: Array, seed: int) -> torch.Tensor:
     target = _zero_outside(mask, t).square().sum(-1, keepdim=True).sqrt()  # (H, N, 1)
     have = z.square().sum(-1, keepdim=True).sqrt()
     return -z * torch.where(have > 0, target / torch.where(have > 0, have, 1.0), 0.0)
+
+
+def _row_rescaled(term: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``term (H, N, N)`` with each row's norm over ``j <= i`` that of ``target``'s row."""
+    mask = _causal(term.shape[-1], term.device)
+    want = _zero_outside(mask, target).square().sum(-1, keepdim=True).sqrt()  # (H, N, 1)
+    have = _zero_outside(mask, term).square().sum(-1, keepdim=True).sqrt()
+    return _zero_outside(mask, term) * torch.where(have > 0, want / torch.where(have > 0, have,
+                                                                                1.0), 0.0)
+
+
+def structured_remainder(qc: Array, kc: Array, kbar: Array, theta: Array, positions: Array,
+                         s: float, order: Array, m: Array = None) -> torch.Tensor:  # fmt: skip
+    r""":math:`-\xi`: the remainder under the frequencies ``order`` reassigns, rows at
+    :math:`E^m`'s norms (the structured null of removing :math:`E`).
+
+    .. math:: \xi_{ij} = E^{m}_{\pi,ij}\,\frac{\|E^m_{i\cdot}\|}{\|E^m_{\pi,i\cdot}\|},\qquad
+              E^m_\pi = W_\pi - f_\pi - g^m
+
+    with :math:`W_\pi, f_\pi` the logits with pair :math:`l` turning at
+    :math:`\theta_{\pi(l)}` (the same queries, keys and reference key).
+    """
+    q, k, th, p = _check(qc, kc, theta, positions)
+    perm = np.asarray(order, dtype=np.int64)
+    if sorted(perm.tolist()) != list(range(th.numel())):
+        raise RopesplitError(f"order must be a permutation of the {th.numel()} pairs")
+    shuffled = th[torch.from_numpy(perm).to(th.device)]
+    e = -drop_remainder(q, k, kbar, th, p, s, m)  # (H, N, N)
+    e_pi = -drop_remainder(q, k, kbar, shuffled, p, s, m)
+    return -_row_rescaled(e_pi, e)
+
+
+def band_order(theta: Array, rng: np.random.Generator) -> np.ndarray:
+    r"""A permutation ``(P,)`` of the pairs that keeps each in its half: the slow half
+    (``rope.low_half``, the :math:`\lfloor P/2 \rfloor` smallest :math:`\theta_l`) among
+    itself, the rest among itself (a middle pair of odd ``P`` stays).
+
+    >>> order = band_order(np.array([1.0, 0.5, 0.1, 0.01]), np.random.default_rng(0))
+    >>> sorted(order[:2].tolist()), sorted(order[2:].tolist())
+    ([0, 1], [2, 3])
+    """
+    from ropesplit.numerics.rope import low_half
+
+    weight = low_half(np.asarray(theta, dtype=np.float64))
+    order = np.arange(weight.size)
+    for band in (np.flatnonzero(weight == 1.0), np.flatnonzero(weight == 0.0)):
+        order[band] = band[rng.permutation(band.size)]
+    return order
 
 
 def fast_pairs(theta: Array, n_tokens: int, turns: float = FAST_TURNS) -> np.ndarray:

@@ -72,6 +72,7 @@ __all__ = [
     "pair_logits",
     "query_only_share",
     "remainder_change_share",
+    "run_changes",
     "shift_change",
     "weighted_key_corr",
 ]
@@ -381,13 +382,17 @@ def remainder_change_share(
 
 
 def pair_logits(
-    qc: Any, kc: Any, theta: Any, scale: float, positions: Any, pairs: Any, *, kbar: Any = None
+    qc: Any, kc: Any, theta: Any, scale: float, positions: Any, pairs: Any, *, kbar: Any = None,
+    m: Any = None,
 ) -> dict[str, np.ndarray]:
     r"""``W`` and ``g`` at ``pairs``, each ``(H, M)``, for tokens at ``positions (N,)``.
 
     .. math:: W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde k_{jl}}
               e^{i\theta_l(p_i - p_j)},\qquad
-              g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde\delta_{jl}}
+              g^m_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde\delta_{jl}}\,m_l
+
+    ``m (P,)`` is the reference rotation of docs/theory.md section 6
+    (``Reference.m``; default 1: the split of section 3).
     """
     q, k, th, _, dev = _pairs_of(qc, kc, theta, kbar)
     s = _inputs.check_scale(scale)
@@ -396,5 +401,41 @@ def pair_logits(
     p = _positions("positions", positions, n)
     phase = np.exp(1j * (p[i] - p[j])[:, None] * th)  # (M, P)
     qi = q[:, i]  # (H, M, P)
+    qm = qi if m is None else qi * np.asarray(m, dtype=np.complex128).reshape(-1)
     return {"W": s * np.real((qi * np.conj(k[:, j]) * phase).sum(axis=-1)),
-            "g": s * np.real((qi * np.conj(dev[:, j])).sum(axis=-1))}  # fmt: skip
+            "g": s * np.real((qm * np.conj(dev[:, j])).sum(axis=-1))}  # fmt: skip
+
+
+def run_changes(
+    before: tuple[Any, Any, Any], after: tuple[Any, Any, Any], theta: Any, scale: float,
+    pairs: Any, *, ms: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Mean ``|W' - W|`` ``(H,)`` and mean ``|g'_m - g_m|`` ``(K, H)`` over ``pairs``
+    between two runs of one text, each ``(qc, kc, positions)`` with ``qc, kc (H, N, P)``
+    (each run's own q, k and mean key):
+
+    .. math:: \overline{|\Delta W|}_h = \frac1M\sum_{(i,j)}|W'_{hij} - W_{hij}|,\qquad
+              \overline{|\Delta g_m|}_h = \frac1M\sum_{(i,j)}|g'^m_{hij} - g^m_{hij}|
+
+    with :func:`pair_logits`' ``W`` and ``g^m``; ``ms (K, P)`` are the reference rotations
+    (None: one, ``m = 1``). The numerator and denominator of ``g_share``: 0 and the logit
+    change when only the positions move and ``q``, ``k`` stay.
+    """
+    q0, k0, p0 = before
+    q1, k1, p1 = after
+    th = _inputs.as_float64("theta", theta, 1)
+    m = (np.ones((1, th.size), dtype=np.complex128) if ms is None
+         else np.asarray(ms, dtype=np.complex128).reshape(-1, th.size))  # (K, P)  # fmt: skip
+    s = _inputs.check_scale(scale)
+    runs = []
+    for qc, kc, positions in ((q0, k0, p0), (q1, k1, p1)):
+        q, k, _, _, dev = _pairs_of(qc, kc, th, None)
+        i, j = _check_pairs(pairs, q.shape[1])
+        p = _positions("positions", positions, q.shape[1])
+        qi = q[:, i]  # (H, M, P)
+        w = s * np.real((qi * np.conj(k[:, j]) * np.exp(1j * (p[i] - p[j])[:, None] * th))
+                        .sum(axis=-1))  # fmt: skip  # (H, M)
+        g = s * np.real(np.einsum("hmp,kp,hmp->khm", qi, m, np.conj(dev[:, j])))  # (K, H, M)
+        runs.append((w, g))
+    (w0, g0), (w1, g1) = runs
+    return np.abs(w1 - w0).mean(axis=-1), np.abs(g1 - g0).mean(axis=-1)

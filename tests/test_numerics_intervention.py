@@ -121,3 +121,38 @@ def test_float32_input_runs_at_float32_and_matches_float64():
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
     real = intervention.pairs(torch.from_numpy(q), "half")
     np.testing.assert_array_equal(real.numpy(), to_pairs(q))
+
+
+@settings(deadline=None, max_examples=25)
+@given(q=_X, k=_X, kbar=hnp.arrays(np.float64, (D,), elements=st.floats(-2, 2, width=64)),
+       seed=st.integers(0, 50))  # fmt: skip
+def test_the_structured_null_is_the_shuffled_remainder_at_the_rows_of_e(q, k, kbar, seed):
+    """Issue 30: the remainder's null has E's row norms and is the remainder under the
+    shuffled frequencies (dense twin), row by row rescaled."""
+    s, pos = 0.5, np.arange(N, dtype=np.float64)
+    qc, kc, kb = _pairs(q, k, kbar)
+    order = np.random.default_rng(seed).permutation(THETA.size)
+    got = -iv.structured_remainder(qc, kc, kb, THETA, pos, s, order)[0]  # (N, N)
+    e = split_head(q, k, THETA, s, kbar=kbar, bounds=False).E
+    e_pi = split_head(q, k, THETA[order], s, kbar=kbar, bounds=False).E
+    mask = np.tril(np.ones((N, N), dtype=bool))
+    for i in range(N):
+        row, want = got[i][mask[i]], e[i][mask[i]]
+        norm = np.linalg.norm(e_pi[i][mask[i]])
+        assert np.linalg.norm(row) == pytest.approx(np.linalg.norm(want) if norm > 0 else 0.0,
+                                                    abs=1e-9)  # fmt: skip
+        if norm > 1e-9:
+            np.testing.assert_allclose(row, e_pi[i][mask[i]] * np.linalg.norm(want) / norm,
+                                       atol=1e-9)  # fmt: skip
+    assert np.all(got[~mask] == 0.0)
+
+
+@given(theta=hnp.arrays(np.float64, st.integers(1, 12), elements=st.floats(0.0, 1.0)),
+       seed=st.integers(0, 10**6))  # fmt: skip
+def test_band_order_keeps_every_pair_in_its_half(theta, seed):
+    from ropesplit.numerics.rope import low_half
+
+    order = intervention.band_order(theta, np.random.default_rng(seed))
+    weight = low_half(theta)
+    assert sorted(order.tolist()) == list(range(theta.size))
+    assert np.array_equal(weight[order], weight)  # slow to slow, fast to fast

@@ -392,3 +392,28 @@ def test_weighted_key_corr_lets_a_near_constant_key_effect_count_for_little():
         weighted_key_corr([0.5, 0.5], [1.0, -1.0])
     with pytest.raises(RopesplitError, match="key_var must have shape"):
         weighted_key_corr(np.ones((2, 3)), np.ones((3,)))
+
+
+@settings(deadline=None, max_examples=25)
+@given(seed=st.integers(0, 10**6), c=st.integers(1, 30))
+def test_run_changes_are_the_mean_pair_logit_changes(seed, c):
+    """run_changes against pair_logits pair by pair: |dW| and |dg_m| for m = 1 and e^{i theta c}
+    (the loop twin), and g_m through pair_logits' m equal to the split's g under distance c."""
+    from ropesplit.numerics.perturbation import causal_pairs, pair_logits, run_changes
+    from ropesplit.numerics.reference import resolve_reference
+
+    rng = np.random.default_rng(seed)
+    theta = theta_with_still_pairs(4, 1)
+    qc0, kc0, qc1, kc1 = (rng.normal(size=(2, 12, 4)) + 1j * rng.normal(size=(2, 12, 4))
+                          for _ in range(4))  # fmt: skip
+    p0, p1 = np.arange(12.0), np.arange(12.0) + rng.integers(-2, 3, size=12)
+    pairs = causal_pairs(12, 30, rng)
+    ms = np.stack([np.ones(4, dtype=complex), resolve_reference(f"distance:{c}", theta).m])
+    dw, dg = run_changes((qc0, kc0, p0), (qc1, kc1, p1), theta, 0.3, pairs, ms=ms)
+    for r, m in enumerate(ms):
+        a = pair_logits(qc0, kc0, theta, 0.3, p0, pairs, m=m)
+        b = pair_logits(qc1, kc1, theta, 0.3, p1, pairs, m=m)
+        np.testing.assert_allclose(dg[r], np.abs(b["g"] - a["g"]).mean(axis=1), atol=1e-12)
+        np.testing.assert_allclose(dw, np.abs(b["W"] - a["W"]).mean(axis=1), atol=1e-12)
+    _, none = run_changes((qc0, kc0, p0), (qc0, kc0, p0 + 5.0), theta, 0.3, pairs)
+    assert np.all(none == 0.0)  # one q and k: positions alone never move g
