@@ -57,15 +57,19 @@ EDITS = {
     "remainder": "attention from f + g (E dropped)",
     "semantic": "attention from f + E (g dropped)",
     "noise": "a Gaussian term with E's row norms dropped (the null of edit 1)",
+    "structured": "the remainder under shuffled frequencies, rows at E's norms, dropped (the "
+    "structured null of edit 1)",
     "fast_keys": "keys' deviation in the fast pairs replaced by kbar",
     "slow_keys": "the same deviation energy removed from the slow pairs (control)",
     "cap_f": "f capped at the training length L (W + f(q, L) - f(q, Delta), Delta > L)",
     "cap_rest": "g + E capped at L (W + (W - f)(L) - (W - f)(Delta), Delta > L)",
     "cap_all": "every term capped at L (W(L), LM-Infinite's distance cap without its mask)",
     "shuffle": "the frequencies shuffled over the pairs (seeded per layer)",
+    "shuffle_band": "the frequencies shuffled within the slow half and within the fast half "
+    "(the null of shuffle that hurts too)",
 }
-_NEEDS_KBAR = {"remainder", "semantic", "noise", "fast_keys", "slow_keys", "cap_f", "cap_rest",
-               "cap_all"}  # fmt: skip
+_NEEDS_KBAR = {"remainder", "semantic", "noise", "structured", "fast_keys", "slow_keys",
+               "cap_f", "cap_rest", "cap_all"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Edit:
     reference: str = "zero"  # m of g: "zero" (the paper's split) or "mean"
     length: int | None = None  # the cap edits' training length L
     seed: int = 0  # the noise draw and the shuffled order
+    strength: float = 1.0  # fast_keys / slow_keys: the share of the removal's weights applied
 
     def __post_init__(self) -> None:
         if self.kind not in EDITS:
@@ -91,6 +96,8 @@ class Edit:
                 raise RopesplitError(f"edit {self.kind} needs kbar for layers {missing}")
         if self.kind.startswith("cap") and (self.length is None or self.length < 1):
             raise RopesplitError(f"edit {self.kind} needs the training length (>= 1)")
+        if not 0.0 <= self.strength <= 1.0:
+            raise RopesplitError(f"strength must lie in [0, 1], got {self.strength}")
 
 
 def calibrate_kbar(loaded: LoadedModel, input_ids: Any) -> dict[int, np.ndarray]:
@@ -160,11 +167,14 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
             change = iv.drop_semantic(qc, kc, kb, s, m)
         elif edit.kind == "noise":
             change = iv.same_norm_noise(-iv.drop_remainder(qc, kc, kb, theta, pos, s, m), seed)
+        elif edit.kind == "structured":
+            order = np.random.default_rng([edit.seed, layer]).permutation(theta.size)
+            change = iv.structured_remainder(qc, kc, kb, theta, pos, s, order, m)
         elif edit.kind in ("fast_keys", "slow_keys"):
             fast = iv.fast_pairs(theta, n)
             weights = (torch.as_tensor(fast, dtype=torch.float32) if edit.kind == "fast_keys"
                        else iv.matched_slow_weights(kc, kb, fast))  # fmt: skip
-            change = iv.drop_pair_deviation(qc, kc, kb, theta, pos, s, weights)
+            change = iv.drop_pair_deviation(qc, kc, kb, theta, pos, s, edit.strength * weights)
         elif edit.kind.startswith("cap"):
             length = float(edit.length or 0)
             change = torch.zeros(len(heads), n, n, dtype=qc.real.dtype)
@@ -172,8 +182,10 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
                 change = change + iv.cap_positional(qc, kc, kb, theta, pos, s, length)
             if edit.kind in ("cap_rest", "cap_all"):
                 change = change + iv.cap_rest(qc, kc, kb, theta, pos, s, length)
-        else:  # shuffle
-            order = np.random.default_rng([edit.seed, layer]).permutation(theta.size)
+        else:  # shuffle, shuffle_band
+            rng = np.random.default_rng([edit.seed, layer])
+            order = (rng.permutation(theta.size) if edit.kind == "shuffle"
+                     else iv.band_order(theta, rng))  # fmt: skip
             change = iv.shuffle_frequencies(qc, kc, theta, pos, s, order)
         out[b, heads] = change.to(torch.float32)
     return out

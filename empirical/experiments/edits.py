@@ -62,13 +62,16 @@ class Corpus:
             self.context.forwarded(1)
         return self._kbar[key]
 
-    def nll(self, loaded: LoadedModel, edit: Edit | None, positions: Any = None) -> np.ndarray:
-        """``(P, N - 1)`` losses of the scored passages under ``edit``, in batches."""
+    def nll(self, loaded: LoadedModel, edit: Edit | None, positions: Any = None, *,
+            ids: Any = None) -> np.ndarray:  # fmt: skip
+        """``(P, N - 1)`` losses of the scored passages (or ``ids``) under ``edit``, in
+        batches."""
         size = self.context.settings.batch_size
+        rows = self.ids if ids is None else ids
         parts = []
-        for b0 in range(0, PASSAGES, size):
+        for b0 in range(0, len(rows), size):
             pos = None if positions is None else positions[b0 : b0 + size]
-            parts.append(intervened_nll(loaded, self.ids[b0 : b0 + size], edit, pos))
+            parts.append(intervened_nll(loaded, rows[b0 : b0 + size], edit, pos))
         self.context.forwarded(1)
         return np.concatenate(parts)
 

@@ -22,6 +22,8 @@ and the edit's cost at the true positions, :math:`\log(\bar\ell^{\mathrm{edit}}/
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from ropesplit.empirical.experiments import edits
@@ -41,7 +43,9 @@ PREDICTION = (
     f"S(fast removed) - S(slow removed) over {edits.PASSAGES} passages has its 95% t interval "
     "below 0 (primary); shown: each removal against the unedited model."
 )
-COMPARISONS = (("fast_keys", "slow_keys"), ("fast_keys", None), ("slow_keys", None))
+COMPARISONS = (("fast_keys", "slow_matched"), ("fast_keys", "slow_keys"), ("fast_keys", "none"),
+               ("slow_keys", "none"))
+STEPS = 8  # bisection steps of the damage match (alpha to 1/256)
 
 
 def _positions(context: Context, ids: torch.Tensor, t: int) -> torch.Tensor:
@@ -57,27 +61,62 @@ def _positions(context: Context, ids: torch.Tensor, t: int) -> torch.Tensor:
     return torch.as_tensor(np.stack(rows), dtype=torch.int64)
 
 
+def matched_strengths(cost: Any, fast: float, slow: float, steps: int = STEPS
+                      ) -> tuple[float, float]:  # fmt: skip
+    r"""``(alpha_fast, alpha_slow)``: the larger-damage removal scaled so that both cost the
+    same, by bisection on ``cost(kind, alpha)`` (monotone in :math:`\alpha`), from the full
+    removals' costs ``fast`` and ``slow``; the other stays at 1.
+
+    >>> matched_strengths(lambda kind, a: a * 0.8, 0.4, 0.8)
+    (1.0, 0.5)
+    """
+    kind, target = ("slow_keys", fast) if slow > fast else ("fast_keys", slow)
+    lo, hi = 0.0, 1.0
+    for _ in range(int(steps)):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if cost(kind, mid) < target else (lo, mid)
+    alpha = 0.5 * (lo + hi)
+    return (1.0, alpha) if kind == "slow_keys" else (alpha, 1.0)
+
+
 def _run(context: Context) -> list[Row]:
     data = edits.corpus(context)
     loaded = context.loaded
     kbar = data.kbar(loaded)
     layers = tuple(range(loaded.n_layers))
+    calibration = data.calibration
+    base = data.nll(loaded, None, ids=calibration)
+
+    def cost(kind: str, alpha: float) -> float:  # on the calibration passages only
+        edited = data.nll(loaded, Edit(kind, layers, kbar=kbar, strength=alpha), ids=calibration)
+        return float(edits.ratios(edited, base).mean())
+
+    alphas = matched_strengths(cost, cost("fast_keys", 1.0), cost("slow_keys", 1.0))
     shifted = {t: _positions(context, data.ids, t) for t in (SMALL, LARGE)}
     clean = data.nll(loaded, None)
-    sens, cost = {}, {}
-    for kind in (None, "fast_keys", "slow_keys"):
-        edit = None if kind is None else Edit(kind, layers, kbar=kbar)
-        at = data.nll(loaded, edit) if edit is not None else clean
-        small, large = (data.nll(loaded, edit, shifted[t]) for t in (SMALL, LARGE))
-        sens[kind] = edits.ratios(large, small)
-        cost[kind] = edits.ratios(at, clean)
+    made: dict[str, Edit | None] = {"none": None,
+                                    "fast_keys": Edit("fast_keys", layers, kbar=kbar),
+                                    "slow_keys": Edit("slow_keys", layers, kbar=kbar)}
+    for name, kind, alpha in (("fast_matched", "fast_keys", alphas[0]),
+                              ("slow_matched", "slow_keys", alphas[1])):
+        made[name] = made[kind] if alpha == 1.0 else Edit(kind, layers, kbar=kbar, strength=alpha)
+    sens: dict[str, np.ndarray] = {}
+    lost: dict[str, np.ndarray] = {}
+    done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for name, edit in made.items():
+        if id(edit) not in done:  # an edit made twice (alpha 1) runs once
+            at = data.nll(loaded, edit) if edit is not None else clean
+            small, large = (data.nll(loaded, edit, shifted[t]) for t in (SMALL, LARGE))
+            done[id(edit)] = (edits.ratios(large, small), edits.ratios(at, clean))
+        sens[name], lost[name] = done[id(edit)]
     rows = []
     for kind, null in COMPARISONS:
+        mine = "fast_matched" if null == "slow_matched" else kind
         rows.append({
-            "edit": kind, "null": null or "none",
-            **edits.summary(sens[kind], "S"), **edits.summary(sens[null], "S_null"),
-            **edits.summary(cost[kind], "lr_clean"),
-            **edits.paired(sens[kind], sens[null], "below"),
+            "edit": kind, "null": null, "alpha_fast": alphas[0], "alpha_slow": alphas[1],
+            **edits.summary(sens[mine], "S"), **edits.summary(sens[null], "S_null"),
+            **edits.summary(lost[mine], "lr_clean"), **edits.summary(lost[null], "lr_clean_null"),
+            **edits.paired(sens[mine], sens[null], "below"),
         })  # fmt: skip
     return rows
 
@@ -88,7 +127,7 @@ def judge(row: Row) -> Verdict:
 
 
 def verdict(rows: list[Row]) -> Verdict:
-    """The primary row: fast-pair removal against the same energy from the slow pairs."""
+    """The primary row: fast-pair removal against the damage-matched slow removal."""
     return judge(rows[0])
 
 
@@ -97,9 +136,10 @@ EXPERIMENT = Experiment(
     title="Remove the keys' fast-pair deviation (the perturbation bound)",
     prediction=PREDICTION,
     needs=f"{edits.PASSAGES} corpus passages and {edits.CALIBRATION} calibration ones: a "
-    f"calibration pass, then per edit (none, fast, slow) passes at t=0, {SMALL} and {LARGE}",
+    f"calibration pass, the damage match on the calibration passages ({2 + STEPS} passes), "
+    f"then per edit (none, fast, slow, matched) passes at t=0, {SMALL} and {LARGE}",
     run=_run,
     judge=judge,
     verdict=verdict,
-    forward_count=lambda settings: 1 + 3 * 3,
+    forward_count=lambda settings: 1 + 3 + STEPS + 4 * 3,
 )

@@ -27,12 +27,12 @@ Rows = Sequence[Mapping[str, Any]]
 
 # experiment -> (row label fields, statistic, null statistic or None, axis label)
 INTERVENTION_FIGURES: dict[str, tuple[tuple[str, ...], str, str | None, str]] = {
-    "remainder": (("run", "reference"), "lr_remainder", "lr_noise",
-                  "log loss ratio (E dropped; null: same-norm noise)"),
+    "remainder": (("run", "reference"), "lr_remainder", "lr_structured",
+                  "log loss ratio (E dropped; null: the structured term of its size)"),
     "keys": (("edit", "null"), "S", "S_null", "jitter sensitivity S (edit; null)"),
     "terms": (("setting",), "rise", None, "rise of the loss beyond L (log ratio)"),
     "shuffle": (("run", "null"), "lr_shuffle", "lr_null",
-                "log loss ratio (shuffled; null: random-init twin)"),
+                "log loss ratio (shuffled; null: shuffled within halves)"),
 }  # fmt: skip
 
 
@@ -65,7 +65,8 @@ def intervention_figure(rows: Rows, *, experiment: str, width: float | str = "do
         ax_a.set_xlabel(axis)
         ax_a.set_ylabel(", ".join(labels))
         if null is not None:
-            ax_a.legend(loc="lower right", frameon=False)
+            ax_a.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False,
+                        borderaxespad=0.1)  # above the panel, clear of every row
         panel_label(ax_a, "a")
         diff = np.array([r["diff"] for r in rows], dtype=float)
         low = np.array([r["diff_low"] for r in rows], dtype=float)
@@ -76,7 +77,7 @@ def intervention_figure(rows: Rows, *, experiment: str, width: float | str = "do
         for yi, r in zip(y, rows, strict=True):
             ax_b.annotate(str(r["verdict"]), (0.98, yi + 0.3), xycoords=("axes fraction", "data"),
                           ha="right", va="center", fontsize=6)  # fmt: skip
-        ax_b.set_xlabel("paired difference (predicted side shaded)")
+        ax_b.set_xlabel("paired difference\n(predicted side shaded)")
         lo, hi = ax_b.get_xlim()
         for yi, r in zip(y, rows, strict=True):
             side = (lo, 0.0) if r["direction"] == "below" else (0.0, hi)
