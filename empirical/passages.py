@@ -1,31 +1,40 @@
-r"""The claims' statistics per passage: trained, random-init control, shuffled frequencies.
+r"""The claims' statistics per passage in every cell of the grid, from one capture per model.
 
-The unit of replication is the passage (``empirical.corpus``). For passage
-``p`` the trained model and one random-init twin (seed
-``CONTROL_SEEDS[p mod 3]``, so the corpus spans three initialisations) are
-captured once each; every statistic is a mean over heads (heads nested in
-the passage, as the paper averages over heads), under the paper's split
-(reference distance 0, the mean key) unless its name says otherwise:
+The unit of replication is the passage (``empirical.corpus``). Passage ``p``
+is read at the longest length of the grid's ``tokens`` axis, once by each
+model; a causal model's queries and keys at positions ``< L`` do not depend
+on later tokens, so the first ``L`` positions of that capture *are* the
+capture of the passage's first ``L`` tokens, and every length of the axis
+is measured from it. Three forward passes per group of passages:
 
-- ``r_split``, ``r_split_control``, ``r_split_shuffled`` (the trained q/k
-  with each layer's frequencies assigned to the pairs in a seeded random
-  order), ``r_split_distance1000`` (sensitivity), ``r_split_mean`` (the
-  toolkit's own mean-rotation split, never the paper's measure);
-- ``lowfreq_share_k`` (and ``_control``, ``_shuffled``): key-deviation
-  energy in the slower half of the pairs (``numerics.stats``);
-- ``key_corr`` (and ``_control``): the controlled-distance key correlation at
-  the dummy distance ``D = N/2`` (inside the text), pooled over the fitted
-  layers' heads with weights = each head's key-effect variance
-  (``numerics.perturbation.weighted_key_corr``); ``visible_change`` its
-  row-centred logit change;
-- ``e_share`` (and ``_control``): the remainder's share of the logit change
-  when position ids jitter by up to ``JITTER`` with the same q, k
-  (``numerics.perturbation.remainder_change_share``), on ``PAIR_BUDGET``
-  seeded causal pairs per layer, mean over heads of every layer;
-- ``g_share`` (and ``_control``): the model's own run at the jittered
-  positions (one more capture), ``mean |g' - g| / mean |W' - W|`` over the
-  sampled pairs of layers >= 1 (``experiments.position.run_view``): what
-  the semantic term moves when earlier layers see other positions.
+- the **trained** model at the text's positions and, in the same batch,
+  with its position ids jittered by up to :data:`JITTER` (BOS and special
+  tokens kept);
+- the **shuffled-frequency** model: the same weights with the RoPE
+  frequencies reassigned to the pairs (``models.shuffled_frequencies``,
+  seeded by the twin seed), at both sets of positions: the null of claim 5,
+  a model whose own run still moves with the positions;
+- the **random-init twin** (seed ``CONTROL_SEEDS[p mod 5]``; passages of one
+  seed run together) at the text's positions.
+
+Each layer's heads are measured as the layer streams past (one layer in
+memory at a time; a group's passages side by side on the CPU threads). Per
+head: ``r_split`` and its pair moments under each reference rotation of
+the ``split`` axis (and the toolkit's mean rotation), the key-deviation
+energy in the slow half of the pairs, the controlled-distance key
+correlation at ``D = L/2`` (fitted layers), the remainder's share of the
+rotation-only change under the jitter, and the mean ``|W' - W|`` and
+``|g' - g|`` between the text's run and the jittered run. A passage's value
+in a cell is then an aggregate over the cell's layers and heads (mean of
+per-head values, or pooled: ``numerics.pooling``); the row keeps every cell:
+
+- ``r_split`` (``_control``, ``_shuffled``: the trained q/k with each
+  layer's frequencies assigned to the pairs in a seeded order), under the
+  cell's split; ``r_split_mean``: the toolkit's own split, never the paper's;
+- ``lowfreq_share_k`` (``_control``, ``_shuffled``);
+- ``key_corr`` (``_control``), ``visible_change`` (``_control``);
+- ``g_share`` (``_shuffled``: the shuffled-frequency model's run),
+  ``e_share`` (the trained model only: a secondary of claim 5).
 
 No formula lives here: it turns captures into arrays and calls numerics.
 """
@@ -33,36 +42,39 @@ No formula lives here: it turns captures into arrays and calls numerics.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.analyze import analyze_capture
-from ropesplit.empirical.capture import Capture, capture
+from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.experiments.base import default_layers
 from ropesplit.empirical.experiments.forward import special_positions
-from ropesplit.empirical.experiments.pairs import layer_pairs
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.models import LoadedModel, shuffled_frequencies
 from ropesplit.empirical.perturb import movable_positions, perturbed_positions
+from ropesplit.numerics.workers import map_each, side_by_side
 
-from ropesplit.claims import CONTROL_SEEDS, PAPER_SPLIT, SENSITIVITY_SPLIT, TOOLKIT_SPLIT
+from ropesplit.claims import CONTROL_SEEDS, axis
 
 __all__ = [
     "JITTER",
     "MOMENTS",
     "PAIR_BUDGET",
+    "SPLITS",
+    "TOOLKIT_SPLIT",
     "control_seed",
-    "measure_passage",
     "measure_passages",
     "pooled_over_passages",
 ]
 
 JITTER = 4  # position ids move by up to this many places (claim 5)
-PAIR_BUDGET = 2048  # causal pairs per layer for e_share
-_TRAINED_REFS = (PAPER_SPLIT, SENSITIVITY_SPLIT, TOOLKIT_SPLIT)
+PAIR_BUDGET = 1024  # causal pairs per layer for e_share and g_share
+BOUND_BUDGET = 512  # causal pairs per head whose bound is checked (no claim reads tightness)
+SPLITS: tuple[str, ...] = tuple(axis("split").values)  # the grid's reference rotations
+TOOLKIT_SPLIT = "mean"  # the toolkit's own best split (docs/theory.md 6); never judges the paper
 MOMENTS = ("w_mean", "w_var", "fg_mean", "fg_var", "w_fg_cov")  # per head, after n_pairs
-_REF_KEYS = {PAPER_SPLIT: "r_split", SENSITIVITY_SPLIT: "r_split_distance1000",
-             TOOLKIT_SPLIT: "r_split_mean"}  # fmt: skip
+GROUP = 3  # passages of one twin seed measured in one batch
+BATCH = 4  # passages of the trained model in one batch (each twice: text and jittered)
 
 
 def control_seed(passage: int) -> int:
@@ -70,43 +82,25 @@ def control_seed(passage: int) -> int:
     return CONTROL_SEEDS[passage % len(CONTROL_SEEDS)]
 
 
-def _mean(values: Any) -> float:
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    return float(x.mean()) if x.size else float("nan")
+@dataclass
+class _Heads:
+    """Per-head values of one passage at one length, gathered layer by layer."""
 
+    layer: list[np.ndarray] = field(default_factory=list)  # (H,) each: the head's layer
+    values: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
-def _split_means(cache: Capture, refs: Sequence[str], **kwargs: Any) -> dict[str, Any]:
-    """Per-head rows under ``refs`` (the paper's split first), then means over heads."""
-    rows = analyze_capture(cache, reference=refs[0], references=tuple(refs), **kwargs)
-    out: dict[str, Any] = {_REF_KEYS[spec]: _mean([r["by_reference"][spec]["r_split"]
-                                                   for r in rows]) for spec in refs}  # fmt: skip
-    out["lowfreq_share_k"] = _mean([r["lowfreq_share_k"] for r in rows])
-    out["heads_r_split"] = [float(r["by_reference"][refs[0]]["r_split"]) for r in rows]
-    # each head's additive pair moments under the paper's split: n and the five moments that
-    # numerics.stats.pooled_correlation combines, so passages pool exactly (and shards merge)
-    out["heads_moments"] = [[int(r["n_pairs"]), *(float(r["by_reference"][refs[0]][m])
-                                                  for m in MOMENTS)] for r in rows]  # fmt: skip
-    out["n_heads"] = len(rows)
-    return out
+    def add(self, layer: int, **arrays: np.ndarray) -> None:
+        count = len(next(iter(arrays.values())))
+        for name, x in arrays.items():
+            self.values.setdefault(name, []).append(np.asarray(x, dtype=np.float64))
+            self.values.setdefault("layer:" + name, []).append(np.full(count, layer))
 
-
-def _distance(cache: Capture, layers: Sequence[int]) -> dict[str, float]:
-    """Weighted key_corr and visible change at ``D = N/2`` over the heads of ``layers``."""
-    from ropesplit.numerics.perturbation import controlled_distance, weighted_key_corr
-
-    dummy = cache.n_tokens // 2
-    corr, var, visible = [], [], []
-    for index in layers:
-        layer = cache.layers[index]
-        qc, kc = layer_pairs(layer)  # (H, N, P) each
-        out = controlled_distance(qc, kc, layer.theta, layer.scale, (dummy,),
-                                  window=layer.window)  # fmt: skip  # name -> (H, 1)
-        corr.append(out["key_corr"][:, 0])
-        var.append(out["key_var"][:, 0])
-        visible.append(out["visible_change"][:, 0])
-    return {"key_corr": float(weighted_key_corr(np.concatenate(corr), np.concatenate(var))),
-            "visible_change": _mean(np.concatenate(visible))}  # fmt: skip
+    def get(self, name: str, mask: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``name``'s values (concatenated over layers) of the heads ``mask(layer)`` keeps."""
+        if name not in self.values:
+            return np.full(0, np.nan)
+        x = np.concatenate(self.values[name])
+        return x[mask(np.concatenate(self.values["layer:" + name]))]
 
 
 def _jittered(loaded: LoadedModel, ids: np.ndarray, seed: int) -> np.ndarray:
@@ -115,86 +109,246 @@ def _jittered(loaded: LoadedModel, ids: np.ndarray, seed: int) -> np.ndarray:
     movable = movable_positions(n, special_positions(loaded, ids).tolist())
     rng = np.random.default_rng([seed, 18, JITTER])
     # + JITTER keeps every id >= 0 (a common offset is invisible to RoPE)
-    return perturbed_positions("jitter", n, JITTER, rng, movable).astype(np.float64) + JITTER
+    return perturbed_positions("jitter", n, JITTER, rng, movable).astype(np.int64) + JITTER
 
 
-def _e_share(cache: Capture, after: np.ndarray, seed: int) -> float:
-    """Mean over every head of every layer of ``||dE|| / ||dW||`` under the jitter ``after``."""
-    from ropesplit.numerics.perturbation import causal_pairs, remainder_change_share
+@dataclass
+class _View:
+    """The first ``n`` positions of a captured layer: float64 q, k and their complex pairs."""
 
-    before = cache.positions.numpy().astype(np.float64)  # (N,)
-    shares = []
-    for layer in cache.layers:
-        rng = np.random.default_rng([seed, layer.layer])
-        pairs = causal_pairs(cache.n_tokens, PAIR_BUDGET, rng)
-        qc, kc = layer_pairs(layer)  # (H, N, P) each
-        shares.append(remainder_change_share(qc, kc, layer.theta, layer.scale, before, after,
-                                             pairs))  # fmt: skip  # (H,)
-    return _mean(np.concatenate(shares))
+    layer: LayerCapture
+    n: int
+    q: np.ndarray = field(init=False)  # (H, n, d)
+    k: np.ndarray = field(init=False)  # (Hkv, n, d)
+    qc: np.ndarray = field(init=False)  # (H, n, P)
+    kc: np.ndarray = field(init=False)  # (H, n, P): the KV head each query head reads
 
+    def __post_init__(self) -> None:
+        from ropesplit.numerics.rope import to_pairs
 
-def _g_share(loaded: LoadedModel, text: Capture, ids: np.ndarray, after: np.ndarray,
-             seed: int) -> float:  # fmt: skip
-    """``g_share`` of the model's own run at positions ``after`` against the text's capture."""
-    from ropesplit.empirical.experiments.position import run_view
-
-    own = capture(loaded, ids, torch.as_tensor(after, dtype=torch.long), keep_probs=False)
-    return float(run_view(text, own, budget=PAIR_BUDGET, seed=seed)["g_share"])
+        lay, n = self.layer, self.n
+        self.q = lay.q[:, :n].double().numpy()
+        self.k = lay.k[:, :n].double().numpy()
+        self.qc = to_pairs(self.q, lay.layout, lay.rotary_dim)
+        self.kc = to_pairs(self.k, lay.layout, lay.rotary_dim)[lay.kv_map]
 
 
-def measure_passage(
-    loaded: LoadedModel,
-    control: LoadedModel,
-    ids: Any,
-    *,
-    seed: int = 0,
-    layers: Sequence[int] | None = None,
-) -> dict[str, Any]:
-    """Every per-passage statistic of the module docstring for token ids ``(N,)``."""
-    ids_np = np.asarray(ids, dtype=np.int64).reshape(-1)  # (N,)
-    fitted = list(layers) if layers is not None else default_layers(loaded.n_layers)
-    after = _jittered(loaded, ids_np, seed)
-    trained = capture(loaded, ids_np, keep_probs=False)
-    row: dict[str, Any] = _split_means(trained, _TRAINED_REFS, seed=seed)
-    shuffled = _split_means(trained, (PAPER_SPLIT,), seed=seed, shuffle_frequencies=seed)
-    row["r_split_shuffled"] = shuffled["r_split"]
-    row["lowfreq_share_k_shuffled"] = shuffled["lowfreq_share_k"]
-    row |= _distance(trained, fitted)
-    row["e_share"] = _e_share(trained, after, seed)
-    row["g_share"] = _g_share(loaded, trained, ids_np, after, seed)
-    del trained
-    twin = capture(control, ids_np, keep_probs=False)
-    base = _split_means(twin, (PAPER_SPLIT, TOOLKIT_SPLIT), seed=seed)
-    row |= {"r_split_control": base["r_split"], "r_split_mean_control": base["r_split_mean"],
-            "lowfreq_share_k_control": base["lowfreq_share_k"],
-            "heads_r_split_control": base["heads_r_split"]}  # fmt: skip
-    dist = _distance(twin, fitted)
-    row |= {"key_corr_control": dist["key_corr"], "visible_change_control": dist["visible_change"]}
-    row["e_share_control"] = _e_share(twin, after, seed)
-    row["g_share_control"] = _g_share(control, twin, ids_np, after, seed)
-    return row
+def _split_heads(v: _View, refs: Sequence[str], seed: int, order: np.ndarray | None = None
+                 ) -> dict[str, np.ndarray]:  # fmt: skip
+    """``r_split`` and the pair moments under each of ``refs``, ``lowfreq_share_k`` and the
+    slow and total key-deviation energy, per query head (frequencies reassigned to the
+    pairs by ``order`` when given)."""
+    from ropesplit.numerics.emergence import pair_energy
+    from ropesplit.numerics.rope import low_half
+    from ropesplit.numerics.stats import layer_statistics
+
+    spec = v.layer.spec
+    if order is not None:
+        spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
+    stats = layer_statistics(v.q, v.k, spec, positions=np.arange(v.n), seed=seed,
+                             pair_budget=BOUND_BUDGET, reference=refs[0],
+                             references=tuple(refs))  # fmt: skip
+    kv = spec.kv_heads(v.q.shape[0], v.k.shape[0])
+    energy = pair_energy(v.k, layout=spec.layout, rotary_dim=spec.rotary_dim)[kv]  # (H, P)
+    out = {"lowfreq": np.array([s.lowfreq_share_k for s in stats]),
+           "slow": energy @ low_half(spec.theta), "energy": energy.sum(-1),
+           "n_pairs": np.array([s.n_pairs for s in stats], dtype=np.float64)}  # fmt: skip
+    for ref in refs:
+        out[f"r@{ref}"] = np.array([s.by_reference[ref]["r_split"] for s in stats])
+        for name in MOMENTS:
+            out[f"{name}@{ref}"] = np.array([s.by_reference[ref][name] for s in stats])
+    return out
 
 
-def pooled_over_passages(rows: Sequence[dict[str, Any]]) -> list[float]:
-    r"""Each head's ``r_split`` pooled over the passages' causal pairs, from their moments.
+def _distance_heads(v: _View) -> dict[str, np.ndarray]:
+    """Key correlation, its weight and the visible change at ``D = n/2``, per query head."""
+    from ropesplit.numerics.perturbation import controlled_distance
 
-    .. math:: r_h = \mathrm{corr}\big(W, f + g\big) \text{ over } \textstyle\bigcup_p
-              \text{pairs}_p \quad(\texttt{numerics.stats.pooled_correlation} \text{ of the
-              per-passage moments of head } h)
+    lay = v.layer
+    out = controlled_distance(v.qc, v.kc, lay.theta, lay.scale, (v.n // 2,), window=lay.window)
+    return {"key_corr": out["key_corr"][:, 0], "key_var": out["key_var"][:, 0],
+            "visible": out["visible_change"][:, 0]}  # fmt: skip
 
-    Exact: the moments are additive, so shards merge into the same numbers.
-    """
+
+def _layer_pairs(v: _View, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from ropesplit.numerics.perturbation import causal_pairs
+
+    return causal_pairs(v.n, PAIR_BUDGET, np.random.default_rng([seed, v.layer.layer]))
+
+
+def _e_share_heads(v: _View, after: np.ndarray, seed: int) -> np.ndarray:
+    """``||dE|| / ||dW||`` per query head under the jitter ``after``, same q and k."""
+    from ropesplit.numerics.perturbation import remainder_change_share
+
+    lay = v.layer
+    return remainder_change_share(v.qc, v.kc, lay.theta, lay.scale, np.arange(v.n, dtype=float),
+                                  after[: v.n].astype(float), _layer_pairs(v, seed))  # fmt: skip
+
+
+def _g_heads(v: _View, moved: _View, after: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """Mean ``|W' - W|`` and, under each split, mean ``|g' - g|`` per query head: the text's
+    run against the run at positions ``after`` (each with its own q, k and mean key)."""
+    from ropesplit.numerics.perturbation import run_changes
+    from ropesplit.numerics.reference import resolve_reference
+
+    lay = v.layer
+    ms = np.stack([resolve_reference(ref, lay.theta, n=v.n).m for ref in SPLITS])  # (K, P)
+    dw, dg = run_changes((v.qc, v.kc, np.arange(v.n)), (moved.qc, moved.kc, after[: v.n]),
+                         lay.theta, lay.scale, _layer_pairs(v, seed), ms=ms)  # fmt: skip
+    return {"dw": dw, **{f"dg@{ref}": dg[r] for r, ref in enumerate(SPLITS)}}
+
+
+@dataclass
+class _Passage:
+    """One passage's per-head values at each length, by model: trained, shuffled, twin."""
+
+    index: int
+    seed: int
+    after: np.ndarray  # (L_max,) jittered position ids
+    heads: dict[tuple[str, int], _Heads] = field(default_factory=dict)
+
+    def at(self, model: str, n: int) -> _Heads:
+        return self.heads.setdefault((model, n), _Heads())
+
+
+def _trained_layer(p: _Passage, text: LayerCapture, moved: LayerCapture, lengths: Sequence[int],
+                   fitted: set[int]) -> None:  # fmt: skip
+    order = np.random.default_rng([p.seed, text.layer]).permutation(len(text.theta))
+    for n in lengths:
+        v, w = _View(text, n), _View(moved, n)
+        heads = p.at("trained", n)
+        heads.add(text.layer, **_split_heads(v, (*SPLITS, TOOLKIT_SPLIT), p.seed))
+        p.at("analysis_shuffled", n).add(text.layer, **_split_heads(v, SPLITS, p.seed, order))
+        if text.layer in fitted:
+            heads.add(text.layer, **_distance_heads(v))
+        heads.add(text.layer, e_share=_e_share_heads(v, p.after, p.seed))
+        heads.add(text.layer, **_g_heads(v, w, p.after, p.seed))
+
+
+def _shuffled_layer(p: _Passage, text: LayerCapture, moved: LayerCapture,
+                    lengths: Sequence[int]) -> None:  # fmt: skip
+    for n in lengths:
+        g = _g_heads(_View(text, n), _View(moved, n), p.after, p.seed)
+        p.at("model_shuffled", n).add(text.layer, **g)
+
+
+def _twin_layer(p: _Passage, text: LayerCapture, lengths: Sequence[int], fitted: set[int]) -> None:
+    for n in lengths:
+        v = _View(text, n)
+        heads = p.at("twin", n)
+        heads.add(text.layer, **_split_heads(v, SPLITS, p.seed))
+        if text.layer in fitted:
+            heads.add(text.layer, **_distance_heads(v))
+
+
+def _stream(loaded: LoadedModel, ids: torch.Tensor, positions: np.ndarray,
+            each: Callable[[int, list[LayerCapture]], None], count: int) -> None:  # fmt: skip
+    """One validated forward pass of ``ids (B, N)`` at ``positions (B, N)``; per layer,
+    ``each(b, layers)`` for ``b < count`` side by side (``layers``: the batch's captures)."""
+
+    def on_layer(layers: list[LayerCapture]) -> None:
+        map_each(lambda b: each(b, layers), range(count), side_by_side(layers[0].q.device))
+
+    capture_batch(loaded, ids, torch.as_tensor(positions), on_layer=on_layer)
+
+
+def _every(layer: np.ndarray) -> np.ndarray:
+    return np.ones(layer.shape, dtype=bool)
+
+
+def _from1(layer: np.ndarray) -> np.ndarray:
+    return layer >= 1
+
+
+_LAYERS = {"all": _every, "from1": _from1}  # the layers axis: which heads a cell keeps
+
+
+def _r_split(h: _Heads, keep: Any, pooled: bool, ref: str) -> float:
+    """The mean of the heads' ``r_split``, or one correlation over their pooled pairs."""
+    from ropesplit.numerics.pooling import head_mean
     from ropesplit.numerics.stats import pooled_correlation
 
-    if not rows:
-        return []
-    heads = len(rows[0]["heads_moments"])
-    out = []
-    for h in range(heads):
-        parts = [row["heads_moments"][h] for row in rows]
-        moments = [dict(zip(MOMENTS, part[1:], strict=True)) for part in parts]
-        out.append(float(pooled_correlation(moments, [part[0] for part in parts])))
-    return out
+    if not pooled:
+        return head_mean(h.get(f"r@{ref}", keep))
+    counts = h.get("n_pairs", keep)
+    if not counts.size:
+        return float("nan")
+    columns = [h.get(f"{name}@{ref}", keep) for name in MOMENTS]
+    moments = [dict(zip(MOMENTS, m, strict=True)) for m in zip(*columns, strict=True)]
+    return float(pooled_correlation(moments, counts))
+
+
+def _lowfreq(h: _Heads, keep: Any, pooled: bool) -> float:
+    """The mean of the heads' slow shares, or the slow share of their pooled energy."""
+    from ropesplit.numerics.pooling import head_mean, pooled_share
+
+    if pooled:
+        return pooled_share(h.get("slow", keep), h.get("energy", keep))
+    return head_mean(h.get("lowfreq", keep))
+
+
+def _key_corr(h: _Heads, keep: Any, pooled: bool) -> float:
+    """The mean of the heads' key correlations, or weighted by their key-effect variance."""
+    from ropesplit.numerics.perturbation import weighted_key_corr
+    from ropesplit.numerics.pooling import head_mean
+
+    corr, var = h.get("key_corr", keep), h.get("key_var", keep)
+    if not corr.size:
+        return float("nan")
+    return float(weighted_key_corr(corr, var)) if pooled else head_mean(corr)
+
+
+def _g_share(h: _Heads, keep: Any, pooled: bool, ref: str) -> float:
+    """The mean of the heads' ``|dg| / |dW|``, or the ratio of their pooled means."""
+    from ropesplit.numerics.pooling import head_mean, pooled_share
+
+    dg, dw = h.get(f"dg@{ref}", keep), h.get("dw", keep)
+    if pooled:
+        return pooled_share(dg, dw)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return head_mean(np.where(dw > 0, dg / dw, np.nan))
+
+
+def _cells(p: _Passage, lengths: Sequence[int]) -> dict[str, dict[str, float]]:
+    """Every cell's statistics of one passage (module docstring), keyed by
+    ``verdicts.cell_key`` over tokens, split, heads and layers."""
+    from ropesplit.numerics.pooling import head_mean
+
+    cells: dict[str, dict[str, float]] = {}
+    for n in lengths:
+        trained, twin = p.at("trained", n), p.at("twin", n)
+        shuffled, model_shuffled = p.at("analysis_shuffled", n), p.at("model_shuffled", n)
+        for layers in axis("layers").values:
+            keep = _LAYERS[layers]
+            for heads in axis("heads").values:
+                pooled = heads == "pooled"
+                for split in SPLITS:
+                    key = f"tokens={n},split={split},heads={heads},layers={layers}"
+                    cells[key] = {
+                        "r_split": _r_split(trained, keep, pooled, split),
+                        "r_split_control": _r_split(twin, keep, pooled, split),
+                        "r_split_shuffled": _r_split(shuffled, keep, pooled, split),
+                        "r_split_mean": _r_split(trained, keep, pooled, TOOLKIT_SPLIT),
+                        "lowfreq_share_k": _lowfreq(trained, keep, pooled),
+                        "lowfreq_share_k_control": _lowfreq(twin, keep, pooled),
+                        "lowfreq_share_k_shuffled": _lowfreq(shuffled, keep, pooled),
+                        "key_corr": _key_corr(trained, keep, pooled),
+                        "key_corr_control": _key_corr(twin, keep, pooled),
+                        "visible_change": head_mean(trained.get("visible", keep)),
+                        "visible_change_control": head_mean(twin.get("visible", keep)),
+                        "g_share": _g_share(trained, keep, pooled, split),
+                        "g_share_shuffled": _g_share(model_shuffled, keep, pooled, split),
+                        "e_share": head_mean(trained.get("e_share", keep)),
+                        "n_heads": float(trained.get("lowfreq", keep).size),
+                    }
+    return cells
+
+
+def _moments(h: _Heads) -> list[list[float]]:
+    """Each head's pair count and moments under the default split (``pooled_over_passages``)."""
+    ref = axis("split").default
+    cols = [h.get("n_pairs", _every), *(h.get(f"{name}@{ref}", _every) for name in MOMENTS)]
+    return [[int(row[0]), *(float(x) for x in row[1:])] for row in zip(*cols, strict=True)]
 
 
 def measure_passages(
@@ -203,24 +357,97 @@ def measure_passages(
     ids: Any,
     names: Sequence[str],
     *,
+    tokens: Sequence[int],
     seed: int = 0,
-    layers: Sequence[int] | None = None,
     first: int = 0,
+    corpus: str = "pydoc",
+    layers: Sequence[int] | None = None,
     on_passage: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per passage of ``ids (P, N)``, paired with its control twin (:func:`control_seed`).
+    """One row per passage of ``ids (P, N)`` (``N`` the longest of ``tokens``), each in every
+    cell of ``tokens`` (the module docstring).
 
-    Each row starts with ``passage`` (its index in the corpus run: ``first`` plus
-    its place here, so a shard measures exactly what the whole run would),
-    ``name`` and ``control_seed``; ``on_passage(1)`` follows the progress.
+    Each row: ``corpus``, ``passage`` (its index in the corpus run: ``first`` plus its place
+    here, so a shard measures exactly what the whole run would; its seeds are ``seed +
+    passage``), ``name``, ``control_seed``, ``cells`` and ``heads_moments`` (per length, each
+    head's pair count and moments under the default split, for
+    :func:`pooled_over_passages`). ``layers`` are the controlled-distance fits' layers
+    (default: ``experiments.base.default_layers``). ``on_passage(1)`` follows the progress.
     """
-    rows = []
-    for local, name in enumerate(names):
-        p = first + local
-        cs = control_seed(p)
-        row = {"passage": p, "name": name, "control_seed": cs}
-        row |= measure_passage(loaded, controls[cs], ids[local], seed=seed + p, layers=layers)
-        rows.append(row)
-        if on_passage is not None:
-            on_passage(1)
-    return rows
+    matrix = torch.as_tensor(ids).reshape(len(names), -1)  # (P, N)
+    lengths = sorted({int(t) for t in tokens})
+    if matrix.shape[1] < lengths[-1]:
+        raise ValueError(f"ids hold {matrix.shape[1]} tokens, the grid needs {lengths[-1]}")
+    matrix = matrix[:, : lengths[-1]]
+    fitted = set(layers if layers is not None else default_layers(loaded.n_layers))
+    n = matrix.shape[1]
+    passages = [_Passage(first + k, seed + first + k,
+                         _jittered(loaded, matrix[k].numpy(), seed + first + k))
+                for k in range(len(names))]  # fmt: skip
+    groups: list[list[int]] = []
+    for s in CONTROL_SEEDS:
+        mine = [k for k, p in enumerate(passages) if control_seed(p.index) == s]
+        groups += [mine[i : i + GROUP] for i in range(0, len(mine), GROUP)]
+
+    def pairs_of(group: list[int]) -> tuple[torch.Tensor, np.ndarray]:
+        x = matrix[group]  # (B, N)
+        positions = np.concatenate([np.broadcast_to(np.arange(n), x.shape),
+                                    np.stack([passages[k].after for k in group])])  # fmt: skip
+        return torch.cat([x, x]), positions  # (2B, N): the text's positions, then jittered
+
+    for lo in range(0, len(passages), BATCH):  # the trained model: its batches
+        group = list(range(lo, min(lo + BATCH, len(passages))))
+        both, positions = pairs_of(group)
+
+        def trained(b: int, got: list[LayerCapture], group: list[int] = group) -> None:
+            _trained_layer(passages[group[b]], got[b], got[len(group) + b], lengths, fitted)
+
+        _stream(loaded, both, positions, trained, len(group))
+    rows: dict[int, dict[str, Any]] = {}
+    for group in groups:  # passages of one twin seed: the shuffled-frequency model, the twin
+        cs = control_seed(passages[group[0]].index)
+        both, positions = pairs_of(group)
+        count = len(group)
+
+        def shuffled(b: int, got: list[LayerCapture], group: list[int] = group) -> None:
+            _shuffled_layer(passages[group[b]], got[b], got[len(group) + b], lengths)
+
+        def twin(b: int, got: list[LayerCapture], group: list[int] = group) -> None:
+            _twin_layer(passages[group[b]], got[b], lengths, fitted)
+
+        with shuffled_frequencies(loaded, cs):
+            _stream(loaded, both, positions, shuffled, count)
+        _stream(controls[cs], both[:count], positions[:count], twin, count)
+        for k in group:
+            p = passages[k]
+            rows[k] = {"corpus": corpus, "passage": p.index, "name": names[k],
+                       "control_seed": cs, "cells": _cells(p, lengths),
+                       "heads_moments": {str(t): _moments(p.at("trained", t))
+                                         for t in lengths}}  # fmt: skip
+            p.heads.clear()
+            if on_passage is not None:
+                on_passage(1)
+    return [rows[k] for k in range(len(names))]
+
+
+def pooled_over_passages(rows: Sequence[dict[str, Any]], tokens: int) -> list[float]:
+    r"""Each head's ``r_split`` pooled over the passages' causal pairs, from their moments.
+
+    .. math:: r_h = \mathrm{corr}\big(W, f + g\big) \text{ over } \textstyle\bigcup_p
+              \text{pairs}_p \quad(\texttt{numerics.stats.pooled_correlation} \text{ of the
+              per-passage moments of head } h)
+
+    at ``tokens`` tokens under the default split. Exact: the moments are additive, so shards
+    merge into the same numbers.
+    """
+    from ropesplit.numerics.stats import pooled_correlation
+
+    parts_of = [row["heads_moments"][str(tokens)] for row in rows]
+    if not parts_of:
+        return []
+    out = []
+    for h in range(len(parts_of[0])):
+        parts = [passage[h] for passage in parts_of]
+        moments = [dict(zip(MOMENTS, part[1:], strict=True)) for part in parts]
+        out.append(float(pooled_correlation(moments, [part[0] for part in parts])))
+    return out

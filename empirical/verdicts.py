@@ -1,103 +1,248 @@
-r"""Each claim's verdict from its pre-registered primary test (``ropesplit.claims``).
+r"""Each claim's verdict from its pre-registered primary test (``ropesplit.claims``), per cell.
 
-A run hands over per-unit rows (one dict per passage: the primary
-statistics, their nulls); :func:`evaluate` applies one
-:class:`~ropesplit.claims.PrimaryTest` to them:
+A run hands over per-unit rows (one dict per passage, with ``corpus``,
+``control_seed`` and ``cells``: each grid cell's statistics and nulls);
+:func:`evaluate` applies one :class:`~ropesplit.claims.PrimaryTest` to them
+in one cell of :data:`~ropesplit.claims.GRID`:
 
 .. math::
     x_u = \text{statistic}_u \quad(\texttt{level}),\qquad
     x_u = \text{statistic}_u - \text{null}_u \quad(\texttt{paired}),\qquad
     \bar x \pm t_{0.975,\,n-1}\, s_x/\sqrt n
 
-(``numerics.intervals``), one decision per condition against its threshold,
-then the intersection-union test over the conditions; a failed ``gate``
-(the positive control) makes the verdict inconclusive; fewer than ``min_n``
-units, inconclusive too. Null statistics are summarised beside the primary
-with their own intervals; secondary statistics are tested one-sided and
-Holm-corrected within the claim (shown, never deciding).
+over passages, or, for a twin-paired condition, over the twin seeds (a
+seed's :math:`x` is the mean paired difference over its passages), where the
+trained model is one draw against the twins and the interval is the one for
+one more unit, :math:`\bar x \pm t_{0.975,n-1}\, s_x\sqrt{1 + 1/n}`
+(``numerics.intervals.prediction_interval``). One decision per condition against its threshold,
+then :func:`graded_verdict` (the vocabulary of ``ropesplit.claims.VERDICTS``:
+a failed condition with the paper's threshold disagrees, one with the
+toolkit's makes the claim weaker than the paper); a failed ``gate`` (the
+positive control) or fewer than ``min_n`` units makes it inconclusive. Null
+statistics are summarised beside the primary; secondary statistics are
+tested one-sided and Holm-corrected within the claim (shown, never deciding).
 
-Every number of the record can be recomputed from the rows it carries:
-``units`` lists each unit's values of every key the test reads.
+:func:`evaluate_grid` evaluates a claim in every cell of the axes it depends
+on and :func:`robustness` says whether the verdict survives them: *robust*
+when every cell gives the same verdict, else *fragile*, naming the cells of
+each verdict. Every number of the record can be recomputed from the rows it
+carries.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from ropesplit.numerics.intervals import (
     Decision,
+    UnitInterval,
     decide,
     holm,
-    intersection_union,
     one_sided_p,
+    prediction_interval,
+    t_cdf,
     t_interval,
 )
 
-from ropesplit.claims import CLAIMS, LEVEL, Condition, PrimaryTest, Secondary
+from ropesplit.claims import (
+    CLAIMS,
+    GRID,
+    LEVEL,
+    MIN_SEEDS,
+    VERDICTS,
+    Condition,
+    PrimaryTest,
+    Secondary,
+    axis,
+)
 
-__all__ = ["evaluate", "evaluate_all", "unit_values"]
+__all__ = [
+    "MEASURE_AXES",
+    "any_condition_verdict",
+    "cell_key",
+    "condition_word",
+    "default_cell",
+    "evaluate",
+    "evaluate_all",
+    "evaluate_grid",
+    "graded_verdict",
+    "grid_cells",
+    "robustness",
+    "unit_values",
+]
 
 Row = Mapping[str, Any]
+Rule = Callable[[Sequence[Mapping[str, Any]]], tuple[str, str]]
+# the axes a row's cells are keyed by, per source (the corpus is the row's own)
+MEASURE_AXES = {"passages": ("tokens", "split", "heads", "layers"), "order": ("tokens",)}
 
 
-def unit_values(rows: Sequence[Row], condition: Condition | Secondary) -> np.ndarray:
-    """Per-unit values of a condition: the statistic (``level``) or statistic minus null
-    (``paired``), ``(n,)`` float64, units where either is undefined left out."""
-    x = np.array([_number(r.get(condition.measure)) for r in rows], dtype=np.float64)
-    if condition.compare == "paired":
-        if condition.null is None:
-            raise ValueError(f"paired condition on {condition.measure} names no null")
-        x = x - np.array([_number(r.get(condition.null)) for r in rows], dtype=np.float64)
-    elif condition.compare != "level":
-        raise ValueError(f"compare must be 'level' or 'paired', got {condition.compare!r}")
-    return x[np.isfinite(x)]
+def cell_key(cell: Mapping[str, Any], source: str) -> str:
+    """The key of ``cell`` in a ``source`` row's ``cells``: ``"tokens=512,split=zero,..."``
+    over :data:`MEASURE_AXES` (an axis the cell does not name takes its default)."""
+    return ",".join(f"{name}={cell.get(name, axis(name).default)}"
+                    for name in MEASURE_AXES[source])  # fmt: skip
+
+
+def default_cell(tokens: int, corpus: str = "pydoc") -> dict[str, Any]:
+    """The headline cell: every axis at its default, ``tokens`` and ``corpus`` as run."""
+    return {a.name: a.default for a in GRID} | {"tokens": int(tokens), "corpus": corpus}
+
+
+def grid_cells(test: PrimaryTest, values: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every cell of the axes ``test`` depends on, over the axis ``values`` a run measured
+    (an axis without values there: every value the registry gives it), in the order of
+    :data:`GRID`."""
+    axes = [a for a in GRID if a.name in test.axes]
+    choices = [list(values.get(a.name, a.values)) for a in axes]
+    return [dict(zip((a.name for a in axes), combo, strict=True))
+            for combo in itertools.product(*choices)]  # fmt: skip
 
 
 def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def _cells(row: Row, key: str) -> Mapping[str, Any]:
+    cells = row.get("cells")
+    if cells is None:  # a row of plain statistics (one cell): the row itself
+        return row
+    return cells.get(key, {})
+
+
+def unit_values(
+    rows: Sequence[Row],
+    condition: Condition | Secondary,
+    cell: Mapping[str, Any] | None = None,
+    source: str = "passages",
+) -> np.ndarray:
+    """Per-unit values of a condition in ``cell``, ``(n,)`` float64: the statistic
+    (``level``) or statistic minus null (``paired``) per passage, or, with
+    ``unit="seeds"``, each twin seed's mean of the per-passage values (units where
+    either is undefined left out; a passage with an undefined value is left out of
+    its seed's mean)."""
+    key = cell_key(cell or {}, source)
+    got = [_cells(r, key) for r in rows]
+    x = np.array([_number(c.get(condition.measure)) for c in got], dtype=np.float64)
+    if condition.compare == "paired":
+        if condition.null is None:
+            raise ValueError(f"paired condition on {condition.measure} names no null")
+        x = x - np.array([_number(c.get(condition.null)) for c in got], dtype=np.float64)
+    elif condition.compare != "level":
+        raise ValueError(f"compare must be 'level' or 'paired', got {condition.compare!r}")
+    if condition.unit == "seeds":
+        seeds = np.array([int(r.get("control_seed", -1)) for r in rows])
+        keep = np.isfinite(x)
+        x = np.array([x[keep & (seeds == s)].mean() for s in sorted(set(seeds[keep].tolist()))])
+    elif condition.unit != "passages":
+        raise ValueError(f"unit must be 'passages' or 'seeds', got {condition.unit!r}")
+    return x[np.isfinite(x)]
+
+
+def _interval(values: np.ndarray, unit: str) -> UnitInterval:
+    """Passages: the t interval of the mean. Twin seeds: the interval for one trained model
+    against them (``intervals.prediction_interval``)."""
+    if unit == "seeds":
+        return prediction_interval(values, level=LEVEL, unit=unit)
+    return t_interval(values, level=LEVEL, unit=unit)
+
+
+def _one_sided_p(values: np.ndarray, threshold: float, direction: str, unit: str) -> float:
+    """The one-sided p-value matching :func:`_interval` (the prediction form for seeds)."""
+    if unit != "seeds":
+        return one_sided_p(values, threshold, direction)
+    n, mean, sd = values.size, float(values.mean()), float(values.std(ddof=1))
+    sign = 1.0 if direction == "above" else -1.0
+    se = sd * math.sqrt(1.0 + 1.0 / n)
+    if se == 0.0:
+        return 0.0 if sign * (mean - threshold) > 0 else 1.0
+    return 1.0 - t_cdf(sign * (mean - threshold) / se, n - 1)
+
+
 def _label(c: Condition | Secondary) -> str:
     return c.measure if c.compare == "level" else f"{c.measure} - {c.null}"
 
 
-def _condition(rows: Sequence[Row], c: Condition, test: PrimaryTest) -> dict[str, Any]:
-    values = unit_values(rows, c)
+def _min_n(c: Condition | Secondary, test: PrimaryTest) -> int:
+    return MIN_SEEDS if c.unit == "seeds" else test.min_n
+
+
+def _condition(rows: Sequence[Row], c: Condition, test: PrimaryTest, cell: Mapping[str, Any]
+               ) -> dict[str, Any]:  # fmt: skip
+    values = unit_values(rows, c, cell, test.source)
     entry: dict[str, Any] = {"measure": c.measure, "compare": c.compare, "null": c.null,
                              "direction": c.direction, "threshold": c.threshold, "why": c.why,
-                             "n": int(values.size)}  # fmt: skip
+                             "origin": c.origin, "quote": c.quote, "unit": c.unit,
+                             "n": int(values.size), "min_n": _min_n(c, test)}  # fmt: skip
     if values.size < 2:
-        decision = Decision("inconclusive", f"too few replicates: n={values.size} {test.unit}, "
-                            f"minimum {test.min_n}")  # fmt: skip
+        decision = Decision("inconclusive", f"too few replicates: n={values.size} {c.unit}, "
+                            f"minimum {_min_n(c, test)}")  # fmt: skip
         entry |= {"interval": None}
     else:
-        interval = t_interval(values, level=LEVEL, unit=test.unit)
-        decision = decide(interval, c.threshold, c.direction, min_n=test.min_n, what=_label(c))
+        interval = _interval(values, c.unit)
+        decision = decide(interval, c.threshold, c.direction, min_n=_min_n(c, test),
+                          what=_label(c))  # fmt: skip
         entry |= {"interval": interval.as_dict()}
     return entry | {"outcome": decision.outcome, "reason": decision.reason}
 
 
-def _null(rows: Sequence[Row], key: str, test: PrimaryTest) -> dict[str, Any]:
-    values = np.array([_number(r.get(key)) for r in rows], dtype=np.float64)
+def condition_word(condition: Mapping[str, Any]) -> str:
+    """A condition's ``outcome`` in the verdict words: on the wrong side of a toolkit's
+    threshold reads "weaker than the paper", of the paper's own "disagrees"."""
+    if condition["outcome"] == "disagrees" and condition["origin"] != "paper":
+        return "weaker than the paper"
+    return str(condition["outcome"])
+
+
+def graded_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """The verdict of the ``conditions`` (each with ``outcome``, ``origin``, ``reason``):
+    ``ropesplit.claims.VERDICTS``, in that order of precedence, with the reason."""
+    failed = [c for c in conditions if c["outcome"] == "disagrees"]
+    paper = [c for c in failed if c["origin"] == "paper"]
+    if paper:
+        return "disagrees", "; ".join(f"{c['reason']} (the paper's threshold)" for c in paper)
+    if failed:
+        return "weaker than the paper", "; ".join(f"{c['reason']} (the toolkit's threshold)"
+                                                  for c in failed)  # fmt: skip
+    if conditions and all(c["outcome"] == "agrees" for c in conditions):
+        return "agrees", "every condition holds: " + "; ".join(c["reason"] for c in conditions)
+    open_ = [c for c in conditions if c["outcome"] != "agrees"]
+    return "inconclusive", "; ".join(c["reason"] for c in open_) or "no condition"
+
+
+def any_condition_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """A wrong rule, for the calibration tests to reject: "agrees" as soon as any one
+    condition does (no intersection over the conditions)."""
+    if any(c["outcome"] == "agrees" for c in conditions):
+        return "agrees", "some condition holds"
+    return graded_verdict(conditions)
+
+
+def _null(rows: Sequence[Row], key: str, test: PrimaryTest, cell: Mapping[str, Any]
+          ) -> dict[str, Any]:  # fmt: skip
+    k = cell_key(cell, test.source)
+    values = np.array([_number(_cells(r, k).get(key)) for r in rows], dtype=np.float64)
     values = values[np.isfinite(values)]
-    interval = t_interval(values, level=LEVEL, unit=test.unit) if values.size >= 2 else None
+    interval = t_interval(values, level=LEVEL, unit="passages") if values.size >= 2 else None
     return {"measure": key, "n": int(values.size),
             "interval": None if interval is None else interval.as_dict()}  # fmt: skip
 
 
-def _secondaries(rows: Sequence[Row], test: PrimaryTest) -> list[dict[str, Any]]:
+def _secondaries(rows: Sequence[Row], test: PrimaryTest, cell: Mapping[str, Any]
+                 ) -> list[dict[str, Any]]:  # fmt: skip
     out, pvalues = [], []
     for s in test.secondary:
-        values = unit_values(rows, s)
+        values = unit_values(rows, s, cell, test.source)
         usable = values.size >= 2 and float(np.std(values)) > 0
-        p = one_sided_p(values, s.threshold, s.direction) if usable else math.nan
-        interval = t_interval(values, level=LEVEL, unit=test.unit) if values.size >= 2 else None
+        p = _one_sided_p(values, s.threshold, s.direction, s.unit) if usable else math.nan
+        interval = _interval(values, s.unit) if values.size >= 2 else None
         out.append({"measure": s.measure, "compare": s.compare, "null": s.null,
                     "direction": s.direction, "threshold": s.threshold, "what": s.what,
-                    "n": int(values.size), "p": p,
+                    "unit": s.unit, "n": int(values.size), "p": p,
                     "interval": None if interval is None else interval.as_dict()})  # fmt: skip
         pvalues.append(p)
     finite = [k for k, p in enumerate(pvalues) if math.isfinite(p)]
@@ -109,36 +254,138 @@ def _secondaries(rows: Sequence[Row], test: PrimaryTest) -> list[dict[str, Any]]
     return out
 
 
-def evaluate(test: PrimaryTest, rows: Sequence[Row]) -> dict[str, Any]:
-    """The claim's record: primary conditions, gate, nulls, secondaries, verdict and reason."""
-    conditions = [_condition(rows, c, test) for c in test.conditions]
-    verdict = intersection_union(
-        [Decision(c["outcome"], c["reason"]) for c in conditions], f"claim {test.claim}"
-    )
-    outcome, reason = verdict.outcome, verdict.reason
-    gate = _condition(rows, test.gate, test) if test.gate is not None else None
+def _rows_of(rows: Sequence[Row], cell: Mapping[str, Any]) -> list[Row]:
+    """The rows of ``cell``'s corpus (rows naming no corpus belong to every cell)."""
+    corpus = cell.get("corpus")
+    return [r for r in rows if corpus is None or r.get("corpus", corpus) == corpus]
+
+
+def evaluate(test: PrimaryTest, rows: Sequence[Row], cell: Mapping[str, Any] | None = None,
+             *, rule: Rule = graded_verdict) -> dict[str, Any]:  # fmt: skip
+    """The claim's record in ``cell`` (default: the default cell at the rows' own values):
+    primary conditions, gate, nulls, secondaries, verdict and reason."""
+    cell = dict(cell or {})
+    mine = _rows_of(rows, cell)
+    conditions = [_condition(mine, c, test, cell) for c in test.conditions]
+    outcome, reason = rule(conditions)
+    gate = _condition(mine, test.gate, test, cell) if test.gate is not None else None
     if gate is not None and gate["outcome"] != "agrees":
         outcome = "inconclusive"
         reason = f"the positive control did not pass ({gate['reason']}); {reason}"
+    units = [c["n"] for c in conditions if c["unit"] == test.unit]
     return {
         "claim": test.claim,
         "statement": test.statement,
         "prediction": test.prediction,
         "statistic": test.statistic,
-        "split": test.split,
+        "cell": cell,
         "unit": test.unit,
-        "n": min((c["n"] for c in conditions), default=0),
+        "n": min(units, default=0),
         "min_n": test.min_n,
         "conditions": conditions,
         "gate": gate,
-        "nulls": [_null(rows, key, test) for key in test.nulls],
-        "secondary": _secondaries(rows, test),
+        "nulls": [_null(mine, key, test, cell) for key in test.nulls],
+        "secondary": _secondaries(mine, test, cell),
         "verdict": outcome,
         "reason": reason,
     }
 
 
-def evaluate_all(rows_by_source: Mapping[str, Sequence[Row]]) -> list[dict[str, Any]]:
-    """Every claim of :data:`~ropesplit.claims.CLAIMS` on the rows of its ``source``
-    (a source not run gives the claim no units: inconclusive, too few replicates)."""
-    return [evaluate(test, rows_by_source.get(test.source, [])) for test in CLAIMS]
+def _product(cells: Sequence[Mapping[str, Any]], everything: Sequence[Mapping[str, Any]]
+             ) -> str | None:  # fmt: skip
+    """``cells`` named by the axis values they restrict (``"tokens=256, heads=pooled"``) when
+    they are every combination of those values; None when they are not."""
+    names = list(everything[0]) if everything else []
+    spans = {n: sorted({str(c[n]) for c in cells}) for n in names}
+    full = {n: sorted({str(c[n]) for c in everything}) for n in names}
+    if math.prod(len(v) for v in spans.values()) != len(cells):
+        return None
+    return ", ".join(f"{n}={'/'.join(spans[n])}" for n in names if spans[n] != full[n]) or "all"
+
+
+def _by_axis(cells: Sequence[Mapping[str, Any]], order: Sequence[str]) -> str:
+    """Per axis that varies, each verdict's count at each of its values, and the values
+    where a single verdict holds: ``"heads mean/pooled: agrees 10/24, ... of 24 each"``."""
+    names = list(cells[0]["cell"]) if cells else []
+    parts, pure = [], []
+    for name in names:
+        values = list(dict.fromkeys(str(c["cell"][name]) for c in cells))
+        if len(values) < 2:
+            continue
+        mine = {v: [c["verdict"] for c in cells if str(c["cell"][name]) == v] for v in values}
+        counts = ", ".join(f"{verdict} " + "/".join(str(mine[v].count(verdict)) for v in values)
+                           for verdict in order)  # fmt: skip
+        sizes = {len(x) for x in mine.values()}
+        size = f"of {sizes.pop()} each" if len(sizes) == 1 else "of " + "/".join(
+            str(len(mine[v])) for v in values)
+        parts.append(f"by {name} {'/'.join(values)}: {counts} {size}")
+        pure += [f"{mine[v][0]} wherever {name}={v}" for v in values if len(set(mine[v])) == 1]
+    return "; ".join(pure + parts)
+
+
+def _describe(groups: Mapping[str, Sequence[Mapping[str, Any]]],
+              everything: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:  # fmt: skip
+    """A few words per verdict naming its cells: the axis values they restrict where they are
+    a product, "the other cells" where every other verdict's are; None when neither holds
+    (then :func:`robustness` counts the verdicts by axis)."""
+    named = {v: _product(cells, everything) for v, cells in groups.items()}
+    out: dict[str, str] = {}
+    for v in groups:
+        name = named[v]
+        if name is not None:
+            out[v] = name
+        elif all(named[o] is not None for o in groups if o != v):
+            out[v] = "the other cells"
+        else:
+            return None
+    return out
+
+
+def robustness(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``robust`` when every evaluated cell (``{"cell", "verdict"}``) has one verdict, else
+    ``fragile``, with a statement naming the cells of each verdict (independent of which
+    cell is the headline, so runs of one grid say the same)."""
+    verdicts = [c["verdict"] for c in cells]
+    if not cells:
+        return {"robustness": "fragile", "statement": "no cell was evaluated", "n_cells": 0}
+    if len(set(verdicts)) == 1:
+        return {"robustness": "robust", "n_cells": len(cells),
+                "statement": f"robust: {verdicts[0]} in all {len(cells)} cells"}  # fmt: skip
+    order = [v for v in VERDICTS if v in verdicts]
+    groups = {v: [c["cell"] for c in cells if c["verdict"] == v] for v in order}
+    words = _describe(groups, [c["cell"] for c in cells])
+    if words is not None:
+        statement = "; ".join(f"{v} in {len(groups[v])} of {len(cells)} ({words[v]})"
+                              for v in order)  # fmt: skip
+    else:
+        statement = (", ".join(f"{v} in {len(groups[v])}" for v in order) + f" of {len(cells)}"
+                     f" cells; {_by_axis(cells, order)}")  # fmt: skip
+    return {"robustness": "fragile", "n_cells": len(cells), "statement": "fragile: " + statement}
+
+
+def _estimate(claim: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The first primary condition's interval: the claim's estimate in a cell."""
+    first = claim["conditions"][0] if claim["conditions"] else None
+    return None if first is None else first["interval"]
+
+
+def evaluate_grid(test: PrimaryTest, rows: Sequence[Row], values: Mapping[str, Sequence[Any]],
+                  *, rule: Rule = graded_verdict) -> dict[str, Any]:  # fmt: skip
+    """Every cell of ``test`` over the axis ``values`` measured: each cell's verdict and
+    estimate (its first condition's interval), and :func:`robustness` over them."""
+    cells = []
+    for cell in grid_cells(test, values):
+        record = evaluate(test, rows, cell, rule=rule)
+        cells.append({"cell": cell, "verdict": record["verdict"], "estimate": _estimate(record),
+                      "n": record["n"]})  # fmt: skip
+    return {"claim": test.claim, "axes": list(test.axes), "cells": cells,
+            **robustness(cells)}  # fmt: skip
+
+
+def evaluate_all(rows_by_source: Mapping[str, Sequence[Row]],
+                 cell: Mapping[str, Any] | None = None, *, rule: Rule = graded_verdict,
+                 ) -> list[dict[str, Any]]:  # fmt: skip
+    """Every claim of :data:`~ropesplit.claims.CLAIMS` in ``cell`` on the rows of its
+    ``source`` (a source not run gives the claim no units: inconclusive, too few replicates)."""
+    return [evaluate(test, rows_by_source.get(test.source, []), cell, rule=rule)
+            for test in CLAIMS]  # fmt: skip

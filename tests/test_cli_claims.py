@@ -26,21 +26,82 @@ def test_bad_input_is_one_line_and_exit_2(flags, message, capsys):
     assert err.count("\n") == 1 and err.startswith(f"ropesplit claims: error: {message}")
 
 
-def test_a_claim_line_names_each_condition_its_interval_and_the_verdict():
-    claim = {"claim": 2, "verdict": "disagrees", "n": 12, "unit": "passages",
+def test_a_claim_line_names_each_condition_its_origin_the_nulls_and_the_grid():
+    claim = {"claim": 2, "verdict": "weaker than the paper", "n": 12, "unit": "passages",
              "conditions": [
                  {"measure": "r_split", "compare": "level", "null": None, "direction": "above",
-                  "threshold": 0.9, "interval": {"mean": 0.896, "low": 0.893, "high": 0.898}},
+                  "threshold": 0.9, "origin": "toolkit", "unit": "passages",
+                  "interval": {"mean": 0.896, "low": 0.893, "high": 0.898}},
                  {"measure": "r_split", "compare": "paired", "null": "r_split_control",
-                  "direction": "above", "threshold": 0.0,
+                  "direction": "above", "threshold": 0.0, "origin": "paper", "unit": "seeds",
                   "interval": {"mean": 0.073, "low": 0.061, "high": 0.086}}],
              "nulls": [{"measure": "r_split_control",
-                        "interval": {"mean": 0.823, "low": 0.811, "high": 0.834}}]}  # fmt: skip
+                        "interval": {"mean": 0.823, "low": 0.811, "high": 0.834}}],
+             "robust_statement": "fragile: agrees in 8 of 48 (heads=pooled)"}  # fmt: skip
     line = claim_line(claim)
-    assert line.startswith("claim 2: DISAGREES (n = 12 passages): ")
-    assert "r_split 0.896 [0.893, 0.898] (predicted > 0.9)" in line
-    assert "r_split - r_split_control 0.073 [0.061, 0.086] (predicted > 0)" in line
+    assert line.startswith("claim 2: WEAKER THAN THE PAPER (n = 12 passages): ")
+    assert ("r_split 0.896 [0.893, 0.898] over passages (predicted > 0.9, toolkit's "
+            "threshold)") in line
+    assert ("r_split - r_split_control 0.073 [0.061, 0.086] over seeds (predicted > 0, "
+            "paper's threshold)") in line
     assert "null: r_split_control 0.823 [0.811, 0.834]" in line
+    assert line.endswith("grid: fragile: agrees in 8 of 48 (heads=pooled)")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--grid-tokens", "256,x"], "--grid-tokens must be lengths like 256,512"),
+        (["--grid-tokens", "256,256"], "--grid-tokens repeats a length"),
+        (["--grid-tokens", "8,256"], "--tokens must be at least 16, got 8"),
+        (["--second-corpus", "/nonexistent/more"], "corpus path /nonexistent/more does not"),
+        (["--model", "a", "--model", "a"], "--model repeats a model"),
+        (["--model", "a", "--model", "b", "--gguf-file", "x.gguf"],
+         "--gguf-file must be given once per --model (2), got 1"),
+    ],
+)  # fmt: skip
+def test_grid_and_model_flags_fail_in_one_line_before_any_model_loads(flags, message, capsys):
+    assert main(["claims", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"ropesplit claims: error: {message}")
+
+
+def test_compare_builds_one_models_by_claims_record(tmp_path, capsys):
+    """Issue 30: several claims records, one table and one record (forest-plot rows)."""
+    import json
+
+    from ropesplit.claims import CLAIMS
+
+    def record(name, mean):
+        claims = [{"claim": t.claim, "statement": t.statement, "verdict": "agrees",
+                   "robustness": "robust", "robust_statement": "robust: agrees in all 2 cells",
+                   "cell": {"tokens": 64}, "nulls": [],
+                   "conditions": [{"measure": t.conditions[0].measure, "direction": "above",
+                                   "threshold": t.conditions[0].threshold, "n": 8,
+                                   "origin": t.conditions[0].origin,
+                                   "interval": {"mean": mean, "low": mean - 0.1,
+                                                "high": mean + 0.1}}]}
+                  for t in CLAIMS]  # fmt: skip
+        return {"header": {"model": name, "corpus": "pydoc", "tokens": 64}, "claims": claims}
+
+    paths = []
+    for name, mean in (("llama", 0.5), ("qwen2", 0.7)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(record(name, mean)))
+    out = tmp_path / "compare.json"
+    assert main(["compare", *map(str, paths), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "qwen2 | 2 | agrees | r_split 0.700 [0.600, 0.800] | robust" in printed
+    got = json.loads(out.read_text())
+    assert got["models"] == ["llama", "qwen2"] and len(got["rows"]) == 2 * len(CLAIMS)
+    assert [r["paper"] for r in got["rows"] if r["claim"] == 2] == [0.959, 0.959]
+    again = tmp_path / "again.json"  # a compare record is taken again as its models
+    assert main(["compare", str(out), "--json", str(again)]) == 0
+    assert json.loads(again.read_text())["rows"] == got["rows"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert main(["compare", str(bad)]) == 2
+    assert "is not a 'ropesplit claims' record" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

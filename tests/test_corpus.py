@@ -221,3 +221,26 @@ def test_passage_ids_errors_are_one_line(loaded):
     bare = load_model(loaded.model, name="bare")
     with pytest.raises(RopesplitError, match="^bare has no tokenizer; a corpus needs one$"):
         passage_ids(bare, corpus, 20)
+
+
+def test_the_prose_corpus_is_prose_and_the_measure_tells_code_apart():
+    """Issue 30: the second corpus really is prose (King James Bible, one passage per book);
+    the measure reads code as code (a Python source file) and the default corpus in between
+    (prose with code in it)."""
+    from pathlib import Path
+
+    import numpy as np
+    from ropesplit.empirical.corpus import corpus_from_spec, default_corpus, prose_measures
+
+    label, prose = corpus_from_spec("prose")
+    assert label == "prose" and len(prose) == 66 and prose[0].name == "Genesis"
+    assert prose[0].text.startswith("In the beginning God created the heaven and the earth.")
+    measures = [prose_measures(p.text) for p in prose]
+    assert max(m["code_chars"] for m in measures) < 0.01
+    assert max(m["indented"] for m in measures) == 0.0
+    assert min(m["words"] for m in measures) > 0.99
+    code = prose_measures((Path(__file__).parent.parent / "numerics" / "stats.py").read_text())
+    assert code["code_chars"] > 0.1 and code["indented"] > 0.5 and code["words"] < 0.7
+    pydoc = [prose_measures(p.text) for p in default_corpus()]
+    assert np.median([m["code_chars"] for m in pydoc]) > 5 * max(m["code_chars"]
+                                                                 for m in measures)

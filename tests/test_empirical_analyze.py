@@ -285,3 +285,27 @@ def test_reprs_are_one_line_and_kv_map_none_is_grouped_query_attention():
     assert [s.r_split for s in implicit] == [s.r_split for s in explicit]
     with pytest.raises(RopesplitError, match="^kv_map=None needs H a multiple of Hkv, got 4 and 3"):
         layer_statistics(q, rng.normal(size=(3, 12, 8)), None, theta, 0.3)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_shuffled_frequencies_permute_every_table_and_restore(arch):
+    """Every RoPE table (Gemma 3: one per layer type, with their ``original_`` twins) is
+    permuted within the block, a permutation of itself, and given back exactly on exit; the
+    capture inside checks theta rank-matched, so it succeeds and sees other frequencies."""
+    from ropesplit.empirical.models import shuffled_frequencies
+
+    loaded = load_model(CONFIGS[arch], seed=2)
+    tables = {f"{m}.{n}": b.clone() for m, mod in loaded.model.named_modules()
+              for n, b in mod.named_buffers(recurse=False) if n.endswith("inv_freq")}  # fmt: skip
+    assert len(tables) == (4 if arch == "gemma3" else 2)  # inv_freq and original_inv_freq
+    theta = capture(loaded, IDS)["theta", 0]
+    with shuffled_frequencies(loaded, seed=1):
+        inside = dict(loaded.model.named_buffers())
+        for name, before in tables.items():
+            after = inside[name]
+            assert not torch.equal(after, before)
+            assert torch.equal(after.sort().values, before.sort().values)
+        shuffled = capture(loaded, IDS)["theta", 0]
+    assert np.allclose(np.sort(shuffled), np.sort(theta)) and not np.allclose(shuffled, theta)
+    after = dict(loaded.model.named_buffers())
+    assert all(torch.equal(after[n], b) for n, b in tables.items())

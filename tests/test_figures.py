@@ -151,7 +151,34 @@ KWARGS = {
     "length": lambda: {"rows": _length_rows()},
     **{name: (lambda name=name: _intervention(name))
        for name in ("remainder", "keys", "terms", "shuffle")},
+    "tolerance": lambda: {"curves": _tolerance_curves(), "paper": [0.05, 0.10]},
+    "forest": lambda: {"rows": _forest_rows()},
 }  # fmt: skip
+
+
+def _tolerance_curves() -> list[dict]:
+    """Two corpora's damage curves, rising with the share moved (figure 19)."""
+    rates = [2.5, 5.0, 10.0, 20.0, 50.0]
+    return [{"label": f"{name}, 512 tokens", "n": 8, "rates": rates,
+             "mean": [scale * r / 50 for r in rates], "low": [scale * r / 60 for r in rates],
+             "high": [scale * r / 40 for r in rates]}
+            for name, scale in (("pydoc", 0.6), ("prose", 0.4))]  # fmt: skip
+
+
+def _forest_rows() -> list[dict]:
+    """Two models x two claims (figure 20), one with a null and the paper's value."""
+    rows = []
+    for model, shift in (("SmolLM2", 0.0), ("tiny", -0.2)):
+        for claim, threshold, origin, paper in ((2, 0.9, "toolkit", 0.959), (4, 0.5, "toolkit",
+                                                                               None)):
+            mean = 0.85 + shift if claim == 2 else 0.65 + shift
+            rows.append({"model": model, "claim": claim, "measure": f"stat{claim}",
+                         "estimate": {"mean": mean, "low": mean - 0.02, "high": mean + 0.02},
+                         "threshold": threshold, "origin": origin, "verdict": "agrees",
+                         "robustness": "robust", "paper": paper,
+                         "null": {"measure": "null", "interval": {"mean": 0.5, "low": 0.49,
+                                                                  "high": 0.51}}})  # fmt: skip
+    return rows
 
 
 def figure_kwargs(name: str) -> dict:

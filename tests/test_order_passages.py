@@ -1,11 +1,13 @@
-"""The per-passage word-order measurement (nested adjacent swaps, losses next to the swaps).
+"""The per-passage word-order measurement (nested adjacent swaps, damage over the suffix).
 
 What the tests pin down: the nested draws are nested (every swap at a smaller
 rate is made at a larger one), keep the fixed positions and move what the rate
 says; the per-token losses equal a plain per-row forward pass; on known truth
-(a "model" that predicts x + 1 after x, and an order-blind one) the log ratios
-equal their closed form, the positive control hurts and order blindness gives
-exactly 0; the scored set follows its rule; everything is deterministic per seed.
+(a "model" that predicts x + 1 after x, an order-blind one, and one whose
+damage is exactly linear in the swaps) the damages equal their closed form,
+the positive control hurts, order blindness gives exactly 0 and a linear
+dose-response a curvature whose interval holds 0; every length of one forward
+pass is a perturbation of that prefix alone; everything is deterministic per seed.
 """
 
 from __future__ import annotations
@@ -24,11 +26,9 @@ from hypothesis.extra.numpy import arrays
 from ropesplit.empirical import load_model
 from ropesplit.empirical.experiments.order_passages import (
     DRAWS,
-    NEAR,
-    NESTED_RATES,
-    POSITIVE_RATE,
+    RATES,
     order_passage,
-    rate_key,
+    rate_label,
     scored_targets,
     token_losses,
 )
@@ -177,7 +177,7 @@ class Successor(torch.nn.Module):
 
     Its loss is ``a = log(e^c + V - 1) - c`` where the next token is the
     successor and ``b = log(e^c + V - 1)`` elsewhere: an order-1 model, so on
-    ``0, 1, 2, ...`` a swap hurts exactly the target right after it.
+    ``0, 1, 2, ...`` a swap hurts exactly the two targets it breaks.
     ``blind=True`` gives constant logits: every order has loss ``log V``.
     """
 
@@ -202,66 +202,97 @@ def fake(vocab: int = 512, **kwargs) -> LoadedModel:
                        random_init=False, seed=0, attn=[])  # fmt: skip
 
 
-def _expected_log_ratio(clean: np.ndarray, perturbed: np.ndarray, vocab: int, c: float) -> float:
-    """The closed form for the successor model: mean of a or b over the scored set, over a."""
+N_PASSAGE = 400
+KEYS = [rate_label(r) for r in RATES]
+
+
+def _successor_damage(clean: np.ndarray, y: np.ndarray, start: int, vocab: int, c: float):
+    """The closed form: each target's loss is a after its successor's predecessor, else b."""
     a = math.log(math.exp(c) + vocab - 1) - c
     b = math.log(math.exp(c) + vocab - 1)
-    scored = [t for t in range(1, clean.size)
-              if perturbed[t] == clean[t]
-              and any(perturbed[m] != clean[m] for m in range(max(0, t - NEAR), t))]  # fmt: skip
-    hit = [a if (perturbed[t - 1] + 1) % vocab == perturbed[t] else b for t in scored]
-    return math.log(np.mean(hit) / a)  # the clean text is all successors: loss a everywhere
-
-
-N_PASSAGE = 400
+    hit = [a if (y[t - 1] + 1) % vocab == y[t] else b for t in range(start + 1, clean.size)]
+    return float(np.mean(hit) - a)  # the clean text is all successors: loss a everywhere
 
 
 def test_successor_model_gives_the_closed_form_and_the_positive_control_hurts():
     loaded = fake()
-    ids = np.arange(N_PASSAGE)  # every next token is the successor: clean loss a everywhere
-    out = order_passage(loaded, ids, seed=7)
+    ids = np.arange(N_PASSAGE)
+    out = order_passage(loaded, ids, seed=7, tokens=(200, N_PASSAGE))
     json.dumps(out)  # JSON-ready
-    assert set(out) == {"log_ratio", "draws", "curvature", "positive", "baseline_loss"}
-    keys = [rate_key(r) for r in (*NESTED_RATES, POSITIVE_RATE)]
-    assert keys == ["0.05", "0.1", "0.5"] and list(out["log_ratio"]) == keys
-    assert len(out["draws"]) == DRAWS
+    assert set(out) == {"cells", "draws", "baseline_loss"}
+    assert KEYS == ["2.5", "5", "10", "20", "50"] and list(out["cells"]) == ["tokens=200",
+                                                                            "tokens=400"]
     a = math.log(math.exp(6.0) + 511) - 6.0
     assert math.isclose(out["baseline_loss"], a, rel_tol=1e-12)
     movable = movable_positions(N_PASSAGE)
     for entry in out["draws"]:
-        d = entry["draw"]
-        perms = nested_adjacent_swaps(N_PASSAGE, (*NESTED_RATES, POSITIVE_RATE),
-                                      np.random.default_rng([7, d]), movable)  # fmt: skip
-        for key, perm in zip(keys, perms, strict=True):
-            y = ids[perm]
-            want = _expected_log_ratio(ids, y, 512, 6.0)
-            assert math.isclose(entry["log_ratio"][key], want, rel_tol=1e-9, abs_tol=1e-12)
-            assert entry["scored"][key] == int(scored_targets(ids, y).sum())
-            assert entry["moved"][key] == float(np.mean(y != ids))
-        assert abs(entry["moved"]["0.05"] - 0.05) <= 2 / N_PASSAGE
-        assert abs(entry["moved"]["0.1"] - 0.10) <= 2 / N_PASSAGE
-        assert abs(entry["moved"]["0.5"] - 0.50) <= 2 / N_PASSAGE
-        lr = entry["log_ratio"]
-        assert math.isclose(entry["curvature"], lr["0.1"] - 2 * lr["0.05"], abs_tol=1e-12)
-        assert lr["0.5"] > lr["0.1"] > lr["0.05"] > 0  # more swaps, more targets right after one
-    lr = out["log_ratio"]
-    assert out["positive"] == lr["0.5"] > 1.0  # the positive control clearly hurts
-    assert math.isclose(out["curvature"], lr["0.1"] - 2 * lr["0.05"], abs_tol=1e-12)
-    # every input was one full-length row at positions 0..N-1 under an all-ones mask
+        rng = np.random.default_rng([7, entry["draw"]])
+        first = nested_adjacent_swaps(200, RATES, rng, movable[:200], ids=ids[:200])
+        second = nested_adjacent_swaps(200, RATES, rng, movable[200:], ids=ids[200:])
+        for length in (200, N_PASSAGE):
+            cell = entry[f"tokens={length}"]
+            perms = [np.concatenate([p, q + 200]) for p, q in zip(first, second, strict=True)]
+            ys = [ids[perm][:length] for perm in perms]
+            start = int(np.flatnonzero(ys[-1] != ids[:length])[0])  # first moved at 50%
+            for key, y in zip(KEYS, ys, strict=True):
+                want = _successor_damage(ids[:length], y, start, 512, 6.0)
+                assert math.isclose(cell[f"damage_{key}"], want, rel_tol=1e-9, abs_tol=1e-12)
+                assert cell[f"dose_{key}"] == float(np.mean(y != ids[:length]))
+            for key, rate in zip(KEYS, RATES, strict=True):
+                assert abs(cell[f"dose_{key}"] - rate) <= 4 / length
+            damages = [cell[f"damage_{k}"] for k in KEYS]
+            assert all(np.diff(damages) > 0) and damages[0] > 0  # more swaps, more damage
+            assert math.isclose(cell["relative_5"], cell["damage_5"] / cell["damage_50"])
+    cell = out["cells"]["tokens=400"]
+    assert cell["damage_50"] > 1.0  # the positive control clearly hurts
+    means = [np.mean([e["tokens=400"]["damage_5"] for e in out["draws"]]),
+             np.mean([e["tokens=400"]["damage_50"] for e in out["draws"]])]
+    assert math.isclose(cell["relative_5"], means[0] / means[1], rel_tol=1e-12)
+    # one forward pass of the longest length: rows at positions 0..N-1, all-ones mask
     calls = loaded.model.calls
     rows = torch.cat([c["ids"] for c in calls])
-    assert rows.shape == (1 + 3 * DRAWS, N_PASSAGE)
+    assert rows.shape == (1 + len(RATES) * DRAWS, N_PASSAGE)
     assert all(torch.equal(c["positions"], torch.arange(N_PASSAGE).expand_as(c["ids"]))
                and bool(c["mask"].eq(1).all()) for c in calls)  # fmt: skip
     assert bool((rows[:, 0] == 0).all())  # the first token never moves
+    assert bool((rows[:, :200].sort(dim=1).values == torch.arange(200)).all())  # per segment
 
 
 def test_order_blind_model_gives_exactly_zero():
     out = order_passage(fake(blind=True), np.arange(N_PASSAGE), seed=3)
-    assert all(v == 0.0 for v in out["log_ratio"].values())
-    assert out["curvature"] == 0.0 and out["positive"] == 0.0
+    cell = out["cells"][f"tokens={N_PASSAGE}"]
+    assert all(cell[f"damage_{k}"] == 0.0 for k in KEYS) and cell["curvature"] == 0.0
+    assert math.isnan(cell["relative_5"])  # no damage at 50%: the ratio is undefined
     assert math.isclose(out["baseline_loss"], math.log(512), rel_tol=1e-12)
-    assert all(v == 0.0 for e in out["draws"] for v in e["log_ratio"].values())
+
+
+def _linear_losses(c: float = 0.01, a: float = 8.0):
+    """Known truth for the curvature (issue 30): a "model" whose loss at target t is exactly
+    ``a + c k``, ``k`` the descents ``y_m > y_{m+1}`` before it: on ``0, 1, 2, ...`` each
+    adjacent swap is one descent, so the damage is linear in the number of swaps."""
+
+    def losses(ids: np.ndarray) -> np.ndarray:
+        descents = (ids[:, :-1] > ids[:, 1:]).astype(float)  # (B, N - 1): at m, pair (m, m+1)
+        before = np.cumsum(np.concatenate([np.zeros((ids.shape[0], 1)), descents[:, :-1]],
+                                          axis=1), axis=1)  # fmt: skip  # target t = col + 1
+        return a + c * before
+
+    return losses
+
+
+def test_a_dose_response_exactly_linear_gives_a_curvature_interval_holding_zero():
+    """The old local statistic read a linear dose-response as concave (-0.27, issue 30); on
+    one fixed target set per draw the curvature's 95% t interval over passages holds 0, and
+    the relative damage sits at the chord, 0.05 / 0.5 = 0.1."""
+    from ropesplit.numerics.intervals import t_interval
+
+    rows = [order_passage(None, np.arange(512), seed=s, tokens=(512,), losses=_linear_losses())
+            ["cells"]["tokens=512"] for s in range(24)]  # fmt: skip
+    curvature = t_interval([r["curvature"] for r in rows])
+    assert curvature.low < 0.0 < curvature.high, curvature
+    relative = t_interval([r["relative_5"] for r in rows])
+    assert relative.low < 0.1 < relative.high
+    assert all(r["damage_10"] > r["damage_5"] > 0 for r in rows)
 
 
 def test_special_tokens_never_move():
@@ -306,19 +337,19 @@ def test_same_seed_same_dict_on_a_tiny_llama(tiny):
     again = order_passage(tiny, ids, seed=11)
     assert first == again
     other = order_passage(tiny, ids, seed=12)
-    assert other["log_ratio"] != first["log_ratio"]
+    assert other["cells"] != first["cells"]
     assert first["baseline_loss"] == other["baseline_loss"]
-    assert all(math.isfinite(v) for v in first["log_ratio"].values())
+    assert all(math.isfinite(first["cells"]["tokens=120"][f"damage_{k}"]) for k in KEYS)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"rates": (0.1, 0.05)}, "two ascending"),
-        ({"rates": (0.05, 0.1, 0.2)}, "two ascending"),
-        ({"positive": 0.1}, "two ascending"),
+        ({"rates": (0.1, 0.05, 0.5)}, "rates must be ascending"),
+        ({"rates": (0.05, 0.2, 0.5)}, "rates must be ascending"),
         ({"draws": 0}, "draws must be"),
         ({"near": 0}, "near must be"),
+        ({"tokens": (500,)}, "lengths must lie in"),
     ],
 )
 def test_bad_passage_settings_are_one_line(kwargs, message):
@@ -328,8 +359,8 @@ def test_bad_passage_settings_are_one_line(kwargs, message):
 
 
 def test_a_passage_too_short_to_score_is_one_line():
-    with pytest.raises(RopesplitError, match="no scored target") as info:
-        order_passage(fake(), np.arange(10), seed=0)  # 5% of 10 tokens: no swap at all
+    with pytest.raises(RopesplitError, match="no token moves at 2.5% of 10 tokens") as info:
+        order_passage(fake(), np.arange(10), seed=0)  # 2.5% of 10 tokens: no swap
     assert "\n" not in str(info.value)
 
 

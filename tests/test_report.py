@@ -8,6 +8,7 @@ functions, so the JSON records are structurally real, not typed in.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html as html_module
 import json
 import re
@@ -23,7 +24,7 @@ from ropesplit.theory import STEPS
 from ropesplit.claims import CLAIMS
 from ropesplit.cli import main
 from ropesplit.figures import FIGURES, figure_files
-from ropesplit.report import pipeline, sections, training
+from ropesplit.report import pipeline, render, sections, training
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import build_document
@@ -72,6 +73,22 @@ def _extra_section(inputs):
                     anchor="extra")]  # fmt: skip
 
 
+def _qwen_record(folder):
+    """Another model's claims record, a tiny Qwen2 (issue 30: the models x claims table)."""
+    from ropesplit.empirical.calibration import tiny_config
+    from ropesplit.empirical.claims_run import run_claims
+
+    from ropesplit.claims import CONTROL_SEEDS
+    from ropesplit.io import write_json
+
+    cfg = tiny_config("qwen2")
+    record = run_claims(load_model(cfg, seed=1), tokens=96, grid=(96,), passages=8,
+                        order_passages=8, passage_ids=_tiny_passages(None),
+                        controls={s: load_model(cfg, seed=50 + s) for s in CONTROL_SEEDS})
+    write_json(folder / "qwen2.json", record)
+    return folder / "qwen2.json"
+
+
 def tiny_report(patch: pytest.MonkeyPatch) -> None:
     """The report's stages sized for a test: the tiny model, its passages, a tiny training
     (also what ``tests/test_docs_check.py`` builds its tiny report with)."""
@@ -93,11 +110,12 @@ def report(tmp_path_factory):
             "extra", "a test stage", _extra_stage, ("analyze",)), *pipeline.STAGES[at:]])
         patch.setattr(sections, "SECTIONS", [*sections.SECTIONS[:-1], sections.SectionSpec(
             "extra", ("extra",), _extra_section), sections.SECTIONS[-1]])  # fmt: skip
-        index = pipeline.run_report(SETTINGS, out)
+        index = pipeline.run_report(dataclasses.replace(SETTINGS, claims_records=(
+            str(_qwen_record(tmp_path_factory.mktemp("qwen"))),)), out)
         again = tmp_path_factory.mktemp("figures")
         pipeline.run_figures(SETTINGS, again, widths=("single",), formats=("png",))  # quick rerun
-    names = ("derive", "bound", "claims", "analyze", "perturb", "length", "recall", "run",
-             "extra")
+    names = ("derive", "bound", "claims", "compare", "analyze", "perturb", "length", "recall",
+             "run", "extra")
     records = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
     return {"out": out, "html": index.read_text(), "records": records, "again": again,
             "md": (out / "report.md").read_text()}  # fmt: skip
@@ -182,12 +200,16 @@ def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
         assert f'id="{target}"' in html  # every link lands on a section
     for claim in records["claims"]["claims"]:
         row = re.search(rf"{claim['claim']}\. .*?</tr>", claims).group(0)
-        assert f'<td class="{claim["verdict"]}">{claim["verdict"]}</td>' in row
+        css = render.VERDICT_CLASS[claim["verdict"]]
+        assert f'<td class="{css}">{claim["verdict"]}</td>' in row
         assert f"n = {claim['n']} passages" in row
         first = claim["conditions"][0]["interval"]
         assert fmt(first["mean"]) in row and fmt(first["low"]) in row
     row2 = re.search(r"2\. Attention logits split.*?</tr>", claims).group(0)
-    assert "reference distance 0" in row2  # the paper's split
+    grid = records["claims"]["claims"][1]["robust_statement"]
+    assert html_module.escape(grid) in row2
+    assert html_module.escape("toolkit's") in row2 and html_module.escape("paper's") in row2
+    assert "weaker than the paper:" in claims  # the verdict words are defined on the page
     # the length experiment is routed by what each check is about: loss under 1, f/g under 5
     one = html[html.index('<h2 id="claim-1">'):html.index('<h2 id="claim-2">')]
     five = html[html.index('<h2 id="claim-5">'):html.index('<h2 id="theory">')]
@@ -230,14 +252,15 @@ def test_markdown_links_the_written_pngs(report):
 # interventions stage (issue 20), not by `figures`
 INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
 TRAINED = ("emergence", "emergence_pairs", "recall_emergence", "recall_pairs")  # report only
-REPORT_ONLY = (*TRAINED, "length", *INTERVENTIONS)
+CLAIMS_RUN = ("tolerance", "forest")  # the claims and compare stages' (report only)
+REPORT_ONLY = (*TRAINED, "length", *INTERVENTIONS, *CLAIMS_RUN)
 
 
 def test_figures_rerun_gives_byte_identical_files(report):
     """A second run from scratch (analysis, experiments, captures) draws the same bytes."""
     again = sorted(p for p in report["again"].iterdir() if p.is_file())
     assert len(again) == len([s for s in FIGURES
-                              if s.name not in (*TRAINED, *INTERVENTIONS)])
+                              if s.name not in (*TRAINED, *INTERVENTIONS, *CLAIMS_RUN)])
     again = [p for p in again if not any(f"-{name}-" in p.name for name in REPORT_ONLY)]
     assert len(again) == len([s for s in FIGURES if s.name not in REPORT_ONLY])
     for path in again:
@@ -268,7 +291,7 @@ def test_renderer_shows_failed_steps_and_steps_not_run(report):
     doc = build_document({"derive": derive, "analyze": records["analyze"]})
     html, md = render_html(doc), render_markdown(doc)
     assert "<td>FAILED</td>" in html and "NOT all checked" in html
-    not_run = "claims, bound, protocol, perturb, train, recall, run"
+    not_run = "claims, compare, bound, protocol, perturb, train, recall, run"
     assert f'<h2 id="not-run">Steps not run</h2>\n<p>{not_run}</p>' in html
     assert f"## Steps not run\n\n{not_run}" in md
 
@@ -331,6 +354,7 @@ PLACE = {"decomposition": "empirical", "r_split": "empirical", "pair_energy": "e
          "distance": "experiment-distance", "length": "experiment-length",
          "emergence": "training", "emergence_pairs": "training",
          "recall_emergence": "recall", "recall_pairs": "recall",
+         "tolerance": "claim-1", "forest": "models",
          **{name: f"experiment-{name}" for name in INTERVENTIONS}}  # fmt: skip
 
 
@@ -355,9 +379,14 @@ def test_each_claim_is_two_lines_with_every_test_collapsed(report):
         n = claim["claim"]
         part = html[html.index(f'<h2 id="claim-{n}">') + 1:]
         part = part[:part.index("<h2")]
-        assert part.count("<p>") == 2 and "<p>Prediction: " in part and "<p>Verdict: " in part
+        shown = re.sub(r"<details>.*?</details>", "", part, flags=re.S)  # what is not collapsed
+        assert shown.count("<p>") == 2 and "<p>Prediction: " in shown and "<p>Verdict: " in shown
+        assert "Over the grid: " in shown
         assert f"<details><summary>every test of claim {n} (" in part
-        assert part.index("<details>") < part.index("<table>") < part.index("</details>")
+        assert f"<details><summary>the paper&#x27;s words for claim {n}" in part
+        assert f"<details><summary>claim {n} in every cell of the grid" in part
+        tests_at = part.index(f"<details><summary>every test of claim {n} (")
+        assert tests_at < part.index("<table>", tests_at) < part.index("</details>", tests_at)
         if n == 1:
             assert html_module.escape(checks["vanilla rises"]["reason"]) in part
 

@@ -1,50 +1,41 @@
-r"""Word order per passage (claim 1): nested adjacent swaps, losses next to the swaps.
+r"""Word order per passage (claim 1): nested swaps at a grid of rates, damage over the suffix.
 
-The paper: shuffling up to about 5% of the tokens barely moves the loss, more
-than about 10% hurts. This module measures one passage; the statistics over
-passages (and any verdict) live elsewhere.
+The paper: shuffling up to about 5% of the tokens barely moves perplexity,
+more than about 10% hurts. This module measures one passage; the statistics
+over passages (and any verdict) live elsewhere.
 
 **Draws.** Draw ``d`` of a passage ``x = x_0..x_{N-1}`` takes
 ``rng = numpy.random.default_rng([seed, d])`` and one nested sequence of
 disjoint adjacent swaps (:func:`~ropesplit.empirical.perturb.nested_adjacent_swaps`)
-at the rates ``r_1 < r_2`` (5%, 10%) and the positive control ``r_+``
-(50%): the 10% permutation makes every swap of the 5% one and more, the 50%
-one extends the 10% one, so the rates are compared on the same draw
-(paired). The first token (BOS) and special tokens never move. The whole
-passage is perturbed and read at positions ``0..N-1``.
+at every rate of :data:`RATES` (2.5, 5, 10, 20, 50%): each rate makes every
+swap of the smaller ones and more, so the rates are compared on the same
+draw (paired). The first token (BOS) and special tokens never move. The
+swaps are drawn segment by segment between the lengths of the ``tokens``
+axis (``[0, 256)``, ``[256, 512)``, ...): the first ``L`` tokens of a
+perturbed passage are then a perturbation of the passage's first ``L``
+tokens at the same rates, so one forward pass of the longest length gives
+every length (the model is causal: the loss of target ``t`` sees tokens
+``< t`` only).
 
-**Scored set.** A position is *moved* at rate ``r`` when its token id
-changed, :math:`\pi_r(x)_m \ne x_m`. The scored targets are the positions
-whose own token is unchanged and that lie within ``near`` tokens after a
-moved one:
+**Damage** (``numerics.tolerance``): on one fixed set of targets per draw
+and length, every target after the first token moved at 50% (so after the
+first moved token of every rate), the mean loss of the perturbed passage
+minus that of the original, :math:`D(r)` (a log perplexity ratio), with the
+dose :math:`\rho(r)` (the share of positions whose token changed). Per
+passage, averaged over the draws:
 
-.. math:: S_{r,d} = \{\, t : \pi_{r,d}(x)_t = x_t,\ \exists m:\
-          \pi_{r,d}(x)_m \ne x_m,\ 0 < t - m \le \mathrm{near} \,\}
+- ``damage_R`` for each rate ``R`` in percent (``damage_5``, ...);
+- ``relative_5`` :math:`= D(5\%)/D(50\%)`: under 0.1 when the damage stays
+  flat before it rises (below the chord from 0 to 50%);
+- ``curvature`` :math:`D(10\%) - \frac{\rho(10\%)}{\rho(5\%)} D(5\%)`: 0 in
+  expectation for a damage linear in the dose;
+- ``ppl_R``: the whole-text log perplexity ratio (every target);
+- ``local_5``: the local window kept as a secondary, on one fixed set per
+  draw: the targets whose token is unchanged at 2.5% and that lie within
+  ``near`` tokens after a token moved at 2.5%, the log ratio of their mean
+  loss at 5% to the original's.
 
-Why: only targets near the perturbation can feel it, so scoring the whole
-passage would dilute the effect by the untouched stretches (and by the
-passage's length); and with the target token itself unchanged, the loss
-measures what a displaced *context* does to the prediction of the same
-token, not the (trivially larger) loss of predicting a token that now sits
-in another place.
-
-**Log ratio.** With :math:`\ell_t(y) = -\log p(y_t \mid y_{<t})` the
-model's next-token loss (float64 log-softmax, all-ones attention mask):
-
-.. math:: l_{r,d} = \log \frac{\frac{1}{|S_{r,d}|}\sum_{t \in S_{r,d}} \ell_t(\pi_{r,d}(x))}
-                              {\frac{1}{|S_{r,d}|}\sum_{t \in S_{r,d}} \ell_t(x)},
-          \qquad l_r = \frac{1}{D}\sum_{d=1}^{D} l_{r,d}
-
-0 when the order does not matter, > 0 when the displaced context hurts.
-The curvature compares the damage from ``r_1`` to ``r_2`` with the damage
-from 0 to ``r_1`` (``l_0 = 0``), per draw and then averaged:
-
-.. math:: \kappa = \frac{1}{D}\sum_d \Bigl(l_{r_2,d} - \frac{r_2}{r_1}\, l_{r_1,d}\Bigr)
-          \;=\; l_{0.1} - 2\, l_{0.05}\ \text{at the default rates}
-
-> 0 means the damage bends upward (10% hurts more than twice 5%), the
-paper's threshold. ``positive`` is :math:`l_{r_+}`: half of the tokens
-swapped must hurt, or the measurement cannot see anything.
+An order-blind model gives every damage exactly 0.
 """
 
 from __future__ import annotations
@@ -64,18 +55,23 @@ from ropesplit.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 __all__ = [
     "DRAWS",
     "NEAR",
-    "NESTED_RATES",
-    "POSITIVE_RATE",
+    "RATES",
     "order_passage",
     "rate_key",
+    "rate_label",
     "scored_targets",
     "token_losses",
 ]
 
-NESTED_RATES = (PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL)  # (0.05, 0.10): nested, paired
-POSITIVE_RATE = 0.5  # the positive control: half of the tokens swapped, it must hurt
+# the fractions of claim 1 (0 is the original passage); the paper's 5% and 10% among them
+RATES = (0.025, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.2, 0.5)
 DRAWS = 2  # nested draws per passage
-NEAR = 8  # a scored target lies within NEAR tokens after a moved position
+NEAR = 8  # the local window: a target within NEAR tokens after a moved position
+
+
+def rate_label(rate: float) -> str:
+    """A rate in percent, as the record's keys write it: ``0.025 -> "2.5"``, ``0.1 -> "10"``."""
+    return format(round(100 * float(rate), 6), "g")
 
 
 def rate_key(rate: float) -> str:
@@ -149,89 +145,138 @@ def scored_targets(clean: Any, perturbed: Any, near: int = NEAR) -> np.ndarray:
     return after & ~moved
 
 
-def _check_rates(rates: Sequence[float], positive: float) -> tuple[float, float, float]:
-    values = [float(r) for r in rates]
-    if len(values) != 2 or not 0.0 < values[0] < values[1] < float(positive) <= 1.0:
-        raise RopesplitError(
-            f"rates must be two ascending shares 0 < r1 < r2 below the positive control "
-            f"(at most 1), got {list(rates)} and {positive}"
-        )
-    if len({rate_key(r) for r in (*values, positive)}) < 3:
-        raise RopesplitError(f"rates {list(rates)} and {positive} must differ as keys (rate_key)")
-    return values[0], values[1], float(positive)
+def _check_rates(rates: Sequence[float]) -> tuple[float, ...]:
+    values = tuple(float(r) for r in rates)
+    needed = {PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.5}
+    if (list(values) != sorted(set(values)) or not all(0.0 < r <= 1.0 for r in values)
+            or not needed <= set(values)):  # fmt: skip
+        raise RopesplitError(f"rates must be ascending shares in (0, 1] holding 0.05, 0.1 and "
+                             f"0.5, got {list(rates)}")  # fmt: skip
+    return values
+
+
+def _segment_swaps(n: int, bounds: Sequence[int], rates: Sequence[float],
+                   rng: np.random.Generator, movable: np.ndarray, ids: np.ndarray
+                   ) -> list[np.ndarray]:  # fmt: skip
+    """One permutation ``(n,)`` per rate: nested adjacent swaps drawn in each segment
+    ``[bounds[i], bounds[i+1])`` on its own (so every prefix ending at a bound is perturbed
+    at the rates by itself), segments in order from one ``rng``."""
+    perms = [np.arange(n) for _ in rates]
+    edges = [0, *bounds]
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        if hi - lo < 2:
+            continue
+        parts = nested_adjacent_swaps(hi - lo, rates, rng, movable[lo:hi], ids=ids[lo:hi])
+        for perm, part in zip(perms, parts, strict=True):
+            perm[lo:hi] = part + lo
+    return perms
+
+
+def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
+                losses: np.ndarray, rates: Sequence[float], n: int, near: int
+                ) -> dict[str, float]:  # fmt: skip
+    """One draw at length ``n``: damage, dose, whole-text and local ratios per rate."""
+    from ropesplit.numerics.tolerance import dose, first_moved, suffix_damage
+
+    x = clean[:n]
+    ys = [y[:n] for y in rows]  # (n,) per rate
+    start = first_moved(x, ys[-1])
+    if start >= n - 1:
+        raise RopesplitError(f"no target after a moved token at {n} tokens: the passage is too "
+                             "short or has too few movable neighbours")  # fmt: skip
+    still = [rate_label(r) for r, y in zip(rates, ys, strict=True) if not np.any(y != x)]
+    if still:
+        raise RopesplitError(f"no token moves at {still[0]}% of {n} tokens: the passage is too "
+                             "short or has too few movable neighbours")  # fmt: skip
+    got = losses[:, : n - 1]  # (R, n - 1)
+    damage = suffix_damage(base[: n - 1], got, start)  # (R,)
+    whole = suffix_damage(base[: n - 1], got, 0)
+    out = {}
+    for r, rate in enumerate(rates):
+        label = rate_label(rate)
+        out[f"damage_{label}"] = float(damage[r])
+        out[f"dose_{label}"] = dose(x, ys[r])
+        out[f"ppl_{label}"] = float(whole[r])
+    local = scored_targets(x, ys[0], near)[1:]  # (n - 1,): one fixed set, from the lowest rate
+    five = rates.index(PAPER_ORDER_HARMLESS)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["local_5"] = (float(np.log(got[five][local].mean() / base[: n - 1][local].mean()))
+                          if local.any() else float("nan"))  # fmt: skip
+    out["scored"] = float(n - 1 - start)
+    return out
 
 
 def order_passage(
-    loaded: LoadedModel,
+    loaded: LoadedModel | None,
     ids: Any,
     *,
     seed: int,
+    tokens: Sequence[int] | None = None,
     draws: int = DRAWS,
-    rates: Sequence[float] = NESTED_RATES,
-    positive: float = POSITIVE_RATE,
+    rates: Sequence[float] = RATES,
     near: int = NEAR,
     batch_size: int = 8,
+    losses: Callable[[np.ndarray], np.ndarray] | None = None,
     on_forward: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
-    r"""One passage ``ids (N,)``: the nested draws' log ratios (the module docstring), JSON-ready.
+    r"""One passage ``ids (N,)`` at every length of ``tokens`` (default: ``N``; each at most
+    ``N``): the module docstring's statistics, JSON-ready.
 
-    Runs ``1 + 3 draws`` rows (the clean passage, then each draw's 5%, 10%
-    and 50% inputs) through :func:`token_losses` in batches of ``batch_size``.
-    Returns ``{"log_ratio": {rate: l_r}, "draws": [{"draw", "log_ratio",
-    "scored", "moved", "curvature"}], "curvature": kappa, "positive": l_+,
-    "baseline_loss": mean token loss of the clean passage}``, rates keyed by
-    :func:`rate_key`; ``scored`` is ``|S_{r,d}|``, ``moved`` the share of the
-    ``N`` positions whose token id changed. Draw ``d`` uses
-    ``numpy.random.default_rng([seed, d])``: the same seed gives the same dict.
-    Raises when a scored set is empty (a passage too short to measure).
+    Runs ``1 + len(rates) * draws`` rows of ``N`` tokens (the original passage, then each
+    draw's perturbed ones) through :func:`token_losses` in batches of ``batch_size``, or
+    through ``losses(ids (B, N)) -> (B, N - 1)`` when given (a model of known response; then
+    ``loaded`` may be None: no special tokens). Returns ``{"cells": {"tokens=L": {...}},
+    "draws": [{"draw", "tokens=L": {...}}], "baseline_loss"}``: each cell the draws' means,
+    with ``relative_5`` and ``curvature`` formed from the mean damages and per draw. Draw
+    ``d`` uses ``numpy.random.default_rng([seed, d])``: the same seed gives the same dict.
     """
-    low, high, control = _check_rates(rates, positive)
+    from ropesplit.numerics.tolerance import curvature, relative_damage
+
+    levels = _check_rates(rates)
     if int(draws) != draws or draws < 1:
         raise RopesplitError(f"draws must be a positive integer, got {draws}")
+    if int(near) != near or near < 1:
+        raise RopesplitError(f"near must be a positive integer, got {near}")
     clean = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
-    if clean.size < 3:
-        raise RopesplitError(f"a passage needs at least 3 tokens, got {clean.size}")
     n = clean.size
-    movable = movable_positions(n, special_positions(loaded, clean).tolist())  # (N,)
-    levels = (low, high, control)
-    keys = [rate_key(r) for r in levels]
+    lengths = sorted({int(t) for t in (tokens or (n,))})
+    if n < 3 or lengths[0] < 3 or lengths[-1] > n:
+        raise RopesplitError(f"lengths must lie in [3, {n}] tokens, got {lengths}")
+    fixed = special_positions(loaded, clean).tolist() if loaded is not None else []
+    movable = movable_positions(n, fixed)  # (N,)
     inputs = [clean]
     for d in range(int(draws)):
-        perms = nested_adjacent_swaps(n, levels, np.random.default_rng([seed, d]), movable,
-                                      ids=clean)  # fmt: skip
+        perms = _segment_swaps(n, lengths, levels, np.random.default_rng([seed, d]), movable,
+                               clean)  # fmt: skip
         inputs.extend(clean[perm] for perm in perms)  # (N,) each, in the order of levels
-    losses = token_losses(loaded, np.stack(inputs), batch_size=batch_size,
-                          on_forward=on_forward)  # fmt: skip  # (1 + 3 draws, N - 1)
-    base = losses[0]  # (N - 1,): column t - 1 is target t
-    per_draw: list[dict[str, Any]] = []
+    batch = np.stack(inputs)  # (1 + R D, N)
+    if losses is None:
+        assert loaded is not None
+        table = token_losses(loaded, batch, batch_size=batch_size, on_forward=on_forward)
+    else:
+        table = np.asarray(losses(batch), dtype=np.float64)
+    base = table[0]  # (N - 1,): column t - 1 is target t
+    r = len(levels)
+    five, ten, half = (levels.index(x) for x in (PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.5))
+    per_draw = []
     for d in range(int(draws)):
-        ratio: dict[str, float] = {}
-        scored: dict[str, int] = {}
-        moved: dict[str, float] = {}
-        for j, key in enumerate(keys):
-            row = 1 + len(levels) * d + j
-            chosen = scored_targets(clean, inputs[row], near)[1:]  # (N - 1,) over targets 1..N-1
-            if not chosen.any():
-                raise RopesplitError(
-                    f"no scored target at rate {key} (draw {d}): the passage of {n} tokens "
-                    "is too short or has too few movable neighbours"
-                )
-            with np.errstate(divide="ignore", invalid="ignore"):
-                value = float(np.log(losses[row][chosen].mean() / base[chosen].mean()))
-            if not np.isfinite(value):
-                raise RopesplitError(f"log ratio at rate {key} (draw {d}) is not finite: "
-                                     "a zero loss on the scored targets")  # fmt: skip
-            ratio[key] = value
-            scored[key] = int(chosen.sum())
-            moved[key] = float(np.mean(inputs[row] != clean))
-        bend = ratio[keys[1]] - (high / low) * ratio[keys[0]]
-        per_draw.append({"draw": d, "log_ratio": ratio, "scored": scored, "moved": moved,
-                         "curvature": float(bend)})  # fmt: skip
-    mean = {key: float(np.mean([e["log_ratio"][key] for e in per_draw])) for key in keys}
-    return {
-        "log_ratio": mean,
-        "draws": per_draw,
-        "curvature": float(np.mean([e["curvature"] for e in per_draw])),
-        "positive": mean[keys[2]],
-        "baseline_loss": float(base.mean()),
-    }
+        rows = inputs[1 + r * d : 1 + r * (d + 1)]
+        got = table[1 + r * d : 1 + r * (d + 1)]  # (R, N - 1)
+        entry: dict[str, Any] = {"draw": d}
+        for length in lengths:
+            one = _one_length(clean, rows, base, got, levels, length, int(near))
+            d5, d10, d50 = (one[f"damage_{rate_label(levels[i])}"] for i in (five, ten, half))
+            one["curvature"] = float(curvature(d5, d10, one[f"dose_{rate_label(levels[five])}"],
+                                               one[f"dose_{rate_label(levels[ten])}"]))
+            one["relative_5"] = float(relative_damage(d5, d50))
+            entry[f"tokens={length}"] = one
+        per_draw.append(entry)
+    cells = {}
+    for length in lengths:
+        key = f"tokens={length}"
+        mean = {name: float(np.mean([e[key][name] for e in per_draw]))
+                for name in per_draw[0][key]}  # fmt: skip
+        d5, d50 = (mean[f"damage_{rate_label(levels[i])}"] for i in (five, half))
+        mean["relative_5"] = float(relative_damage(d5, d50))  # of the draws' mean damages
+        cells[key] = mean
+    return {"cells": cells, "draws": per_draw, "baseline_loss": float(base.mean())}

@@ -11,4 +11,4 @@ so that ``ropesplit --help`` and unrelated subcommands start fast.  The CLI
 discovers the modules here; ``ORDER`` fixes how ``--help`` lists them.
 """
 
-ORDER = ["derive", "bound", "analyze", "claims", "merge", "perturb", "figures", "report"]
+ORDER = ["derive", "bound", "analyze", "claims", "merge", "compare", "perturb", "figures", "report"]

@@ -1,15 +1,21 @@
 """``ropesplit claims``: every claim of the paper judged by its pre-registered primary test.
 
 The tests are fixed in ``ropesplit.claims`` before anything runs (statistic,
-split, unit, minimum replicates, nulls, thresholds). The run reads a corpus
-of passages (default: the topics of Python's language reference that reach
-``--tokens``; ``--corpus`` a folder of .txt files, a JSONL file with a "text"
-per line, or a plain text file split at double blank lines), measures each
-passage on the model and its random-init twins, and prints one line per
-claim: the primary statistic with its 95% t interval over passages, the
-null beside it, and the verdict. ``--json`` writes ``claims.json``: the
-header, every passage's row, the order rows and each claim's test.
-Exit codes: 2 bad input, 1 a failed validation.
+unit, minimum replicates, nulls, thresholds and their origin, and the grid of
+analysis choices the paper leaves open). The run reads the passages of two
+corpora (default: the topics of Python's language reference, and narrative
+prose; ``--corpus`` a folder of .txt files, a JSONL file with a "text" per
+line, or a plain text file split at double blank lines), measures each
+passage on the model, its shuffled-frequency null and its random-init twins,
+and prints one line per claim: the verdict in the headline cell (``--tokens``,
+every other choice at its default) with each condition's 95% interval, the
+nulls beside it, and whether the verdict is robust over the grid or fragile
+(naming the cells that differ). ``--json`` writes ``claims.json``.
+
+With several ``--model`` the run is repeated per model and ``--json`` writes one
+models x claims record (``empirical.claims_run.compare_records``, with every
+model's own record under ``records``); ``ropesplit compare`` builds the same from
+claims records written before. Exit codes: 2 bad input, 1 a failed validation.
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ import sys
 import time
 from typing import Any
 
-HELP = "judge each claim of the paper by its pre-registered primary test over a corpus"
+HELP = "judge each claim of the paper by its pre-registered primary test over a grid of choices"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
-    parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
+    parser.add_argument("--model", action="append",
+                        help="Hugging Face id or local folder (default: SmolLM2-135M); repeat "
+                        "for one models x claims table")  # fmt: skip
+    parser.add_argument("--gguf-file", action="append",
+                        help="a GGUF file inside --model's folder (once per --model)")
     parser.add_argument("--tokens", type=int, default=512,
-                        help="tokens per passage (default 512)")  # fmt: skip
+                        help="tokens per passage of the headline cell (default 512)")  # fmt: skip
     add_corpus_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="base seed of every draw (default 0)")
     parser.add_argument("--shard", metavar="A:B",
@@ -39,26 +48,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
-    """The claims run's corpus and passage counts (``claims`` and ``report`` share them)."""
+    """The claims run's corpora, grid and passage counts (``claims`` and ``report`` share them)."""
     parser.add_argument("--corpus", metavar="PATH",
-                        help="a folder of .txt files, a .jsonl file or a text file "
-                        "(default: Python's language reference, a passage per topic)")  # fmt: skip
+                        help="pydoc (default: Python's language reference, a passage per "
+                        "topic), prose (the King James Bible, a passage per book), a folder "
+                        "of .txt files, a .jsonl file or a text file")  # fmt: skip
+    parser.add_argument("--second-corpus", metavar="PATH", default="",
+                        help="the grid's other corpus (default: prose, or pydoc when --corpus "
+                        "is prose; 'none' for the run's corpus alone)")  # fmt: skip
+    parser.add_argument("--grid-tokens", metavar="N,N,...",
+                        help="the grid's passage lengths (default 256,512,1024; --tokens is "
+                        "added)")  # fmt: skip
     parser.add_argument("--passages", type=int, default=12,
-                        help="passages for claims 2-5 (default 12, at least 8)")  # fmt: skip
+                        help="passages per corpus for claims 2-5 (default 12, at least 8)")
     parser.add_argument("--order-passages", type=int, default=8,
-                        help="passages for the word-order test, claim 1 (default 8, at least 8)")
+                        help="passages per corpus for the word-order test, claim 1 "
+                        "(default 8, at least 8)")  # fmt: skip
+
+
+def grid_values(args: argparse.Namespace) -> list[int] | None:
+    """``--grid-tokens`` as a list of lengths (None: the registry's)."""
+    from ropesplit.errors import RopesplitError
+
+    text = getattr(args, "grid_tokens", None)
+    if text is None:
+        return None
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise RopesplitError(f"--grid-tokens must be lengths like 256,512, got {text!r}")
+    values = [int(p) for p in parts]
+    if len(set(values)) != len(values):
+        raise RopesplitError(f"--grid-tokens repeats a length: {text!r}")
+    return values
+
+
+def second_corpus(args: argparse.Namespace) -> str | None:
+    """``--second-corpus``: ``""`` (the default pairing), None (``none``) or a corpus."""
+    value = getattr(args, "second_corpus", "")
+    return None if value == "none" else value
 
 
 def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:
     """:func:`add_corpus_arguments`' flags (and ``--shard`` where given) checked before any
     model loads; the passages the run measures (``claims_run.passage_ranges``)."""
-    from ropesplit.empirical.claims_run import passage_ranges
+    from ropesplit.empirical.claims_run import grid_tokens, passage_ranges
     from ropesplit.empirical.corpus import corpus_from_spec
 
     ranges = passage_ranges(args.passages, args.order_passages,
                             _shard(getattr(args, "shard", None)), prefix="--")  # fmt: skip
+    grid_tokens(args.tokens, grid_values(args), prefix="--")
     corpus_from_spec(args.corpus)  # a bad corpus fails now, not after the model loaded
+    if second_corpus(args):
+        corpus_from_spec(second_corpus(args))
     return ranges
+
+
+def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
+    """``(model, gguf_file)`` per ``--model`` (one None: the embedded model)."""
+    from ropesplit.errors import RopesplitError
+
+    models = args.model or [None]
+    files = args.gguf_file or []
+    if files and len(files) != len(models):
+        raise RopesplitError(f"--gguf-file must be given once per --model ({len(models)}), got "
+                             f"{len(files)}")  # fmt: skip
+    if len(set(map(str, models))) != len(models):
+        raise RopesplitError("--model repeats a model")
+    return [(m, files[k] if files else None) for k, m in enumerate(models)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,29 +125,50 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.errors import RopesplitError
     from ropesplit.io import output_path, write_json
 
-    # bad input fails now, before the model loads (about 20 s)
+    # bad input fails now, before any model loads (about 20 s)
     if args.tokens < 16:
         raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
     measured, ordered = check_corpus_arguments(args)
+    models = _models(args)
     if args.json:
         output_path(args.json)
-    start = time.perf_counter()
-    if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
-        print("loading the model ...", file=sys.stderr, flush=True)
-    loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
-    with tqdm(total=len(measured) + len(ordered), desc="passages", unit="passage",
-              file=sys.stderr, disable=None) as bar:  # fmt: skip
-        record = run_claims(loaded, corpus=args.corpus, tokens=args.tokens,
-                            passages=args.passages, order_passages=args.order_passages,
-                            seed=args.seed, batch_size=args.batch_size,
-                            shard=_shard(args.shard),
-                            on_passage=bar.update,
-                            on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
-    record["header"]["seconds"] = round(time.perf_counter() - start, 1)
-    print(summary(record))
+    records = []
+    for model, gguf in models:
+        start = time.perf_counter()
+        if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
+            print(f"loading {model or 'the embedded model'} ...", file=sys.stderr, flush=True)
+        loaded = load_model(model, gguf, device=args.device, dtype=args.dtype)
+        corpora = 1 + bool(second_corpus(args) is not None)
+        with tqdm(total=corpora * (len(measured) + len(ordered)), desc="passages",
+                  unit="passage", file=sys.stderr, disable=None) as bar:  # fmt: skip
+            record = run_claims(loaded, corpus=args.corpus, second_corpus=second_corpus(args),
+                                tokens=args.tokens, grid=grid_values(args),
+                                passages=args.passages, order_passages=args.order_passages,
+                                seed=args.seed, batch_size=args.batch_size,
+                                shard=_shard(args.shard), on_passage=bar.update,
+                                on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
+        record["header"]["seconds"] = round(time.perf_counter() - start, 1)
+        print(summary(record))
+        records.append(record)
+        del loaded
+    if len(records) > 1:
+        return write_models(records, args.json)
     if args.json:
-        write_json(args.json, record)
+        write_json(args.json, records[0])
         print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def write_models(records: list[dict[str, Any]], path: str | None) -> int:
+    """Print the models x claims table of ``records`` and write its record to ``path``."""
+    from ropesplit.empirical.claims_run import compare_records
+    from ropesplit.io import write_json
+
+    out = compare_records(records) | {"records": records}
+    print(compare_table(out))
+    if path:
+        write_json(path, out)
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -113,24 +190,43 @@ def _interval(entry: dict[str, Any] | None) -> str:
 
 
 def claim_line(claim: dict[str, Any]) -> str:
-    """One claim in a line or two: each condition's interval, the nulls, the verdict."""
+    """One claim in a few lines: verdict, each condition's interval with its threshold's
+    origin, the nulls, the robustness over the grid."""
     parts = []
     for c in claim["conditions"]:
         what = c["measure"] if c["compare"] == "level" else f"{c['measure']} - {c['null']}"
         side = ">" if c["direction"] == "above" else "<"
-        parts.append(f"{what} {_interval(c['interval'])} (predicted {side} {c['threshold']:g})")
+        origin = c.get("origin")
+        tag = f", {origin}'s threshold" if origin else ""
+        parts.append(f"{what} {_interval(c['interval'])} over {c.get('unit', claim['unit'])} "
+                     f"(predicted {side} {c['threshold']:g}{tag})")  # fmt: skip
     nulls = ", ".join(f"{n['measure']} {_interval(n['interval'])}" for n in claim["nulls"])
     line = (f"claim {claim['claim']}: {claim['verdict'].upper()} (n = {claim['n']} "
             f"{claim['unit']}): " + "; ".join(parts))  # fmt: skip
-    return line + (f"\n    null: {nulls}" if nulls else "")
+    if nulls:
+        line += f"\n    null: {nulls}"
+    if claim.get("robust_statement"):
+        line += f"\n    grid: {claim['robust_statement']}"
+    return line
 
 
 def summary(record: dict[str, Any]) -> str:
     head = record["header"]
     shards = ", ".join(f"{a}:{b}" for a, b in head.get("shards", []))
-    lines = [f"{head['model']}: corpus {head['corpus']}, {head['passages']} passages of "
-             f"{head['tokens']} tokens ({head['order_passages']} for word order), control "
-             f"seeds {head['control_seeds']}; passages measured here {shards}",
-             f"power: {head['power']}"]  # fmt: skip
+    grid = head.get("grid", {})
+    lines = [f"{head['model']}: corpora {', '.join(head.get('corpora', [head['corpus']]))}, "
+             f"{head['passages']} passages each ({head['order_passages']} for word order), "
+             f"tokens {grid.get('tokens', [head['tokens']])} (headline {head['tokens']}, "
+             f"{head['corpus']}), twin seeds {head['control_seeds']}; passages measured here "
+             f"{shards}", f"power: {head['power']}"]  # fmt: skip
     lines += [claim_line(c) for c in record["claims"]]
+    return "\n".join(lines)
+
+
+def compare_table(compare: dict[str, Any]) -> str:
+    """The models x claims table of a compare record, one line per model and claim."""
+    lines = ["model | claim | verdict | estimate [95%] | robustness"]
+    for row in compare["rows"]:
+        lines.append(f"{row['model']} | {row['claim']} | {row['verdict']} | {row['measure']} "
+                     f"{_interval(row['estimate'])} | {row['robust_statement']}")  # fmt: skip
     return "\n".join(lines)

@@ -22,21 +22,30 @@ HELP = "run every step on one model; write report/index.html, report.md and each
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, out_default="report")
     add_corpus_arguments(parser)
+    parser.add_argument("--claims-record", action="append", default=[], metavar="FILE",
+                        help="another model's claims.json (ropesplit claims --json): the "
+                        "report's models x claims table and forest plot show it")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the flags, then the output folder, run every stage and print where the report is."""
     import dataclasses
 
-    from ropesplit.commands.claims import check_corpus_arguments
+    from ropesplit.commands.claims import check_corpus_arguments, grid_values, second_corpus
     from ropesplit.commands.figures import settings_from
+    from ropesplit.empirical.claims_run import claims_records
     from ropesplit.io import output_folder
     from ropesplit.report.pipeline import run_report
 
     check_corpus_arguments(args)  # bad flags and corpora fail before anything is created
-    settings = dataclasses.replace(settings_from(args), corpus=args.corpus,
-                                   passages=args.passages,
-                                   order_passages=args.order_passages)  # fmt: skip
+    claims_records(args.claims_record)  # so do records that are not claims records
+    base = settings_from(args)
+    settings = dataclasses.replace(
+        base, corpus=args.corpus, second_corpus=second_corpus(args),
+        grid_tokens=tuple(grid_values(args) or base.grid_tokens or ()) or None,
+        passages=args.passages, order_passages=args.order_passages,
+        claims_records=tuple(args.claims_record),
+    )  # fmt: skip
     index = run_report(settings, output_folder(args.out, "the report"))
     print(f"report written to {index}")
     return 0

@@ -28,6 +28,8 @@ from ropesplit.figures.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS, P
 
 __all__ = [
     "bound_data",
+    "forest_data",
+    "tolerance_data",
     "decomposition_data",
     "distance_data",
     "head_split",
@@ -249,3 +251,36 @@ def distance_data(perturb: Mapping[str, Any]) -> dict[str, Any]:
 def length_data(perturb: Mapping[str, Any]) -> dict[str, Any]:
     """Figure 8: the ``length`` experiment's rows."""
     return {"rows": _experiment(perturb, "length")}
+
+
+def tolerance_data(claims: Mapping[str, Any]) -> dict[str, Any]:
+    """Figure 19: claim 1's damage per rate with its 95% t interval over passages, one curve
+    per corpus at the headline length (``claims.json``'s ``order`` rows)."""
+    from ropesplit.empirical.experiments.order_passages import RATES, rate_label
+    from ropesplit.numerics.intervals import t_interval
+
+    head = claims["header"]
+    key = f"tokens={head['tokens']}"
+    curves = []
+    for corpus in head.get("corpora", [head["corpus"]]):
+        rows = [r for r in claims["order"] if r.get("corpus", corpus) == corpus]
+        if len(rows) < 2:
+            continue
+        means, lows, highs = [], [], []
+        for rate in RATES:
+            values = [r["cells"][key][f"damage_{rate_label(rate)}"] for r in rows]
+            ci = t_interval(np.asarray(values, dtype=float), unit="passages")
+            means.append(ci.mean)
+            lows.append(ci.low)
+            highs.append(ci.high)
+        curves.append({"label": f"{corpus}, {head['tokens']} tokens", "n": len(rows),
+                       "rates": [100 * r for r in RATES], "mean": means, "low": lows,
+                       "high": highs})  # fmt: skip
+    if not curves:
+        raise RopesplitError("the claims record has fewer than 2 word-order passages")
+    return {"curves": curves, "paper": [PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL]}
+
+
+def forest_data(compare: Mapping[str, Any]) -> dict[str, Any]:
+    """Figure 20: the models x claims rows of a compare record."""
+    return {"rows": list(compare["rows"])}

@@ -1,4 +1,4 @@
-"""The eighteen figures by number and name, and the writer of their PDF/PNG files.
+"""The twenty figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
 (plain arrays and JSON rows, as :mod:`ropesplit.figures.gather` returns
@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from ropesplit.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
+from ropesplit.figures.claims import forest_figure, tolerance_figure
 from ropesplit.figures.decomposition import decomposition_figure
 from ropesplit.figures.emergence import FIGURE_11, FIGURE_12, FIGURE_17, FIGURE_18
 from ropesplit.figures.experiments import distance_figure
@@ -106,15 +107,19 @@ FIGURES = (
     FigureSpec(11, *FIGURE_11, needs=("train",)),
     FigureSpec(12, *FIGURE_12, needs=("train",)),
     FigureSpec(13, "remainder", "Remove the remainder E (intervention)",
-               "Attention from f + g alone in every layer and head (E dropped), against dropping a Gaussian term with E's row norms: (a) the log loss ratio of each edit with its 95% t interval over passages; (b) the paired difference (E minus noise) against 0, the predicted side shaded, with each row's verdict.", functools.partial(intervention_figure, experiment="remainder"), ("interventions",)),  # noqa: E501
+               "Attention from f + g alone in every layer and head (E dropped), against dropping the remainder the heads would have under shuffled frequencies, rows at E's norms: (a) the log loss ratio of each edit with its 95% t interval over passages; (b) the paired difference (E minus the structured term) against 0, the predicted side shaded, with each row's verdict.", functools.partial(intervention_figure, experiment="remainder"), ("interventions",)),  # noqa: E501
     FigureSpec(14, "keys", "Remove the fast-pair deviation of the keys (intervention)",
-               "The jitter sensitivity S = log(loss at t=16 / loss at t=1) after replacing the keys' fast-pair deviation by kbar, against the same energy removed from the slow pairs and against the unedited model: (a) S of each edit and its null, 95% t intervals over passages; (b) the paired differences against 0, with verdicts.", functools.partial(intervention_figure, experiment="keys"), ("interventions",)),  # noqa: E501
+               "The jitter sensitivity S = log(loss at t=16 / loss at t=1) after replacing the keys' fast-pair deviation by kbar, against a slow-pair removal matched in damage at the true positions, the same energy removed from the slow pairs, and the unedited model: (a) S of each edit and its null, 95% t intervals over passages; (b) the paired differences against 0, with verdicts.", functools.partial(intervention_figure, experiment="keys"), ("interventions",)),  # noqa: E501
     FigureSpec(15, "terms", "Which term carries length generalization (intervention)",
                "On a model trained here, the rise of the loss beyond the training length L over the in-length loss of the same targets, per setting (vanilla; f capped at L; g + E capped; all capped; LM-Infinite): (a) the rise with its 95% t interval over passages; (b) the paired test against half the vanilla rise (vanilla: against 0), with verdicts.", functools.partial(intervention_figure, experiment="terms"), ("terms",)),  # noqa: E501
     FigureSpec(16, "shuffle", "Shuffled frequencies inside the model (intervention)",
-               "The frequencies reassigned over the pairs in every layer (3 seeded permutations): (a) the log loss ratio of the trained model and of its random-init twin, 95% t intervals over passages; (b) their paired difference against 0, with the verdict.", functools.partial(intervention_figure, experiment="shuffle"), ("interventions",)),  # noqa: E501
+               "The frequencies reassigned over the pairs in every layer (3 seeded permutations): (a) the log loss ratio of the trained model, and of the null that reassigns them within the slow and the fast half only, 95% t intervals over passages; (b) their paired difference against 0, with the verdict.", functools.partial(intervention_figure, experiment="shuffle"), ("interventions",)),  # noqa: E501
     FigureSpec(17, *FIGURE_17, needs=("recall",)),
     FigureSpec(18, *FIGURE_18, needs=("recall",)),
+    FigureSpec(19, "tolerance", "Claim 1: damage against the share of tokens moved",
+               "The damage D (the log perplexity ratio over every target after the first moved token) at 2.5, 5, 10, 20 and 50% of the tokens moved by nested adjacent swaps, mean with its 95% t interval over passages per corpus at the headline length; dotted: the chord from 0 to D(50%), a damage linear in the share moved; dashed: the paper's 5% and 10%.", tolerance_figure, ("claims",)),  # noqa: E501
+    FigureSpec(20, "forest", "Every claim across models",
+               "Per claim, each model's headline estimate (its first primary condition) with the 95% interval (squares), the null beside it (grey), the threshold (solid: the paper's; dashed: the toolkit's) and the paper's own value where it gives one (red); each row names its verdict and whether it is robust over the grid.", forest_figure, ("compare",)),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

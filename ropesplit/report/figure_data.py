@@ -178,6 +178,8 @@ BUILDERS: dict[str, Callable[[FigureView], dict[str, Any]]] = {
     "shuffle": _intervention("shuffle", "interventions"),
     "recall_emergence": _emergence("emergence", "recall"),
     "recall_pairs": _emergence("emergence_pairs", "recall"),
+    "tolerance": lambda v: _gather().tolerance_data(v.record("claims")),
+    "forest": lambda v: _gather().forest_data(v.record("compare")),
 }
 
 

@@ -16,8 +16,10 @@ records it declares (:mod:`ropesplit.report.figure_data`):
 1. ``derive``   the sympy checks of docs/theory.md (``ropesplit.theory.check_all``);
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
-4. ``claims``   every claim's pre-registered primary test (``ropesplit.claims``) over a
-   corpus of passages, trained beside three random-init twins (``claims.json``);
+4. ``claims``   every claim's pre-registered primary test (``ropesplit.claims``) in every
+   cell of the grid, over two corpora of passages, beside the shuffled-frequency null and
+   five random-init twins (``claims.json``);
+   ``compare`` the models x claims record: this run and any ``--claims-record`` given;
 5. ``analyze``  docs/theory.md section 5 statistics on every head, trained and control;
 6. ``protocol`` r_split per reference, kbar, token count and layers, with controls;
 7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length`` and the
@@ -92,8 +94,13 @@ class RunSettings:
     control: bool = True  # also analyse the random-init twin
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
     corpus: str | None = None  # the claims' passages: None, Python's language reference
-    passages: int = 12  # passages of claims 2-5 (the unit of replication; at least 8)
-    order_passages: int = 8  # passages of the word-order test, claim 1 (at least 8)
+    second_corpus: str | None = ""  # the grid's other corpus ("": prose, or pydoc; None: none)
+    # the grid's passage lengths: the registry's 256 and 512 (its 1024 is left to ropesplit
+    # claims: on 2 CPU cores it alone would double the report's time); tokens is added
+    grid_tokens: tuple[int, ...] | None = (256, 512)
+    passages: int = 12  # passages of claims 2-5 per corpus (the unit of replication; >= 8)
+    order_passages: int = 8  # passages of the word-order test per corpus, claim 1 (>= 8)
+    claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table
     intervention_tokens: int = 128  # tokens per passage of the interventions (issue 20)
     device: str | None = None  # torch device of a model read from disk (None: cpu)
     dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
@@ -235,9 +242,19 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
     s = ctx.settings
     with tqdm(total=s.passages + s.order_passages, desc="passages", unit="passage",
               file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return run_claims(ctx.loaded, corpus=s.corpus, tokens=s.tokens, passages=s.passages,
+        return run_claims(ctx.loaded, corpus=s.corpus, second_corpus=s.second_corpus,
+                          tokens=s.tokens, grid=s.grid_tokens, passages=s.passages,
                           order_passages=s.order_passages, seed=s.seed,
                           passage_ids=_claims_ids(ctx), on_passage=bar.update)  # fmt: skip
+
+
+def _compare_stage(ctx: RunContext) -> dict[str, Any]:
+    """The models x claims record: this run's claims beside the records ``--claims-record``
+    names (``ropesplit compare``'s, every model's record under ``records``)."""
+    from ropesplit.empirical.claims_run import claims_records, compare_records
+
+    records = [ctx.records["claims"], *claims_records(list(ctx.settings.claims_records))]
+    return compare_records(records) | {"records": records[1:]}
 
 
 def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
@@ -362,6 +379,8 @@ PERTURB = Stage("perturb", "every experiment of the registry but length and inte
                 _perturb_stage, MODEL)  # fmt: skip
 CLAIMS = Stage("claims", "each claim's primary test over a corpus, trained and controls",
                _claims_stage, MODEL)  # fmt: skip
+COMPARE = Stage("compare", "models x claims: this run beside the claims records given",
+                _compare_stage, ("claims",))  # fmt: skip
 INTERVENE = Stage("interventions", "attention edited inside the model: remainder, keys, shuffle",
                   _interventions_stage, MODEL)  # fmt: skip
 TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", _train_stage)
@@ -380,8 +399,8 @@ LENGTH_HERE = Stage("length", "LM-Infinite's four settings on the analysed model
 
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, LENGTH_HERE, GATHER, FIGURES]
-STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, ANALYZE, PROTOCOL, PERTURB, INTERVENE,
-                       TRAIN, RECALL, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
+STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, COMPARE, ANALYZE, PROTOCOL, PERTURB,
+                       INTERVENE, TRAIN, RECALL, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
 # every name a stage of ropesplit makes: what a figure's needs may name
 _MAKERS = frozenset(stage.name for stage in (*STAGES, *FIGURE_STAGES))
 

@@ -38,13 +38,15 @@ th { background: #f2f2f2; }  /* titles break at spaces and after underscores */
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.prose { min-width: 12rem; max-width: 28rem; overflow-wrap: anywhere; }
 td.agrees { background: #e6f4e6; } td.disagrees { background: #fbe3e3; }
-td.inconclusive { background: #fff6d9; }
+td.inconclusive { background: #fff6d9; } td.weaker { background: #fde9d2; }
 figure { margin: 1.5rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9rem; color: #333; } code { font-size: 0.85rem; }
 """
 
-_VERDICTS = ("agrees", "disagrees", "inconclusive")
+# a verdict cell's class (ropesplit.claims.VERDICTS; the experiments' words are a subset)
+VERDICT_CLASS = {"agrees": "agrees", "disagrees": "disagrees", "inconclusive": "inconclusive",
+                 "weaker than the paper": "weaker"}  # fmt: skip
 
 
 def _is_number(cell: str) -> bool:
@@ -67,7 +69,7 @@ def _column_kinds(table: Table) -> list[str]:
 
 
 def _html_cell(cell: str, kind: str, link: str = "") -> str:
-    classes = " ".join(c for c in (kind, cell if cell in _VERDICTS else "") if c)
+    classes = " ".join(c for c in (kind, VERDICT_CLASS.get(cell, "")) if c)
     text = html.escape(cell)
     if link:
         text = f'<a href="#{html.escape(link)}">{text}</a>'

@@ -26,6 +26,7 @@ from ropesplit.report.sections import (
     emergence,
     empirical,
     experiments,
+    models,
     numerics,
     protocol,
     recall,
@@ -38,7 +39,8 @@ from ropesplit.report.sections.base import ReportInputs, SectionSpec
 __all__ = ["SECTIONS", "ReportInputs", "SectionSpec", "build_document"]
 
 SECTIONS: list[SectionSpec] = [
-    summary.SECTION,  # the paper's claims at a glance: prediction, measurement, verdict
+    summary.SECTION,  # the paper's claims at a glance: verdict, robustness; figure 19
+    models.SECTION,  # every model's claims in one table; figure 20
     theory.SECTION,
     numerics.SECTION,  # figures 4, 5
     empirical.SECTION,  # figures 1, 2, 3

@@ -1,17 +1,20 @@
-r"""The report's first screen: one line per claim of the paper, its primary test and verdict.
+r"""The report's first screen: one line per claim of the paper, its verdict and its robustness.
 
 Every verdict here is the claim's pre-registered primary test
-(``ropesplit.claims``), evaluated over the corpus's passages by the
-``claims`` stage (``claims.json``): the statistic, its 95% t interval over
-passages (and the paired difference against the random-init twin), the
-number of passages, the verdict. Each line links to the claim's detail
-section: its prediction and verdict in two lines, then, collapsed, every
-condition, the nulls beside the primary, the positive control where there
-is one, and the secondary statistics (one-sided, Holm-corrected, shown only)
-and, under claims 1 and 5, the length experiment's checks as the ``length``
-stage judged them (``length.json``'s ``checks``: loss behaviour under 1, f/g
-behaviour under 5). The experiment sections further down are descriptive:
-none of their checks decides a claim.
+(``ropesplit.claims``) in the headline cell of the grid, evaluated over the
+corpus's passages by the ``claims`` stage (``claims.json``): the statistic,
+each condition's 95% interval with whose threshold it is (the paper's or the
+toolkit's), the number of units, the verdict (``ropesplit.claims.VERDICTS``)
+and, beside it, whether the verdict is *robust* over every cell of the grid
+the claim depends on or *fragile* (naming the cells that differ). Each line
+links to the claim's detail section: the paper's words, its prediction and
+verdict in two lines, then, collapsed, every condition, the nulls, the
+positive control where there is one, the secondary statistics (one-sided,
+Holm-corrected, shown only), the verdict in every cell of the grid and,
+under claims 1 and 5, the length experiment's checks as the ``length`` stage
+judged them. Claim 1's detail shows figure 19, the tolerance curve. The
+experiment sections further down are descriptive: none of their checks
+decides a claim.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropesplit.paper import PAPER_CITATION
+from ropesplit.claims import VERDICTS, primary
+from ropesplit.empirical.verdicts import condition_word
+from ropesplit.paper import PAPER_CITATION, QUOTES
 from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
 
@@ -36,14 +41,17 @@ def interval_text(interval: Mapping[str, Any] | None) -> str:
 def _condition_text(c: Mapping[str, Any]) -> str:
     what = c["measure"] if c["compare"] == "level" else f"{c['measure']} - {c['null']}"
     side = ">" if c["direction"] == "above" else "<"
-    return f"{what} {interval_text(c['interval'])} (predicted {side} {c['threshold']:g})"
+    origin = f", {c['origin']}'s" if c.get("origin") else ""
+    return (f"{what} {interval_text(c['interval'])} over {c.get('unit', 'passages')} "
+            f"(predicted {side} {c['threshold']:g}{origin})")  # fmt: skip
 
 
 def claim_cells(claim: Mapping[str, Any]) -> list[str]:
-    """The first screen's cells: claim, primary test, this run's numbers, verdict."""
+    """The first screen's cells: claim, primary test, this run's numbers, verdict, robustness."""
     numbers = "; ".join(_condition_text(c) for c in claim["conditions"])
     return [f"{claim['claim']}. {claim['statement']}", claim["statistic"],
-            f"{numbers}; n = {claim['n']} {claim['unit']}", claim["verdict"]]  # fmt: skip
+            f"{numbers}; n = {claim['n']} {claim['unit']}", claim["verdict"],
+            claim.get("robust_statement") or "n/a"]  # fmt: skip
 
 
 # the length experiment (one text, the model the report trains) is shown under the claim each of
@@ -60,9 +68,36 @@ def _length_rows(claim: int, records: Mapping[str, Any]) -> list[list[str]]:
             for name in LENGTH_ROUTES.get(claim, ()) if name in checks]  # fmt: skip
 
 
-def _detail(claim: Mapping[str, Any], records: Mapping[str, Any]) -> Section:
+def _cell_text(cell: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cell.items())
+
+
+def _grid_table(claim: Mapping[str, Any], grid: Mapping[str, Any] | None) -> Table | None:
+    if not grid:
+        return None
+    rows = [[_cell_text(c["cell"]), interval_text(c["estimate"]), str(c["n"]), c["verdict"]]
+            for c in grid["cells"]]  # fmt: skip
+    return Table(["cell", "estimate (first condition)", "n", "verdict"], rows,
+                 f"claim {claim['claim']} in every cell of the grid: {grid['statement']}")
+
+
+def _quotes(claim: int) -> list[str]:
+    """The paper's words for a claim: verbatim sentences quoted, paraphrases said to be so."""
+    out = []
+    for key in primary(claim).quotes:
+        quote = QUOTES[key]
+        if quote.verbatim:
+            out.append(f'The paper ({quote.where}): "{quote.text}"')
+        else:
+            out.append(f"The paper's {quote.where}, as the toolkit reads it (not a quote): "
+                       f"{quote.text}.")  # fmt: skip
+    return out
+
+
+def _detail(claim: Mapping[str, Any], records: Mapping[str, Any], grid: Mapping[str, Any] | None,
+            inputs: ReportInputs) -> Section:  # fmt: skip
     rows = [[("primary: " if c["compare"] == "level" else "primary, paired: ") + c["why"],
-             _condition_text(c), str(c["n"]), c["outcome"]] for c in claim["conditions"]]
+             _condition_text(c), str(c["n"]), condition_word(c)] for c in claim["conditions"]]
     if claim.get("gate"):
         g = claim["gate"]
         rows.append([f"validity: {g['why']}", _condition_text(g), str(g["n"]), g["outcome"]])
@@ -71,32 +106,52 @@ def _detail(claim: Mapping[str, Any], records: Mapping[str, Any]) -> Section:
     rows += [[f"secondary: {s['what']}", _condition_text(s) + f" (Holm p {fmt(s['p_holm'])})",
               str(s["n"]), "shown"] for s in claim["secondary"]]  # fmt: skip
     rows += _length_rows(int(claim["claim"]), records)
-    table = Table(["test", "95% t interval over passages", "n", "outcome"], rows,
-                  f"claim {claim['claim']}: conditions fixed in ropesplit.claims before the run; "
-                  "the verdict is the intersection-union test of the primary conditions")
+    table = Table(["test", "95% interval", "n", "outcome"], rows,
+                  f"claim {claim['claim']} in the headline cell ({_cell_text(claim['cell'])}): "
+                  "conditions fixed in ropesplit.claims before the run; the verdict reads "
+                  "them as ropesplit.claims.VERDICTS defines")  # fmt: skip
     detail = Details(f"every test of claim {claim['claim']} ({len(rows)}: primary, nulls, "
                      "secondaries)", tables=[table])  # fmt: skip
+    details = [detail]
+    cells = _grid_table(claim, grid)
+    if cells is not None:
+        details.append(Details(f"claim {claim['claim']} in every cell of the grid "
+                               f"({len(cells.rows)} cells)", tables=[cells]))  # fmt: skip
+    details.insert(0, Details(f"the paper's words for claim {claim['claim']}",
+                              _quotes(int(claim["claim"]))))  # fmt: skip
+    figures = inputs.figure("tolerance") if int(claim["claim"]) == 1 else []
+    grid_line = claim.get("robust_statement") or "not evaluated"
     return Section(f"Claim {claim['claim']}: {claim['statement']}",
                    [f"Prediction: {claim['prediction']}.",
-                    f"Verdict: {claim['verdict']}. {claim['reason']}"],
-                   anchor=f"claim-{claim['claim']}", details=[detail])  # fmt: skip
+                    f"Verdict: {claim['verdict']}. {claim['reason']} Over the grid: "
+                    f"{grid_line}."],
+                   anchor=f"claim-{claim['claim']}", details=details,
+                   figures=figures)  # fmt: skip
 
 
 def build(inputs: ReportInputs) -> list[Section]:
     record = inputs.records["claims"]
     head = record["header"]
     claims = record["claims"]
-    table = Table(["claim (docs/paper.md)", "primary test", "this run (95% t intervals)",
-                   "verdict"], [claim_cells(c) for c in claims],
-                  "one pre-registered primary test per claim; each line links to its detail",
+    grids = {int(g["claim"]): g for g in record.get("grid", [])}
+    table = Table(["claim (docs/paper.md)", "primary test", "this run (95% intervals)",
+                   "verdict", "over the grid"], [claim_cells(c) for c in claims],
+                  "one pre-registered primary test per claim in the headline cell, and its "
+                  "robustness over the grid; each line links to its detail",
                   links=[f"claim-{c['claim']}" for c in claims])  # fmt: skip
+    grid = head.get("grid", {})
     intro = (f"{PAPER_CITATION}: each claim judged by one primary test fixed before the run, on "
-             f"{head['model']}, {head['passages']} passages of {head['tokens']} tokens of the "
-             f"{head['corpus']} corpus ({head['order_passages']} for word order), each beside "
-             f"its random-init twin (seeds {', '.join(map(str, head['control_seeds']))}). "
-             f"Power: {head['power']}.")  # fmt: skip
-    return [Section("The paper's claims at a glance", [intro], [table], anchor=SECTION.anchor),
-            *(_detail(c, inputs.records) for c in claims)]
+             f"{head['model']}, {head['passages']} passages of each corpus "
+             f"({', '.join(head.get('corpora', [head['corpus']]))}; "
+             f"{head['order_passages']} for word order), read at "
+             f"{', '.join(map(str, grid.get('tokens', [head['tokens']])))} tokens; the headline "
+             f"cell is {head['tokens']} tokens of {head['corpus']}, every other choice at its "
+             f"default. Each passage beside its random-init twin (seeds "
+             f"{', '.join(map(str, head['control_seeds']))}). Power: {head['power']}.")  # fmt: skip
+    words = "; ".join(f"{word}: {meaning}" for word, meaning in VERDICTS.items())
+    return [Section("The paper's claims at a glance", [intro, f"Verdicts. {words}."], [table],
+                    anchor=SECTION.anchor),
+            *(_detail(c, inputs.records, grids.get(int(c["claim"])), inputs) for c in claims)]
 
 
-SECTION = SectionSpec("claims", ("claims",), build)
+SECTION = SectionSpec("claims", ("claims",), build, figures=("tolerance",))
