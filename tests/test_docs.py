@@ -62,7 +62,7 @@ def test_gallery_figures_are_what_their_records_draw(tmp_path):
     gallery = ROOT / "docs" / "figures"
     drawn = draw_recorded(gallery / "records", tmp_path)
     expected = [figure_files(spec, "double", "png") for spec in FIGURES]
-    assert [path.name for path in drawn] == expected  # all eighteen have a record
+    assert [path.name for path in drawn] == expected  # all twenty have a record
     assert sorted(p.name for p in gallery.glob("fig*-double.png")) == sorted(expected)
     for path in drawn:
         assert path.read_bytes() == (gallery / path.name).read_bytes(), path.name
