@@ -58,7 +58,7 @@ def tolerance_figure(curves: Sequence[Mapping[str, Any]], paper: Sequence[float]
         ax.axhline(0.0, color="black", lw=0.6)
         ax.set_xlabel("tokens moved by nested adjacent swaps (% of the passage)")
         ax.set_ylabel("damage D (log perplexity ratio)")
-        ax.legend(loc="lower right", frameon=False, fontsize=6)  # below the curves, clear of the labels
+        ax.legend(loc="lower right", frameon=False, fontsize=6)  # clear of the rate labels
         panel_label(ax, "a")
     return fig
 
