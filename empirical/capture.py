@@ -368,18 +368,17 @@ def _rope_base(config: Any, layer_type: str | None) -> tuple[float | None, str]:
     return (float(base) if base is not None else None), str(params.get("rope_type", "default"))
 
 
-_COMPUTED_ROPE = ("default", "linear", "llama3")  # rope types numerics.rope.frequencies codes
-
-
-def _config_theta(config: Any, layer_type: str | None, r: int) -> np.ndarray | None:
-    """The frequencies ``(r/2,)`` the config states, where ``numerics.rope`` can compute them."""
-    from ropesplit.numerics.rope import frequencies
+def _config_theta(config: Any, layer_type: str | None, r: int, seq_len: int) -> np.ndarray | None:
+    """The frequencies ``(r/2,)`` the config states for positions below ``seq_len``
+    (``numerics.rope.frequencies``: every rope_type of transformers' table but
+    ``proportional``; None for a config without a base or of another type)."""
+    from ropesplit.numerics.rope import SCALINGS, frequencies, hf_scaling
 
     base, rope_type = _rope_base(config, layer_type)
-    if base is None or rope_type not in _COMPUTED_ROPE:
+    if base is None or rope_type not in ("default", *SCALINGS):
         return None
-    params = _rope_params(config, layer_type)
-    scaling = None if rope_type == "default" else {**params, "type": rope_type}
+    limit = getattr(config, "max_position_embeddings", None)
+    scaling = hf_scaling(_rope_params(config, layer_type), limit, seq_len)
     return frequencies(r, base, scaling=scaling)
 
 
@@ -748,7 +747,8 @@ def _finish_layer(
     if layer_type is None and getattr(state.loaded.config, "layer_types", None):
         layer_type = state.loaded.config.layer_types[layer]
     base, rope_type = _rope_base(state.loaded.config, layer_type)
-    expected = _config_theta(state.loaded.config, layer_type, r)  # (r/2,) or None
+    seq_len = int(state.positions.max()) + 1  # what a dynamic RoPE recomputes its table for
+    expected = _config_theta(state.loaded.config, layer_type, r, seq_len)  # (r/2,) or None
     if expected is not None:
         if getattr(state.loaded.model, SHUFFLED_FLAG, False):  # models.shuffled_frequencies
             expected = np.sort(expected)[np.argsort(np.argsort(theta_r))]

@@ -21,13 +21,16 @@ layout and carry :math:`\theta = 0`.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "frequencies", "from_pairs", "low_half", "rotate", "to_pairs"]
+__all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "frequencies", "from_pairs", "hf_scaling",
+           "low_half", "rotate", "to_pairs"]
 
 LAYOUTS = ("half", "interleaved")
 
@@ -47,53 +50,189 @@ def _check_layout(layout: str) -> None:
         raise RopesplitError(f"layout must be 'half' or 'interleaved', got {layout!r}")
 
 
+SCALINGS = ("linear", "ntk", "dynamic", "yarn", "longrope", "llama3")  # besides the default
+
+
 def frequencies(
     d: int,
     base: float = 10000.0,
     *,
     rotary_dim: int | None = None,
-    scaling: dict[str, Any] | None = None,
+    scaling: Mapping[str, Any] | None = None,
 ) -> np.ndarray:
     r"""Frequencies :math:`\theta_l = b^{-2l/r}` for the ``r/2`` rotating pairs, 0 for the rest.
 
     .. math:: \theta_l = b^{-2l/r},\ l < r/2;\qquad \theta_l = 0,\ r/2 \le l < d/2
 
-    ``scaling`` (docs/theory.md section 1: scaled RoPE only changes ``theta``):
-    ``{"type": "linear", "factor": a}`` divides every :math:`\theta_l` by ``a``;
-    ``{"type": "ntk", "factor": a}`` uses the base :math:`b\,a^{r/(r-2)}`;
-    ``{"type": "llama3", "factor": a, "low_freq_factor": 1, "high_freq_factor": 4,
-    "original_max_position_embeddings": 8192}`` is Llama-3's piecewise rule.
-    Returns float64 ``(d/2,)``.
+    ``scaling`` (docs/theory.md section 1: scaled RoPE only changes ``theta``; its
+    amplitude is :func:`attention_factor`) is a Hugging Face ``rope_parameters`` dict,
+    its kind under ``"type"`` or ``"rope_type"`` (:data:`SCALINGS`, as transformers'
+    ``ROPE_INIT_FUNCTIONS`` computes them):
+
+    - ``linear``: every :math:`\theta_l` divided by ``factor`` :math:`a`;
+    - ``ntk``: the base :math:`b\,a^{r/(r-2)}`;
+    - ``dynamic``: the base :math:`b\,(a L / L_0 - (a - 1))^{r/(r-2)}` at
+      :math:`L = \max(`\ ``seq_len``, :math:`L_0)`, :math:`L_0` the
+      ``max_position_embeddings`` (so the default frequencies up to :math:`L_0`);
+    - ``yarn``: :math:`\theta_l / a` on the slow pairs, :math:`\theta_l` on the fast,
+      a linear ramp in :math:`l` between the pairs that turn ``beta_slow`` and
+      ``beta_fast`` times over ``original_max_position_embeddings`` :math:`L_0`
+      (bounds rounded out unless ``truncate`` is false);
+    - ``longrope``: :math:`\theta_l / \lambda_l`, :math:`\lambda` the ``long_factor``
+      when ``seq_len`` exceeds :math:`L_0`, else the ``short_factor``;
+    - ``llama3``: Llama-3's piecewise rule (``low_freq_factor``, ``high_freq_factor``,
+      ``original_max_position_embeddings``).
+
+    Where ``factor`` is absent, yarn and longrope take
+    ``max_position_embeddings / original_max_position_embeddings``. Returns float64
+    ``(d/2,)``.
 
     >>> frequencies(6, 10000.0, rotary_dim=4).tolist()
     [1.0, 0.01, 0.0]
+    >>> frequencies(4, 100.0, scaling={"rope_type": "linear", "factor": 2.0}).tolist()
+    [0.5, 0.05]
     """
     r = _rotary_dim(d, rotary_dim)
     if not np.isfinite(base) or base <= 1.0:
         raise RopesplitError(f"base must be a finite number above 1, got {base}")
-    kind = None if scaling is None else scaling.get("type")
-    factor = 1.0 if scaling is None else float(scaling.get("factor", 1.0))
-    if scaling is not None and not factor > 0:
-        raise RopesplitError(f"scaling factor must be positive, got {factor}")
+    cfg: Mapping[str, Any] = scaling or {}
+    kind = _kind(cfg)
+    factor = _factor(cfg, kind) if kind not in (None, "longrope") else 1.0  # longrope: lambda_l
+    exponent = np.arange(0, r, 2, dtype=np.float64) / r  # (r/2,)
     if kind == "ntk" and r > 2:
         base = base * factor ** (r / (r - 2))
-    theta = base ** (-np.arange(0, r, 2, dtype=np.float64) / r)  # (r/2,)
+    elif kind == "dynamic":
+        limit = float(_need(cfg, "max_position_embeddings", kind))
+        seq = max(float(cfg.get("seq_len") or limit), limit)
+        base = base * (factor * seq / limit - (factor - 1)) ** (r / (r - 2))
+    theta = base**-exponent  # (r/2,)
     if kind == "linear":
         theta = theta / factor
     elif kind == "llama3":
-        theta = _llama3(theta, factor, scaling or {})
-    elif kind not in (None, "ntk"):
-        raise RopesplitError(f"scaling type must be 'linear', 'ntk' or 'llama3', got {kind!r}")
+        theta = _llama3(theta, factor, cfg)
+    elif kind == "yarn":
+        theta = _yarn(theta, base, r, factor, cfg)
+    elif kind == "longrope":
+        theta = _longrope(theta, r, cfg)
     return np.concatenate([theta, np.zeros((d - r) // 2)])  # (d/2,)
 
 
-def _llama3(theta: np.ndarray, factor: float, cfg: dict[str, Any]) -> np.ndarray:
+def hf_scaling(params: Mapping[str, Any], max_position_embeddings: int | None = None,
+               seq_len: int | None = None) -> dict[str, Any] | None:  # fmt: skip
+    """The ``scaling`` of :func:`frequencies` for a Hugging Face ``rope_parameters`` (or
+    ``rope_scaling``) dict: None for the default RoPE, else the dict with its kind under
+    ``"type"``, the config's ``max_position_embeddings`` and the ``seq_len`` the frequencies
+    are for (dynamic and longrope change with it; None: at the model's initialisation).
+
+    >>> hf_scaling({"rope_type": "default", "rope_theta": 1e4}) is None
+    True
+    """
+    kind = str(params.get("rope_type", params.get("type", "default")))
+    if kind == "default":
+        return None
+    out = {**params, "type": kind}
+    if max_position_embeddings is not None:
+        out.setdefault("max_position_embeddings", int(max_position_embeddings))
+    if seq_len is not None:
+        out["seq_len"] = int(seq_len)
+    return out
+
+
+def attention_factor(scaling: Mapping[str, Any] | None) -> float:
+    r"""The amplitude :math:`a` a scaled RoPE puts on its cos/sin tables (``cos = a
+    cos(p\theta)``; the logits scale by :math:`a^2`): ``attention_factor`` when given; else
+    for yarn :math:`0.1 \ln a + 1` (or ``mscale``'s ratio
+    :math:`(0.1 m \ln a + 1)/(0.1 m' \ln a + 1)` with ``mscale_all_dim`` :math:`m'`),
+    for longrope :math:`\sqrt{1 + \ln a / \ln L_0}`, each 1 when :math:`a \le 1`;
+    1 for every other kind.
+
+    >>> round(attention_factor({"rope_type": "yarn", "factor": 4.0,
+    ...                         "original_max_position_embeddings": 64}), 6)
+    1.138629
+    """
+    cfg: Mapping[str, Any] = scaling or {}
+    kind = _kind(cfg)
+    if kind not in ("yarn", "longrope"):
+        return 1.0
+    if cfg.get("attention_factor") is not None:
+        return float(cfg["attention_factor"])
+    factor = _factor(cfg, kind)
+    if factor <= 1.0:
+        return 1.0
+    if kind == "longrope":
+        old = _need(cfg, "original_max_position_embeddings", kind)
+        return math.sqrt(1 + math.log(factor) / math.log(old))
+
+    def mscale(m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0
+
+    m, m_all = cfg.get("mscale"), cfg.get("mscale_all_dim")
+    return mscale(m) / mscale(m_all) if m and m_all else mscale(1.0)
+
+
+def _kind(cfg: Mapping[str, Any]) -> str | None:
+    kind = cfg.get("type", cfg.get("rope_type"))
+    kind = None if kind in (None, "default") else str(kind)
+    if kind is not None and kind not in SCALINGS:
+        raise RopesplitError(f"RoPE scaling type must be default or one of {', '.join(SCALINGS)}, "
+                             f"got {kind!r}")  # fmt: skip
+    return kind
+
+
+def _need(cfg: Mapping[str, Any], key: str, kind: str | None) -> float:
+    if cfg.get(key) is None:
+        raise RopesplitError(f"{kind} RoPE scaling needs {key!r}")
+    return float(cfg[key])
+
+
+def _factor(cfg: Mapping[str, Any], kind: str | None) -> float:
+    """``factor``; for yarn and longrope without one, the ratio of the context lengths."""
+    if cfg.get("factor") is None and kind in ("yarn", "longrope"):
+        factor = (_need(cfg, "max_position_embeddings", kind)
+                  / _need(cfg, "original_max_position_embeddings", kind))  # fmt: skip
+    else:
+        factor = float(cfg.get("factor", 1.0))
+    if not factor > 0:
+        raise RopesplitError(f"scaling factor must be positive, got {factor}")
+    return factor
+
+
+def _llama3(theta: np.ndarray, factor: float, cfg: Mapping[str, Any]) -> np.ndarray:
     """Llama-3 scaling: slow pairs divided by ``factor``, fast kept, smooth in between."""
     low, high = float(cfg.get("low_freq_factor", 1.0)), float(cfg.get("high_freq_factor", 4.0))
     old = float(cfg.get("original_max_position_embeddings", 8192))
     wavelen = 2 * np.pi / theta  # (r/2,)
     smooth = np.clip((old / wavelen - low) / (high - low), 0.0, 1.0)  # 0: slow, 1: fast
     return (1 - smooth) * theta / factor + smooth * theta
+
+
+def _yarn(theta: np.ndarray, base: float, r: int, factor: float,
+          cfg: Mapping[str, Any]) -> np.ndarray:  # fmt: skip
+    """YaRN: ``theta / factor`` below the ramp (slow pairs), ``theta`` above it (fast)."""
+    old = _need(cfg, "original_max_position_embeddings", "yarn")
+
+    def pair_turning(turns: float) -> float:  # the pair index that turns ``turns`` times in old
+        return r * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_turning(cfg.get("beta_fast") or 32), pair_turning(cfg.get("beta_slow") or 1)
+    if cfg.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, r - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    ramp = np.clip((np.arange(r // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    return theta / factor * ramp + theta * (1 - ramp)  # (r/2,)
+
+
+def _longrope(theta: np.ndarray, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
+    old = _need(cfg, "original_max_position_embeddings", "longrope")
+    long = bool(cfg.get("seq_len")) and float(cfg["seq_len"]) > old
+    key = "long_factor" if long else "short_factor"
+    ext = np.asarray(cfg.get(key, ()), dtype=np.float64).ravel()
+    if ext.size != r // 2:
+        raise RopesplitError(f"longrope {key} must have {r // 2} entries (one per rotating "
+                             f"pair), got {ext.size}")  # fmt: skip
+    return theta / ext
 
 
 def low_half(theta: Any) -> np.ndarray:

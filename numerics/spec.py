@@ -32,7 +32,14 @@ from typing import Any
 
 import numpy as np
 from ropesplit.numerics import _inputs
-from ropesplit.numerics.rope import LAYOUTS, _check_layout, frequencies, to_pairs
+from ropesplit.numerics.rope import (
+    LAYOUTS,
+    _check_layout,
+    attention_factor,
+    frequencies,
+    hf_scaling,
+    to_pairs,
+)
 
 from ropesplit.errors import RopesplitError
 
@@ -158,13 +165,15 @@ class RopeSpec:
             raise RopesplitError(f"{type(config).__name__} states no rope_theta: not a RoPE model")
         n_heads = int(config.num_attention_heads)
         d = int(getattr(config, "head_dim", None) or config.hidden_size // n_heads)
-        partial = getattr(config, "partial_rotary_factor", None)
+        partial = params.get("partial_rotary_factor",
+                             getattr(config, "partial_rotary_factor", None))  # fmt: skip
         rotary = int(d * partial) if partial and partial < 1 else None
-        kind = str(params.get("rope_type", params.get("type", "default")))
-        scaling = None if kind == "default" else {**params, "type": kind}
+        scaling = hf_scaling(params, getattr(config, "max_position_embeddings", None))
         n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
         window = getattr(config, "sliding_window", None)
+        # a scaled RoPE's tables carry its attention factor a: W scales by a^2 (section 2)
         return cls.from_base(d, float(base), rotary_dim=rotary, scaling=scaling,
+                             scale=d**-0.5 * attention_factor(scaling) ** 2,
                              window=int(window) if window else None,
                              kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
 

@@ -64,6 +64,10 @@ def folders(tmp_path_factory):
     return {
         "llama": save_model(root / "llama", llama_config(**TINY)),
         "gemma2": save_model(root / "gemma2", gemma),
+        # YaRN over an original 16 positions (issue 31): 40 tokens read its scaled table
+        "yarn": save_model(root / "yarn", llama_config(**TINY, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+            "original_max_position_embeddings": 16})),  # fmt: skip
         "nan": save_model(root / "nan", llama_config(**TINY), nan=True),
         "gpt2": save_model(
             root / "gpt2", T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=256)
@@ -80,7 +84,7 @@ def run_cli(capsys, *argv):
     return code, out, err
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "yarn"])
 def test_analyze_writes_json_and_csv(folders, capsys, tmp_path, arch):
     js, cs = tmp_path / "x.json", tmp_path / "x.csv"
     argv = ["--model", folders[arch], "--text", folders["text"], "--tokens", "40"]

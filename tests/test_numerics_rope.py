@@ -60,7 +60,8 @@ def test_frequencies_table(d, base, rotary_dim, scaling, expected):
         ({"d": 8, "rotary_dim": 10}, "rotary_dim must be even and in (0, 8]"),
         ({"d": 8, "rotary_dim": 3}, "rotary_dim must be even"),
         ({"d": 8, "base": 1.0}, "base must be a finite number above 1"),
-        ({"d": 8, "scaling": {"type": "yarn"}}, "scaling type must be"),
+        ({"d": 8, "scaling": {"type": "proportional"}}, "scaling type must be default or one"),
+        ({"d": 8, "scaling": {"type": "yarn", "factor": 2.0}}, "yarn RoPE scaling needs"),
         ({"d": 8, "scaling": {"type": "linear", "factor": 0}}, "scaling factor must be positive"),
     ],
 )
