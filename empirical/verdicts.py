@@ -64,7 +64,6 @@ __all__ = [
     "MEASURE_AXES",
     "any_condition_verdict",
     "cell_key",
-    "condition_word",
     "default_cell",
     "evaluate",
     "evaluate_all",
@@ -188,14 +187,6 @@ def _condition(rows: Sequence[Row], c: Condition, test: PrimaryTest, cell: Mappi
                           what=_label(c))  # fmt: skip
         entry |= {"interval": interval.as_dict()}
     return entry | {"outcome": decision.outcome, "reason": decision.reason}
-
-
-def condition_word(condition: Mapping[str, Any]) -> str:
-    """A condition's ``outcome`` in the verdict words: on the wrong side of a toolkit's
-    threshold reads "weaker than the paper", of the paper's own "disagrees"."""
-    if condition["outcome"] == "disagrees" and condition["origin"] != "paper":
-        return "weaker than the paper"
-    return str(condition["outcome"])
 
 
 def graded_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:

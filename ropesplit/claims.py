@@ -62,6 +62,7 @@ evaluates it on a run's per-passage rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,7 @@ __all__ = [
     "ORIGINS",
     "ROBUSTNESS",
     "VERDICTS",
+    "condition_word",
     "Axis",
     "Condition",
     "PrimaryTest",
@@ -99,6 +101,16 @@ VERDICTS: dict[str, str] = {
     "inconclusive": "none of the above: an interval straddles its threshold, there are too "
     "few units, or the positive control failed",
 }
+
+
+def condition_word(condition: Mapping[str, Any]) -> str:
+    """A condition's ``outcome`` in the verdict words: on the wrong side of a toolkit's
+    threshold reads "weaker than the paper", of the paper's own "disagrees"."""
+    if condition["outcome"] == "disagrees" and condition["origin"] != "paper":
+        return "weaker than the paper"
+    return str(condition["outcome"])
+
+
 ROBUSTNESS: dict[str, str] = {
     "robust": "the same verdict in every cell of the grid the claim depends on",
     "fragile": "the verdict differs between cells of the grid: the choice named decides it",

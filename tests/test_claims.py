@@ -481,7 +481,7 @@ def test_robustness_names_a_product_and_the_other_cells():
 def test_condition_word_never_lets_a_toolkit_threshold_disagree():
     """A condition on the wrong side of a toolkit's number reads "weaker than the paper"
     (the report's condition tables use these words); of the paper's own, "disagrees"."""
-    from ropesplit.empirical.verdicts import condition_word
+    from ropesplit.claims import condition_word
 
     for outcome in ("agrees", "inconclusive"):
         for origin in ORIGINS:

@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropesplit.claims import VERDICTS, primary
-from ropesplit.empirical.verdicts import condition_word
+from ropesplit.claims import VERDICTS, condition_word, primary
 from ropesplit.paper import PAPER_CITATION, QUOTES
 from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
