@@ -8,8 +8,10 @@ Bad flags fail while parsing, before any work, as one line
 ``ropesplit CMD: error: MESSAGE`` and exit code 2 (:class:`_Parser`): every
 integer option must be at least 1 (at least 0 for those in
 :data:`INT_MINIMUM`), every float option finite and positive, ``--device``
-a device this machine has (:func:`device`) and ``--dtype`` one of
-:data:`DTYPES`. The checks are attached centrally in :func:`build_parser`,
+a device this machine has (:func:`device`), ``--dtype`` one of
+:data:`DTYPES`, every comma-separated option of :data:`LISTS` a list of such values
+without repeats (:class:`ListOf`); an option given twice, or two options setting the same
+thing, are refused (:class:`_Parser`). The checks are attached centrally in :func:`build_parser`,
 so a new subcommand's options get them without code of its own.
 """
 
@@ -38,14 +40,56 @@ def _command_modules() -> dict[str, ModuleType]:
 
 
 INT_MINIMUM = {"seed": 0, "warmup": 0}  # integer options where 0 is meaningful; others >= 1
+# comma-separated options, by dest: the element type and its smallest value (floats: > 0)
+LISTS: dict[str, tuple[type, int]] = {"seeds": (int, 0), "bases": (float, 0),
+                                      "grid_tokens": (int, 1), "layers": (int, 0)}  # fmt: skip
+REPEATABLE = (argparse._AppendAction, argparse._CountAction)  # may be given more than once
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: ``PROG: error: MESSAGE``, exit code 2."""
+    """An argument parser whose errors are one line: ``PROG: error: MESSAGE``, exit code 2.
+
+    Besides each option's own check (:func:`_checked_type`), a command line that gives one
+    option twice (unless it collects, like ``--model A --model B``) or two options that
+    set the same thing (``--control none --no-control``) is refused: the later one would
+    silently win."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        self._check_conflicts(argv)
+        return super().parse_known_args(argv, namespace)
+
+    def _check_conflicts(self, argv: list[str]) -> None:
+        by_string = {s: a for a in self._actions for s in a.option_strings}
+        given: dict[str, list[str]] = {}  # dest -> the option strings given, in order
+        seen: dict[argparse.Action, str] = {}
+        for token in argv:
+            if token == "--":
+                break
+            if isinstance(by_string.get(token), argparse._SubParsersAction):
+                break
+            action = by_string.get(token.split("=", 1)[0]) if token.startswith("-") else None
+            if action is None or action.dest in ("help", "version"):
+                if token in self._subcommands():
+                    break  # the subcommand's own parser checks the rest
+                continue
+            if action in seen and not isinstance(action, REPEATABLE):
+                self.error(f"{seen[action]} is given twice")
+            seen[action] = token.split("=", 1)[0]
+            given.setdefault(action.dest, [])
+            if seen[action] not in given[action.dest]:
+                given[action.dest].append(seen[action])
+            if len({by_string[o] for o in given[action.dest]}) > 1:
+                first, second = given[action.dest][:2]
+                self.error(f"{first} and {second} set the same thing; give one")
+
+    def _subcommands(self) -> set[str]:
+        return {name for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                for name in a.choices}  # fmt: skip
 
 
 def device(value: str) -> str:
@@ -112,9 +156,40 @@ def positive_float(value: str) -> float:
     return number
 
 
+class ListOf:
+    """An argparse type: comma-separated values, each checked like a single option of
+    ``kind`` (integers ``>= minimum``; floats finite and ``> 0``), none repeated; a tuple.
+
+    >>> ListOf(int, 0)("0,1,2")
+    (0, 1, 2)
+    >>> ListOf(int, 0)("1,1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: repeats 1 in '1,1'
+    """
+
+    def __init__(self, kind: type, minimum: int) -> None:
+        self.one = IntAtLeast(minimum) if kind is int else positive_float
+
+    def __call__(self, value: str) -> tuple[Any, ...]:
+        parts = [p.strip() for p in str(value).split(",")]
+        if not any(parts) or not all(parts):
+            raise argparse.ArgumentTypeError(f"must be comma-separated values, got {value!r}")
+        try:
+            values = tuple(self.one(p) for p in parts)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"each value {exc} (in {value!r})") from None
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise argparse.ArgumentTypeError(f"repeats {repeated[0]:g} in {value!r}")
+        return values
+
+
 def _checked_type(action: argparse.Action) -> Any:
     """The central check for one option, by its type or name (None: leave as declared)."""
     name = action.dest
+    if name in LISTS and action.type in (None, str):
+        return ListOf(*LISTS[name])
     if action.type is int:
         return IntAtLeast(INT_MINIMUM.get(name, 1))
     if action.type is float:

@@ -51,8 +51,8 @@ def test_a_claim_line_names_each_condition_its_origin_the_nulls_and_the_grid():
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--grid-tokens", "256,x"], "--grid-tokens must be lengths like 256,512"),
-        (["--grid-tokens", "256,256"], "--grid-tokens repeats a length"),
+        (["--grid-tokens", "256,x"], "argument --grid-tokens: each value must be an integer"),
+        (["--grid-tokens", "256,256"], "argument --grid-tokens: repeats 256"),
         (["--grid-tokens", "8,256"], "--tokens must be at least 16, got 8"),
         (["--second-corpus", "/nonexistent/more"], "corpus path /nonexistent/more does not"),
         (["--model", "a", "--model", "a"], "--model repeats a model"),

@@ -103,7 +103,7 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
     [
         (["--tokens", "4"], "--tokens must be at least 8, got 4"),
         (["--draws", "0"], "argument --draws: must be at least 1, got 0"),
-        (["--layers", "1,x"], "--layers must be comma-separated integers, got '1,x'"),
+        (["--layers", "1,x"], "argument --layers: each value must be an integer, got 'x'"),
         (["--layers", "5", "--tokens", "24"], "layers must lie in [0, 2), got [5]"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
         (["--text", "/nonexistent.txt"], "text file /nonexistent.txt does not exist"),

@@ -276,12 +276,13 @@ def test_two_bases_end_to_end(tmp_path, capsys) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--bases", "ten"], "--bases must be comma-separated numbers, got 'ten'"),
-        (["--seeds", "0,x"], "--seeds must be comma-separated integers, got '0,x'"),
+        (["--bases", "ten"], "argument --bases: each value must be a number, got 'ten'"),
+        (["--seeds", "0,x"], "argument --seeds: each value must be an integer, got 'x'"),
+        (["--seeds=-1"], "argument --seeds: each value must be at least 0, got -1"),
         (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
         (["--heads", "3"], "d_model / heads must be an even integer, got 128/3"),
         (["--bases", "1"], "rope_base must be a finite number above 1, got 1.0"),
-        (["--bases", "100,100"], "bases and seeds must not repeat"),
+        (["--bases", "100,100"], "argument --bases: repeats 100 in '100,100'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys) -> None:

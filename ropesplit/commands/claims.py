@@ -67,19 +67,10 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def grid_values(args: argparse.Namespace) -> list[int] | None:
-    """``--grid-tokens`` as a list of lengths (None: the registry's)."""
-    from ropesplit.errors import RopesplitError
-
-    text = getattr(args, "grid_tokens", None)
-    if text is None:
-        return None
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise RopesplitError(f"--grid-tokens must be lengths like 256,512, got {text!r}")
-    values = [int(p) for p in parts]
-    if len(set(values)) != len(values):
-        raise RopesplitError(f"--grid-tokens repeats a length: {text!r}")
-    return values
+    """``--grid-tokens`` as a list of lengths (None: the registry's); ``cli.ListOf`` has
+    checked it (positive integers, none repeated)."""
+    values = getattr(args, "grid_tokens", None)
+    return None if values is None else list(values)
 
 
 def second_corpus(args: argparse.Namespace) -> str | None:

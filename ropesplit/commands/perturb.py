@@ -52,17 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the record (rows and verdicts)")
 
 
-def _layers(text: str | None) -> tuple[int, ...] | None:
-    from ropesplit.errors import RopesplitError
-
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise RopesplitError(f"--layers must be comma-separated integers, got {text!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -81,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                              ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value < low:
             raise RopesplitError(f"{flag} must be at least {low}, got {value}")
-    settings = Settings(seeds=args.seeds, seed=args.seed, layers=_layers(args.layers),
+    settings = Settings(seeds=args.seeds, seed=args.seed, layers=args.layers,
                         batch_size=args.batch_size)  # fmt: skip
     if args.json:
         output_path(args.json)  # a bad output folder fails now, not after the model ran

@@ -23,24 +23,6 @@ _COLUMNS = (("r_split", "r_split"), ("remainder", "remainder_share"),
             ("lowfreq_q", "lowfreq_share_q"))  # fmt: skip
 
 
-def _floats(text: str) -> list[float]:
-    from ropesplit.errors import RopesplitError
-
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RopesplitError(f"--bases must be comma-separated numbers, got {text!r}") from None
-
-
-def _ints(text: str) -> list[int]:
-    from ropesplit.errors import RopesplitError
-
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RopesplitError(f"--seeds must be comma-separated integers, got {text!r}") from None
-
-
 # the synthetic tasks' scale (issue 21: vocabulary 64, L = 128, 2 layers, d_model 64); a
 # flag given on the command line wins
 TASK_DEFAULTS = {"steps": 800, "d_model": 64, "d_ff": 256, "batch": 32, "lr": 3e-3,
@@ -109,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup, threads=args.threads, checkpoints=args.checkpoints,
         n_boot=args.n_boot, text=args.text, task=args.task, vocab=args.vocab, **sized,
     )  # fmt: skip
-    record = run_emergence(cfg, _floats(args.bases), _ints(args.seeds), remeasure=args.remeasure,
+    record = run_emergence(cfg, list(args.bases), list(args.seeds), remeasure=args.remeasure,
                            say=lambda text: print(_wrap(text)))  # fmt: skip
     print(report_text(record))
     if args.json:
