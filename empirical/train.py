@@ -403,8 +403,8 @@ def train(
     Minimises the next-token cross-entropy
     :math:`-\frac{1}{B(L-1)}\sum_{b,n}\log p(x_{b,n} \mid x_{b,<n})` with AdamW.
     ``measure(folder, step)`` turns a just-saved checkpoint folder into its
-    record (default: :func:`ropesplit.empirical.train_measure.measure_checkpoint`
-    with this config). ``stop_after`` ends the process's work after that step's
+    record (default: a :class:`ropesplit.empirical.train_measure.Measurer` of this config).
+    ``stop_after`` ends the process's work after that step's
     checkpoint (tests: an interruption at a known point).
     """
     import torch

@@ -10,8 +10,16 @@ Modules, one idea each:
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
     spec        RopeSpec: one layer's RoPE geometry; pre/post-RoPE detection (section 1)
-    intervals   t intervals over replicates and the claims' decisions
+    stats_torch the two O(N^2) parts of stats as dense torch blocks on any device
+    intervals   t, prediction and binomial intervals and the claims' decisions
+    bootstrap   percentile bootstrap of a model-wide mean over heads
+    pooling     a passage's value from its heads: mean of per-head, or pooled pairs
+    tolerance   the damage a word-order perturbation does to the loss (claim 1)
+    intervention  the change each edit of the split makes to a head's logits
+    lambda_attention  LM-Infinite's Lambda-shaped attention with its distance cap (4)
+    emergence   what watching the pattern emerge in training needs (sections 3, 5)
     synthetic   queries and keys that satisfy, ignore or violate the pattern
+    workers     independent statistics side by side, one thread per item
 
 Shapes::
 

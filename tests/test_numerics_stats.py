@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from ropesplit.numerics.fit import three_axis_fit
@@ -242,7 +242,7 @@ def test_prefix_blocks_match_the_reference_twin(data, block, spans, spec):
         # float64 resolves (the twin too); exactly no spread reads NaN
         if np.ptp(sp.W[sp.mask]) == 0:
             assert math.isnan(got.r_split) and math.isnan(got.r_3axis)
-        return
+        assume(False)  # the comparison below cannot judge it: not a counted example
     want = reference_stats(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec)
     for name in ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share"):
         assert getattr(got, name) == pytest.approx(want[name], abs=1e-8), name
