@@ -29,7 +29,8 @@ from ropesplit.numerics.rope import frequencies, from_pairs
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["PATTERNS", "REFERENCES", "SyntheticQK", "make_qk", "reference_sweep", "sweep"]
+__all__ = ["PATTERNS", "REFERENCES", "SyntheticQK", "bound_record", "make_qk", "reference_sweep",
+           "sweep"]
 
 PATTERNS = ("structured", "random", "adversarial")
 REFERENCES = ("zero", "distance:16", "distance:64", "distance:256", "distance:1000", "mean")
@@ -180,3 +181,32 @@ def _spread_of_w(qk: SyntheticQK) -> float:
     w = qk.scale * rotate(qk.q, pos, qk.theta) @ rotate(qk.k, pos, qk.theta).T  # (N, N)
     vals = w[np.tril_indices(qk.tokens)]  # (M,) causal pairs
     return float(((vals - vals.mean()) ** 2).mean())
+
+
+def bound_record(
+    *,
+    patterns: Sequence[str] = PATTERNS,
+    d: int = 64,
+    base: float = 10000.0,
+    tokens: int = 512,
+    seed: int = 0,
+    pair_budget: int | None = None,
+) -> dict[str, Any]:
+    r"""``ropesplit bound --json``'s record, also the report's ``bound.json``: per pattern
+    one synthetic head (:func:`make_qk`), its section 5 statistics with the bound
+    :math:`|E_{ij}| \le s \sum_l |\tilde q_l||\tilde\delta_l|\,2|\sin(\theta_l\Delta/2)|`
+    checked on every causal pair (a seeded sample of ``pair_budget``);
+    ``{"cases": [{pattern, d, base, tokens, seed, **HeadStats.as_dict()}], "violations",
+    "references"}`` with :func:`reference_sweep`'s rows."""
+    from ropesplit.numerics.stats import head_statistics
+
+    cases = []
+    for pattern in patterns:
+        qk = make_qk(pattern, d=d, base=base, tokens=tokens, seed=seed)
+        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=pair_budget,
+                                seed=seed)  # fmt: skip
+        cases.append({"pattern": pattern, "d": d, "base": base, "tokens": tokens, "seed": seed,
+                      **stats.as_dict()})  # fmt: skip
+    references = reference_sweep(patterns=patterns, d=d, base=base, tokens=tokens, seed=seed)
+    return {"cases": cases, "violations": sum(int(c["violations"]) for c in cases),
+            "references": references}  # fmt: skip

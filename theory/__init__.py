@@ -13,7 +13,14 @@ lemmas an inequality rests on) whose ``check()`` really checks it and whose
 This layer imports sympy and the standard library only.
 """
 
-from ropesplit.theory.derivation import STEPS, check_all, derivation_markdown, get_step
+from ropesplit.theory.derivation import (
+    STEPS,
+    check_all,
+    derivation_markdown,
+    derive_record,
+    get_step,
+)
 from ropesplit.theory.step import CheckResult, Step
 
-__all__ = ["STEPS", "CheckResult", "Step", "check_all", "derivation_markdown", "get_step"]
+__all__ = ["STEPS", "CheckResult", "Step", "check_all", "derivation_markdown", "derive_record",
+           "get_step"]

@@ -3,6 +3,7 @@ r"""The derivation in order: every step of docs/theory.md, looked up by id, chec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ropesplit.theory.consequences import (
     ATTENTION_BOUND,
@@ -22,7 +23,8 @@ from ropesplit.theory.step import CheckResult, Step
 
 from ropesplit.errors import RopesplitError
 
-__all__ = ["PAPER", "STEPS", "check_all", "derivation_markdown", "get_step", "where"]
+__all__ = ["PAPER", "STEPS", "check_all", "derivation_markdown", "derive_record", "get_step",
+           "where"]
 
 STEPS: tuple[Step, ...] = (
     ROPE_RELATIVE,
@@ -85,6 +87,22 @@ def get_step(step_id: str) -> Step:
 def check_all() -> dict[str, CheckResult]:
     """Run every step's check, in derivation order."""
     return {step.id: step.check() for step in STEPS}
+
+
+def derive_record(results: Mapping[str, CheckResult] | None = None) -> dict[str, Any]:
+    """``ropesplit derive --json``'s record, also the report's ``derive.json``:
+    ``{"steps": [{id, kind, statement_latex, checked, method, seconds, lemmas, uses}],
+    "all_checked", "seconds"}``; ``results`` from :func:`check_all` (None: listed, not run,
+    so ``checked`` and ``seconds`` are None and nothing reads as checked)."""
+    results = results or {}
+    steps = [{"id": step.id, "kind": step.kind, "statement_latex": step.statement_latex,
+              "checked": None if step.id not in results else results[step.id].checked,
+              "method": step.method,
+              "seconds": None if step.id not in results else results[step.id].seconds,
+              "lemmas": list(step.lemmas), "uses": list(step.uses)} for step in STEPS]  # fmt: skip
+    total = sum(r.seconds for r in results.values()) if results else None
+    return {"steps": steps, "all_checked": bool(results) and all(r.checked for r in
+            results.values()), "seconds": total}  # fmt: skip
 
 
 _INTRO = """\

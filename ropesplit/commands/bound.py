@@ -56,35 +56,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         output_path(args.json)  # fail on a bad path before the work
 
-    from ropesplit.numerics.stats import head_statistics
-    from ropesplit.numerics.synthetic import PATTERNS, make_qk, reference_sweep
+    from ropesplit.numerics.synthetic import PATTERNS, bound_record
 
     patterns = PATTERNS if args.pattern == "all" else (args.pattern,)
-    heads = [make_qk(pattern, d=args.d, base=args.base, tokens=args.tokens, seed=args.seed)
-             for pattern in patterns]  # fmt: skip
+    record = bound_record(patterns=patterns, d=args.d, base=args.base, tokens=args.tokens,
+                          seed=args.seed, pair_budget=args.pair_budget)  # fmt: skip
+    cases, total = record["cases"], record["violations"]
     print(f"{'pattern':<12}" + "".join(f"{t:>10}" for t in _TITLES) + f"{'violations':>11}")
-    cases, total = [], 0
-    for pattern, qk in zip(patterns, heads, strict=True):
-        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=args.pair_budget,
-                                seed=args.seed)  # fmt: skip
-        values = stats.as_dict()
-        print(f"{pattern:<12}" + "".join(f"{_cell(values[c]):>10}" for c in _COLUMNS)
-              + f"{stats.violations:>11}")  # fmt: skip
-        total += stats.violations
-        cases.append({"pattern": pattern, "d": args.d, "base": args.base, "tokens": args.tokens,
-                      "seed": args.seed, **{c: values[c] for c in _COLUMNS},
-                      "n_pairs": stats.n_pairs, "sampled_pairs": stats.sampled_pairs,
-                      "violations": stats.violations})  # fmt: skip
+    for case in cases:
+        print(f"{case['pattern']:<12}" + "".join(f"{_cell(case[c]):>10}" for c in _COLUMNS)
+              + f"{case['violations']:>11}")  # fmt: skip
     sampled = cases[0]["sampled_pairs"]
     checked = (f"on {sampled} sampled causal pairs of {cases[0]['n_pairs']} (--pair-budget)"
                if sampled is not None else "on every causal pair")  # fmt: skip
     print(f"{total} bound violations {checked}" + ("" if total == 0 else ": the bound FAILED"))
     print(LEGEND)
-    references = reference_sweep(patterns=patterns, d=args.d, base=args.base,
-                                 tokens=args.tokens, seed=args.seed)  # fmt: skip
-    print(_reference_table(references))
+    print(_reference_table(record["references"]))
     if args.json is not None:
-        write_json(args.json, {"cases": cases, "violations": total, "references": references})
+        write_json(args.json, record)
         print(f"wrote {args.json}", file=sys.stderr)
     return 0 if total == 0 else 1
 

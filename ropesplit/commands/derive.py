@@ -35,12 +35,12 @@ def run(args: argparse.Namespace) -> int:
         if path is not None:
             output_path(path)
 
-    from ropesplit.theory import STEPS, derivation_markdown
+    from ropesplit.theory import STEPS, derivation_markdown, derive_record
     from ropesplit.theory.derivation import where
 
     results = {step.id: step.check() for step in STEPS} if args.check else {}
+    record = derive_record(results)
     width = max(len(step.id) for step in STEPS)
-    rows = []
     for step in STEPS:
         r = results.get(step.id)
         status = "not run" if r is None else ("checked" if r.checked else "FAILED")
@@ -50,23 +50,12 @@ def run(args: argparse.Namespace) -> int:
                             initial_indent="    ", subsequent_indent="    "))
         if r is not None and not r.checked:
             print(f"    {r.detail}")
-        rows.append({
-            "id": step.id,
-            "kind": step.kind,
-            "statement_latex": step.statement_latex,
-            "checked": None if r is None else r.checked,
-            "method": step.method,
-            "seconds": None if r is None else r.seconds,
-            "lemmas": list(step.lemmas),
-            "uses": list(step.uses),
-        })
-    all_checked = bool(results) and all(r.checked for r in results.values())
+    all_checked, total = record["all_checked"], record["seconds"]
     if args.out is not None:
         write_text(args.out, derivation_markdown(results))
         print(f"wrote {args.out}", file=sys.stderr)
-    total = sum(r.seconds for r in results.values()) if results else None
     if args.json is not None:
-        write_json(args.json, {"steps": rows, "all_checked": all_checked, "seconds": total})
+        write_json(args.json, record)
         print(f"wrote {args.json}", file=sys.stderr)
     if not args.check:
         return 0

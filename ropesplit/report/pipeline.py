@@ -175,30 +175,19 @@ def _versions() -> dict[str, str]:
 
 
 def _derive(ctx: RunContext) -> dict[str, Any]:
-    """Every docs/theory.md step checked (``theory.check_all``), in ``ropesplit derive``'s
-    schema."""
-    from ropesplit.theory import STEPS, check_all
+    """Every docs/theory.md step checked, ``ropesplit derive --check --json``'s record
+    (``theory.derive_record``)."""
+    from ropesplit.theory import check_all, derive_record
 
-    results = check_all()
-    steps = [{"id": s.id, "kind": s.kind, "checked": results[s.id].checked, "method": s.method,
-              "seconds": results[s.id].seconds, "lemmas": list(s.lemmas), "uses": list(s.uses)}
-             for s in STEPS]  # fmt: skip
-    return {"steps": steps, "all_checked": all(r.checked for r in results.values())}
+    return derive_record(check_all())
 
 
 def _bound(ctx: RunContext) -> dict[str, Any]:
-    """Each synthetic pattern's statistics and bound violations (``ropesplit bound``'s schema)."""
-    from ropesplit.numerics.stats import head_statistics
-    from ropesplit.numerics.synthetic import PATTERNS, make_qk
+    """Each synthetic pattern's statistics and bound violations, ``ropesplit bound --json``'s
+    record at d = 64, base 10000 (``numerics.synthetic.bound_record``)."""
+    from ropesplit.numerics.synthetic import bound_record
 
-    settings, d, base = ctx.settings, 64, 10000.0
-    cases = []
-    for pattern in PATTERNS:
-        qk = make_qk(pattern, d=d, base=base, tokens=settings.bound_tokens, seed=settings.seed)
-        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, seed=settings.seed)
-        cases.append({"pattern": pattern, "d": d, "base": base, "tokens": settings.bound_tokens,
-                      "seed": settings.seed, **stats.as_dict()})  # fmt: skip
-    return {"cases": cases, "violations": sum(int(c["violations"]) for c in cases)}
+    return bound_record(tokens=ctx.settings.bound_tokens, seed=ctx.settings.seed)
 
 
 def _load_stage(ctx: RunContext) -> None:
