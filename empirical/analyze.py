@@ -50,10 +50,12 @@ __all__ = [
     "Analysis",
     "analysis_record",
     "analyze",
+    "analyze_pair",
     "analyze_batch",
     "analyze_capture",
     "capture_rows",
     "check_memory",
+    "load_subject",
     "paired_difference",
     "reference_summary",
     "memory_estimate",
@@ -489,3 +491,38 @@ def _check_bound(rows: list[dict[str, Any]]) -> None:
     worst = max(row["tightness_max"] for row in rows)
     if math.isfinite(worst) and worst > 1.0 + 1e-9:
         raise ValidationError(f"tightness_max {worst:.6f} exceeds 1: the remainder bound failed")
+
+
+def load_subject(model: Any, gguf_file: str | None = None, *, text: str | None, tokens: int,
+                 seed: int = 0, memory_tokens: int | None = None, **load: Any,
+                 ) -> tuple[LoadedModel, Any, str]:  # fmt: skip
+    """What ``ropesplit analyze`` and the report's ``load`` stage read: the model
+    (:func:`~ropesplit.empirical.models.load_model` with ``load``: tokenizer, device, dtype,
+    device_map), the first ``tokens`` token ids ``(N,)`` of the text file ``text`` (None:
+    Python's language reference) and the text; refuses a text or context too short, and
+    a sequence of ``memory_tokens`` (default ``tokens``) beyond memory (:func:`check_memory`)."""
+    import sys
+
+    from ropesplit.empirical.models import load_model
+    from ropesplit.empirical.text import default_text, read_text, tokenize
+
+    body = read_text(text) if text else default_text()
+    if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
+        print("loading the model ...", file=sys.stderr, flush=True)
+    loaded = load_model(model, gguf_file, seed=seed, **load)
+    ids = tokenize(loaded, body, tokens)  # (N,); refuses more than the context
+    check_memory(loaded, memory_tokens or tokens)
+    return loaded, ids, body
+
+
+def analyze_pair(loaded: LoadedModel, control: LoadedModel | None, ids: Any, *, seed: int,
+                 on_layer: Callable[[int], Any] | None = None, **options: Any,
+                 ) -> tuple[dict[str, Any], Analysis, Analysis | None]:  # fmt: skip
+    """The model and its random-init ``control`` (or None) analysed on the same ``ids``
+    (:func:`analyze` with ``options``: pair_budget, reference, ...): ``(record, trained,
+    control)``, the record ``ropesplit analyze --json``'s and the report's ``analyze.json``
+    (:func:`analysis_record`)."""
+    runs = [analyze(m, ids, seed=seed, on_layer=on_layer, **options)
+            for m in (loaded, control) if m is not None]  # fmt: skip
+    trained, twin = runs[0], (runs[1] if control is not None else None)
+    return analysis_record(trained, twin, seed), trained, twin

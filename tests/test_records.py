@@ -2,7 +2,9 @@
 
 ``ropesplit derive --check --json`` and the report's ``derive`` stage both return
 ``theory.derive_record``; ``ropesplit bound --json`` and the report's ``bound`` stage both
-return ``numerics.synthetic.bound_record``. Compared field by field, through the JSON
+return ``numerics.synthetic.bound_record``; ``ropesplit analyze --json`` and the report's
+``load`` and ``analyze`` stages both go through ``empirical.analyze.load_subject`` and
+``analyze_pair``. Compared field by field, through the JSON
 each writes (timings excepted: only their presence and type are compared).
 """
 
@@ -43,3 +45,24 @@ def test_bound_cli_and_report_record_are_one(tmp_path, capsys):
     assert cli == _written(tmp_path, "report.json", _bound(ctx))
     assert [c["pattern"] for c in cli["cases"]] == ["structured", "random", "adversarial"]
     assert cli["violations"] == 0 and cli["references"]
+
+
+def test_analyze_cli_and_report_record_are_one(tmp_path, capsys):
+    """A tiny Llama folder (byte tokenizer), 40 tokens, with its random-init control."""
+    from conftest import llama_config
+    from test_cli_analyze import TEXT, TINY, save_model
+
+    from ropesplit.report.pipeline import _analyze_stage, _load_stage
+
+    folder = save_model(tmp_path / "llama", llama_config(**TINY))
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    argv = ["analyze", "--model", folder, "--text", str(text), "--tokens", "40", "--seed", "2"]
+    assert main([*argv, "--json", str(tmp_path / "cli.json")]) == 0
+    capsys.readouterr()
+    cli = json.loads((tmp_path / "cli.json").read_text())
+    ctx = RunContext(RunSettings(model=folder, text=str(text), tokens=40, seed=2))
+    _load_stage(ctx)
+    report = _written(tmp_path, "report.json", _analyze_stage(ctx))
+    assert list(cli) == list(report)
+    assert cli == report

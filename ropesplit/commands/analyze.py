@@ -93,15 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import (
-        PAPER_R_SPLIT,
-        STATISTICS,
-        analysis_record,
-        analyze,
-        check_memory,
-    )
-    from ropesplit.empirical.models import load_model, random_init_twin
-    from ropesplit.empirical.text import default_text, read_text, tokenize
+    from ropesplit.empirical.analyze import PAPER_R_SPLIT, STATISTICS, analyze_pair, load_subject
+    from ropesplit.empirical.models import random_init_twin
     from ropesplit.errors import RopesplitError
     from ropesplit.io import output_path, write_json, write_text
 
@@ -115,31 +108,22 @@ def run(args: argparse.Namespace) -> int:
 
     reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
     check_reference_distance(reference)
-    text = read_text(args.text) if args.text else default_text()
-    if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
-        print("loading the model ...", file=sys.stderr, flush=True)
-    loaded = load_model(
-        args.model, args.gguf_file, device=args.device, dtype=args.dtype,
-        device_map=args.device_map, seed=args.seed,
+    loaded, ids, text = load_subject(
+        args.model, args.gguf_file, text=args.text, tokens=args.tokens, seed=args.seed,
+        memory_tokens=args.tokens * (2 if args.protocol else 1), device=args.device,
+        dtype=args.dtype, device_map=args.device_map,
     )  # fmt: skip
-    ids = tokenize(loaded, text, args.tokens)  # (N,); refuses more than the context
-    check_memory(loaded, args.tokens * (2 if args.protocol else 1))
     if args.protocol:
         from ropesplit.empirical.protocol import text_ids
 
         counts = (args.tokens // 2, args.tokens, 2 * args.tokens)
         long_ids, code_ids = text_ids(loaded, text, counts, args.tokens)  # refuses short texts
-    runs = [loaded] + ([random_init_twin(loaded, args.seed)] if args.control != "none" else [])
-    analyses = []
-    with tqdm(total=sum(m.n_layers for m in runs), desc="layers", unit="layer",
+    twin = random_init_twin(loaded, args.seed) if args.control != "none" else None
+    with tqdm(total=loaded.n_layers * (1 + (twin is not None)), desc="layers", unit="layer",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
-        for model in runs:
-            analyses.append(
-                analyze(model, ids, seed=args.seed, pair_budget=args.pair_budget,
-                        reference=reference, on_layer=bar.update)  # fmt: skip
-            )
-    trained, control = analyses[0], (analyses[1] if len(analyses) > 1 else None)
-    record = analysis_record(trained, control, args.seed)
+        record, trained, control = analyze_pair(
+            loaded, twin, ids, seed=args.seed, pair_budget=args.pair_budget,
+            reference=reference, on_layer=bar.update)  # fmt: skip
     print(_table(trained, control, PAPER_R_SPLIT))
     print(_reference_table(record))
     if args.protocol:

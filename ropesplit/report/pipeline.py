@@ -456,34 +456,29 @@ def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
 
 
 def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
-    """The model, its random-init twin (or None), the token ids ``(N,)`` and the text."""
-    from ropesplit.empirical.analyze import check_memory
-    from ropesplit.empirical.models import load_model, random_init_twin
-    from ropesplit.empirical.text import default_text, read_text, tokenize
+    """The model, its random-init twin (or None), the token ids ``(N,)`` and the text
+    (``empirical.analyze.load_subject``, as ``ropesplit analyze`` reads them)."""
+    from ropesplit.empirical.analyze import load_subject
+    from ropesplit.empirical.models import random_init_twin
 
-    text = read_text(settings.text) if settings.text else default_text()
-    if sys.stderr.isatty():  # progress for a person
-        print("  loading the model ...", file=sys.stderr, flush=True)
-    loaded = load_model(settings.model, settings.gguf_file, tokenizer=settings.tokenizer,
-                        seed=settings.seed, device=settings.device,
-                        dtype=settings.dtype)  # fmt: skip
-    ids = tokenize(loaded, text, settings.tokens)  # (N,); refuses more than the context
-    check_memory(loaded, settings.tokens)
+    loaded, ids, text = load_subject(settings.model, settings.gguf_file, text=settings.text,
+                                     tokens=settings.tokens, seed=settings.seed,
+                                     tokenizer=settings.tokenizer, device=settings.device,
+                                     dtype=settings.dtype)  # fmt: skip
     control = random_init_twin(loaded, settings.seed) if settings.control else None
     return loaded, control, ids, text
 
 
 def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str, Any]:
-    """The ``ropesplit analyze --json`` record: trained heads, summary, and the control."""
+    """The ``ropesplit analyze --json`` record: trained heads, summary, and the control
+    (``empirical.analyze.analyze_pair``)."""
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import analysis_record, analyze
+    from ropesplit.empirical.analyze import analyze_pair
 
-    models = [loaded] + ([control] if control is not None else [])
-    with tqdm(total=sum(m.n_layers for m in models), desc="layers", unit="layer",
-              file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        runs = [analyze(m, ids, seed=seed, on_layer=bar.update) for m in models]
-    return analysis_record(runs[0], runs[1] if control is not None else None, seed)
+    with tqdm(total=loaded.n_layers * (1 + (control is not None)), desc="layers",
+              unit="layer", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
+        return analyze_pair(loaded, control, ids, seed=seed, on_layer=bar.update)[0]
 
 
 def _perturb(
