@@ -20,6 +20,8 @@ import io
 import sys
 from typing import Any
 
+from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+
 HELP = "measure the split W = f + g + E and its conditions on every head of a real model"
 
 # (column title, statistic, with the control beside it) for the terminal table
@@ -48,8 +50,7 @@ def check_reference_distance(spec: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
-    parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
+    add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
     parser.add_argument("--seed", type=int, default=0, help="control weights and pair sampling")
@@ -62,9 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-control", dest="control", action="store_const", const="none",
                         help="skip the random-init control (half the time; no trained-minus-"
                         "control numbers)")  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
-    parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
+    add_device_arguments(parser, device_map=True)
     parser.add_argument(
         "--pair-budget",
         type=int,
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.analyze import PAPER_R_SPLIT, STATISTICS, analyze_pair, load_subject
     from ropesplit.empirical.models import random_init_twin
     from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path, write_json, write_text
+    from ropesplit.io import output_path
 
     if args.tokens < MIN_TOKENS:  # fewer pairs than the fits have parameters: trivially 1
         raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
@@ -136,12 +135,8 @@ def run(args: argparse.Namespace) -> int:
                                           code_ids=code_ids, seed=args.seed,
                                           on_step=lambda _: bar.update())  # fmt: skip
         print(protocol_table(record["protocol"]))
-    if args.json:
-        write_json(args.json, record)
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.csv:
-        write_text(args.csv, _csv(trained, control, STATISTICS))
-        print(f"wrote {args.csv}", file=sys.stderr)
+    write_output(args.json, record)
+    write_output(args.csv, text=_csv(trained, control, STATISTICS))
     return 0
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+
+from ropesplit.commands import write_output
 
 HELP = "check the remainder bound and the split statistics on synthetic queries and keys"
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Generate, measure and print each case; return 1 if the bound is violated anywhere."""
     from ropesplit.commands.analyze import MIN_TOKENS
     from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path, write_json
+    from ropesplit.io import output_path
 
     if args.tokens < MIN_TOKENS:  # no statistic is defined on fewer pairs: all-NaN tables
         raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
@@ -72,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{total} bound violations {checked}" + ("" if total == 0 else ": the bound FAILED"))
     print(LEGEND)
     print(_reference_table(record["references"]))
-    if args.json is not None:
-        write_json(args.json, record)
-        print(f"wrote {args.json}", file=sys.stderr)
+    write_output(args.json, record)
     return 0 if total == 0 else 1
 
 

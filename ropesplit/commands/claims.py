@@ -25,15 +25,13 @@ import sys
 import time
 from typing import Any
 
+from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+
 HELP = "judge each claim of the paper by its pre-registered primary test over a grid of choices"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", action="append",
-                        help="Hugging Face id or local folder (default: SmolLM2-135M); repeat "
-                        "for one models x claims table")  # fmt: skip
-    parser.add_argument("--gguf-file", action="append",
-                        help="a GGUF file inside --model's folder (once per --model)")
+    add_model_arguments(parser, many=True)
     parser.add_argument("--tokens", type=int, default=512,
                         help="tokens per passage of the headline cell (default 512)")  # fmt: skip
     add_corpus_arguments(parser)
@@ -42,8 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only the run's passages A..B-1 (one job of a SLURM array "
                         "or one torchrun process); 'ropesplit merge' joins the shards")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
+    add_device_arguments(parser)
     parser.add_argument("--json", metavar="PATH", help="write claims.json (rows and tests)")
 
 
@@ -114,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.models import load_model
     from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path, write_json
+    from ropesplit.io import output_path
 
     # bad input fails now, before any model loads (about 20 s)
     if args.tokens < 16:
@@ -144,22 +141,17 @@ def run(args: argparse.Namespace) -> int:
         del loaded
     if len(records) > 1:
         return write_models(records, args.json)
-    if args.json:
-        write_json(args.json, records[0])
-        print(f"wrote {args.json}", file=sys.stderr)
+    write_output(args.json, records[0])
     return 0
 
 
 def write_models(records: list[dict[str, Any]], path: str | None) -> int:
     """Print the models x claims table of ``records`` and write its record to ``path``."""
     from ropesplit.empirical.claims_run import compare_records
-    from ropesplit.io import write_json
 
     out = compare_records(records) | {"records": records}
     print(compare_table(out))
-    if path:
-        write_json(path, out)
-        print(f"wrote {path}", file=sys.stderr)
+    write_output(path, out)
     return 0
 
 

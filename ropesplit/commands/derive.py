@@ -13,8 +13,9 @@ writes the derivation as Markdown with LaTeX math; ``--json`` writes
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
+
+from ropesplit.commands import write_output
 
 HELP = "derive and machine-check every step of docs/theory.md (sympy); write the derivation"
 
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List or check the steps, print one line each, write the requested files."""
-    from ropesplit.io import output_path, write_json, write_text
+    from ropesplit.io import output_path
 
     for path in (args.out, args.json):  # fail on a bad path before minutes of work
         if path is not None:
@@ -51,12 +52,8 @@ def run(args: argparse.Namespace) -> int:
         if r is not None and not r.checked:
             print(f"    {r.detail}")
     all_checked, total = record["all_checked"], record["seconds"]
-    if args.out is not None:
-        write_text(args.out, derivation_markdown(results))
-        print(f"wrote {args.out}", file=sys.stderr)
-    if args.json is not None:
-        write_json(args.json, record)
-        print(f"wrote {args.json}", file=sys.stderr)
+    write_output(args.out, text=derivation_markdown(results))
+    write_output(args.json, record)
     if not args.check:
         return 0
     n_ok = sum(r.checked for r in results.values())

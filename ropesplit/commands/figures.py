@@ -13,6 +13,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ropesplit.commands import add_device_arguments, add_model_arguments
+
 if TYPE_CHECKING:  # pragma: no cover
     from ropesplit.report.pipeline import RunSettings
 
@@ -21,8 +23,7 @@ HELP = "draw the figures of one model (PDF and PNG, 3.3 in and 6.9 in)"
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> None:
     """The flags ``figures`` and ``report`` share: model, text, sizes, seed, head, out."""
-    parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
-    parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
+    add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
     parser.add_argument("--seed", type=int, default=0, help="control weights, sampling, draws")
@@ -33,8 +34,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
                         help="figure 1's head (default: the head with median r_split)")
     parser.add_argument("--figure-tokens", type=int, default=96,
                         help="tokens in figure 1's heatmaps (default 96)")  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
+    add_device_arguments(parser)
     parser.add_argument("--out", default=out_default, help=f"output folder (default {out_default})")
 
 

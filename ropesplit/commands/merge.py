@@ -12,7 +12,8 @@ different runs or overlapping shards are refused (exit 2, no file written).
 from __future__ import annotations
 
 import argparse
-import sys
+
+from ropesplit.commands import write_output
 
 HELP = "join the shards of one 'ropesplit claims' run into that run's claims.json"
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.commands.claims import summary
     from ropesplit.empirical.claims_run import merge_records
     from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path, read_json, write_json
+    from ropesplit.io import output_path, read_json
 
     if args.json:
         output_path(args.json)
@@ -39,7 +40,5 @@ def run(args: argparse.Namespace) -> int:
         records.append(record)
     merged = merge_records(records)
     print(summary(merged))
-    if args.json:
-        write_json(args.json, merged)
-        print(f"wrote {args.json}", file=sys.stderr)
+    write_output(args.json, merged)
     return 0

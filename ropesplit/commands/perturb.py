@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+
 HELP = "reproduce the paper's perturbation and extrapolation experiments on a real model"
 
 # the experiments' names, kept import-free so that --help stays fast (a test pins it
@@ -33,8 +35,7 @@ HIDDEN = {"verdict", "reason", "baseline_loss", "g_change_layer0", "seeds",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiment", choices=(*NAMES, "all"), default="all",
                         help="which experiment (default: all)")  # fmt: skip
-    parser.add_argument("--model", help="Hugging Face id or local folder (default: SmolLM2-135M)")
-    parser.add_argument("--gguf-file", help="a GGUF file inside --model's folder")
+    add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens of the text (default 512)")
     # a count of draws ('--seeds' is a list of training seeds in 'ropesplit train')
@@ -47,8 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 6 evenly spaced; the position measures use every layer)",
     )
     parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
+    add_device_arguments(parser)
     parser.add_argument("--json", metavar="PATH", help="write the record (rows and verdicts)")
 
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.models import load_model
     from ropesplit.empirical.text import default_text, read_text, tokenize
     from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path, write_json
+    from ropesplit.io import output_path
 
     for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.seeds, 1),
                              ("--batch-size", args.batch_size, 1)):  # fmt: skip
@@ -97,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
                                  on_stage=lambda name: bar.set_postfix_str(name))  # fmt: skip
     record["header"]["seconds"] = round(time.perf_counter() - start, 1)
     print(tables(record))
-    if args.json:
-        write_json(args.json, record)
-        print(f"wrote {args.json}", file=sys.stderr)
+    write_output(args.json, record)
     return 0
 
 

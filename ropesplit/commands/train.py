@@ -13,8 +13,9 @@ input.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from ropesplit.commands import write_output
 
 HELP = "train a small RoPE LM here; measure the split at log-spaced checkpoints"
 
@@ -79,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.emergence import run_emergence
     from ropesplit.empirical.train import TrainConfig
-    from ropesplit.io import output_path, write_json
+    from ropesplit.io import output_path
 
     if args.json:
         output_path(args.json)  # a bad output folder fails now, not after training
@@ -94,9 +95,7 @@ def run(args: argparse.Namespace) -> int:
     record = run_emergence(cfg, list(args.bases), list(args.seeds), remeasure=args.remeasure,
                            say=lambda text: print(_wrap(text)))  # fmt: skip
     print(report_text(record))
-    if args.json:
-        write_json(args.json, record)
-        print(f"wrote {args.json}", file=sys.stderr)
+    write_output(args.json, record)
     if args.figures:
         from ropesplit.commands.figures import prepare_out
         from ropesplit.figures.emergence import emergence_data
