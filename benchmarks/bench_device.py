@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from ropesplit.empirical import default_text, forward, load_model, tokenize
     from ropesplit.empirical.analyze import analyze
 
-    from ropesplit.io import write_json
+    from ropesplit.core.io import write_json
 
     def sync() -> None:
         if cuda:

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     from ropesplit.empirical.analyze import analyze_batch
     from ropesplit.empirical.corpus import default_corpus, passage_ids
 
-    from ropesplit.io import write_json
+    from ropesplit.core.io import write_json
 
     start = time.perf_counter()
     loaded = load_model(args.model, args.gguf_file)

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from ropesplit.empirical import default_text, load_model, tokenize
     from ropesplit.empirical.intervene import Edit, calibrate_kbar, intervened_nll
 
-    from ropesplit.io import write_json
+    from ropesplit.core.io import write_json
 
     loaded = load_model(args.model)
     ids = tokenize(loaded, default_text(), args.tokens)[None]  # (1, N)

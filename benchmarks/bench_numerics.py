@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{ratio_exact:>11.1f} {peaks:>24}")  # fmt: skip
         rows.append({"tokens": n, **{k: v for k, v in res.items()}})
     if args.json:
-        from ropesplit.io import write_json
+        from ropesplit.core.io import write_json
 
         write_json(args.json, {"rows": rows})
     return 0

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
               f" {row['all_over_sampled']:>12.2f}")  # fmt: skip
     model_rows = _model(args.tokens, args.repeats, others) if args.model else []
     if args.json:
-        from ropesplit.io import write_json
+        from ropesplit.core.io import write_json
 
         write_json(args.json, {"rows": rows, "model": model_rows, "repeats": args.repeats})
     return 0

@@ -39,13 +39,12 @@ from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.workers import map_each, side_by_side
 
-from ropesplit.errors import RopesplitError, ValidationError
-from ropesplit.paper import PAPER_R_SPLIT
+from ropesplit.core.errors import RopesplitError, ValidationError
+from ropesplit.core.paper import PAPER_R_SPLIT
 
 __all__ = [
     "DEFAULT_REFERENCE",
     "KBARS",
-    "PAPER_R_SPLIT",
     "STATISTICS",
     "Analysis",
     "analysis_record",

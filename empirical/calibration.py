@@ -6,7 +6,7 @@ nothing was learned and usually where the split holds by construction:
 - **null**: a model at random initialisation judged as if it were trained,
   beside random-init twins of its own architecture. Nothing in it is
   learned, so every claim's rate of "agrees" must stay at most 5% (the rule's
-  level is 2.5%: ``ropesplit.claims``); the rate is reported with its exact
+  level is 2.5%: ``ropesplit.core.claims``); the rate is reported with its exact
   binomial interval (``numerics.intervals.binomial_interval``);
 - **planted**: the same architecture with the keys' deviation planted in the
   slow pairs only (:func:`plant_slow_keys`: the key projection's rows of the
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from ropesplit.empirical.models import LoadedModel, load_model
 
-from ropesplit.claims import CLAIMS, CONTROL_SEEDS
+from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS
 
 __all__ = ["ARMS", "agree_rates", "calibration", "plant_slow_keys", "tiny_config"]
 
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               f"[{r['low']:.2f}, {r['high']:.2f}]" for c, r in by_claim.items())
             print(f"{rule} | {arm} | {cells}")
     if args.json:
-        from ropesplit.io import write_json
+        from ropesplit.core.io import write_json
 
         write_json(args.json, {"rates": rates, "claims": [t.claim for t in CLAIMS]})
     return 0

@@ -23,7 +23,7 @@ after mask and softmax, compared absolutely (:data:`RECONSTRUCTION_TOL`).
 Passing says the captured ``q``, ``k``, ``cos``/``sin``, scale, soft-cap and
 mask reproduce this forward pass's logits to float32 rounding; it does not
 say the model's other parts, or other inputs, behave alike. A failure is a
-:class:`~ropesplit.errors.ValidationError`.
+:class:`~ropesplit.core.errors.ValidationError`.
 
 Shapes (batch of one)::
 
@@ -52,7 +52,7 @@ from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_id
 from ropesplit.empirical.taps import taps
 from ropesplit.numerics.spec import RopeSpec
 
-from ropesplit.errors import RopesplitError, ValidationError
+from ropesplit.core.errors import RopesplitError, ValidationError
 
 __all__ = [
     "LOGIT_TOL",

@@ -7,7 +7,7 @@ trained model, its shuffled-frequency null and its random-init twin
 (``empirical.passages``; every length from the same captures), runs the
 nested word-order perturbation on the first ``order_passages`` of them
 (``empirical.experiments.order_passages``; every length from one forward pass
-each) and judges every claim of ``ropesplit.claims.CLAIMS`` in the headline
+each) and judges every claim of ``ropesplit.core.claims.CLAIMS`` in the headline
 cell and in every cell of the grid (``empirical.verdicts``). The power
 statement of the order test is fixed before it runs.
 
@@ -23,7 +23,7 @@ The record (``ropesplit claims --json``, the report's ``claims.json``)::
      "grid": [claim, ...]}        # per claim: every cell's verdict and estimate, robustness
 
 ``header.grid`` lists the axis values measured (``tokens``, ``corpus``; the
-other axes need no new capture and take every value of ``ropesplit.claims.GRID``).
+other axes need no new capture and take every value of ``ropesplit.core.claims.GRID``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 
-from ropesplit.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES, axis
+from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES, axis
 
 __all__ = [
     "DEFAULT_ORDER_PASSAGES",
@@ -69,7 +69,7 @@ def passage_ranges(
     """The passages of claims 2-5 and of the word-order test that ``shard`` (default: the
     whole run) measures, the counts and the shard checked first (one-line errors naming the
     options as ``prefix + name``: ``"--"`` for the command line)."""
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
 
     for name, value in (("passages", passages), ("order-passages", order_passages)):
         if value < MIN_PASSAGES:
@@ -86,7 +86,7 @@ def grid_tokens(tokens: int, values: Sequence[int] | None = None, *, limit: int 
     """The ``tokens`` axis a run measures: ``values`` (default the registry's) with the
     headline ``tokens`` added, each checked, those beyond ``limit`` (the passages' or the
     model's length) left out."""
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
 
     chosen = sorted({int(t) for t in (values if values is not None else axis("tokens").values)}
                     | {int(tokens)})  # fmt: skip
@@ -140,7 +140,7 @@ def run_claims(
     from ropesplit.empirical.experiments.order_passages import order_passage
     from ropesplit.empirical.passages import measure_passages
 
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
 
     measured, ordered = passage_ranges(passages, order_passages, shard)
     need = max(passages, order_passages)
@@ -251,7 +251,7 @@ def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     records of different runs (model, corpus, tokens, seeds, ...) and shards
     that overlap.
     """
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
 
     if len(records) < 2:
         raise RopesplitError(f"merge needs at least 2 records, got {len(records)}")
@@ -284,8 +284,8 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     over the grid, the estimate (the first primary condition's interval), its threshold
     and origin, the paper's own number where it gives one, and the first null's interval.
     Models of the same name are numbered apart."""
-    from ropesplit.errors import RopesplitError
-    from ropesplit.paper import PAPER_R_SPLIT
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.paper import PAPER_R_SPLIT
 
     if not records:
         raise RopesplitError("compare needs at least 1 claims record, got 0")
@@ -315,8 +315,8 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def claims_records(paths: Sequence[str]) -> list[dict[str, Any]]:
     """The claims records in the files ``paths`` (``ropesplit claims --json``), a compare
     record's unpacked into its models' (one-line error for any other file)."""
-    from ropesplit.errors import RopesplitError
-    from ropesplit.io import read_json
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.io import read_json
 
     records: list[dict[str, Any]] = []
     for name in paths:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

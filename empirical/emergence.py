@@ -44,7 +44,7 @@ from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import causal_bound_weight, slow_pairs
 from ropesplit.numerics.rope import frequencies
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["CONTROL_SEED_OFFSET", "MIN_SEEDS", "prediction", "run_emergence", "step0_vs_control",
            "task_prediction", "task_verdict", "verdict"]

@@ -48,7 +48,7 @@ from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EDITS", "NAME", "Edit", "calibrate_kbar", "install", "intervened_nll"]
 

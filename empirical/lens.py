@@ -26,7 +26,7 @@ from ropesplit.empirical.raw import analyze_qk
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["analyze_lens", "lens_names"]
 

@@ -56,7 +56,7 @@ from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
 from ropesplit.numerics.spec import RopeSpec
 
-from ropesplit.errors import RopesplitError, ValidationError
+from ropesplit.core.errors import RopesplitError, ValidationError
 
 __all__ = [
     "NAME",

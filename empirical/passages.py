@@ -54,7 +54,7 @@ from ropesplit.empirical.models import LoadedModel, shuffled_frequencies
 from ropesplit.empirical.perturb import movable_positions, perturbed_positions
 from ropesplit.numerics.workers import map_each, side_by_side
 
-from ropesplit.claims import CONTROL_SEEDS, axis
+from ropesplit.core.claims import CONTROL_SEEDS, axis
 
 __all__ = [
     "JITTER",

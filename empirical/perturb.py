@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "ORDER_SCHEMES",

@@ -41,8 +41,8 @@ from ropesplit.empirical.models import LoadedModel, random_init_twin
 from ropesplit.empirical.text import default_text, tokenize
 from ropesplit.numerics.reference import COMPARED
 
-from ropesplit.errors import RopesplitError
-from ropesplit.paper import PAPER_R_SPLIT
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_R_SPLIT
 
 __all__ = ["CONTROL_SEEDS", "PAIR_SAMPLE", "TOKENS", "protocol", "protocol_cells",
            "protocol_table", "text_ids"]

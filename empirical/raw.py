@@ -33,7 +33,7 @@ from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["ORDERS", "ROTATED_RATIO", "analyze_qk"]
 

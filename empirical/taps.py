@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from ropesplit.empirical.models import LoadedModel
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["TAPPED", "AttentionTap", "LogitsTap", "RopeTap", "TapState", "taps"]
 

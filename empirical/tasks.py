@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["MIN_DISTANCE", "OFFSET", "TASKS", "check_task", "pairs_in", "task_batch",
            "task_vocab"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

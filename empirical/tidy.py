@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["Records", "experiment_names", "from_json", "long", "tidy", "to_json", "untidy"]
 
@@ -64,7 +64,7 @@ def _pandas() -> Any:
 def _as_record(result: Any) -> dict[str, Any]:
     """A record dict from a record, an ``Analysis``, or a path to its JSON."""
     if isinstance(result, str | Path):
-        from ropesplit.io import read_json
+        from ropesplit.core.io import read_json
 
         result = read_json(result, "result file")
     elif hasattr(result, "to_dict") and not isinstance(result, Mapping):
@@ -250,7 +250,7 @@ def untidy(table: Any) -> dict[str, Any]:
 
 def to_json(table: Any, path: str | Path) -> Path:
     """Write the record behind ``table`` as JSON (read back by :func:`from_json`)."""
-    from ropesplit.io import write_json
+    from ropesplit.core.io import write_json
 
     return write_json(path, untidy(table))
 

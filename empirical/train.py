@@ -18,7 +18,7 @@ Run folder layout (``TrainConfig.out``)::
         tokenizer.json, tokenizer_config.json     byte-level: id = byte, 256 BOS, 257 EOS
         trainer_state.pt     optimizer, data-sampler RNG and torch RNG state, step
         metrics.json         the checkpoint's record (val loss, statistics per head, means;
-                             ropesplit.io's JSON: an undefined value is null)
+                             ropesplit.core.io's JSON: an undefined value is null)
     step-000001/ ...
 
 A checkpoint folder is written as ``.tmp-step-NNNNNN`` in the same folder,
@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
-from ropesplit.io import read_json, write_json
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.io import read_json, write_json
 
 __all__ = [
     "BOS",
@@ -326,7 +326,7 @@ def _prepare(cfg: TrainConfig) -> Path:
 
 
 def _replace_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` through :func:`ropesplit.io.write_json` (NaN and inf as null) beside
+    """Write ``obj`` through :func:`ropesplit.core.io.write_json` (NaN and inf as null) beside
     ``path``, fsync it, and rename it over ``path``: readers see the old or the new file."""
     tmp = path.with_name(f".{path.name}.tmp")
     write_json(tmp, obj)

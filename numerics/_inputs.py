@@ -1,6 +1,6 @@
 """Checking and converting one head's inputs (shared by ``split`` and ``stats``).
 
-Every user error becomes a one-line :class:`~ropesplit.errors.RopesplitError`.
+Every user error becomes a one-line :class:`~ropesplit.core.errors.RopesplitError`.
 Arrays come in as numpy arrays or CPU torch tensors and leave as float64 numpy.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def as_float64(name: str, x: Any, ndim: int) -> np.ndarray:

@@ -32,7 +32,7 @@ import numpy as np
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.rope import to_pairs
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["causal_bound_weight", "pair_energy", "retrieval_score", "slow_pairs",
            "unigram_entropy",

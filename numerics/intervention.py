@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from ropesplit.numerics.rope import _index, _rotary_dim
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "band_order",

@@ -63,7 +63,7 @@ import numpy as np
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.fit import additive_fits
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "DISTANCE_MEASURES",

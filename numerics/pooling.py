@@ -1,7 +1,7 @@
 r"""A passage's value from its heads: the mean of per-head statistics, or one pooled statistic.
 
 The paper's 0.959 is "averaged" without saying over what; the claims grid
-(``ropesplit.claims.GRID``, axis ``heads``) reads both:
+(``ropesplit.core.claims.GRID``, axis ``heads``) reads both:
 
 - ``mean``: :math:`\bar x = \frac1{|H'|}\sum_{h \in H'} x_h` over the heads
   whose value is defined (:func:`head_mean`);
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["head_mean", "pooled_share"]
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from ropesplit.numerics import _inputs
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "COMPARED",

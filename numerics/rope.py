@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "frequencies", "from_pairs", "hf_scaling",
            "low_half", "rotate", "to_pairs"]

@@ -41,7 +41,7 @@ from ropesplit.numerics.rope import (
     to_pairs,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["LAYOUTS", "Geometry", "RopeSpec", "geometry", "looks_rotated"]
 

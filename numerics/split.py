@@ -45,7 +45,7 @@ from ropesplit.numerics.reference import Reference, resolve_reference
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.spec import geometry
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["HeadSplit", "split_head"]
 

@@ -77,7 +77,7 @@ from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
 from ropesplit.numerics.spec import RopeSpec, geometry
 from ropesplit.numerics.workers import one_blas_thread, serial
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
            "pooled_correlation_ci"]

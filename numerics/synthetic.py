@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from ropesplit.numerics.rope import frequencies, from_pairs
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["PATTERNS", "REFERENCES", "SyntheticQK", "bound_record", "make_qk", "reference_sweep",
            "sweep"]

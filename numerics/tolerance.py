@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["curvature", "dose", "first_moved", "relative_damage", "suffix_damage"]
 

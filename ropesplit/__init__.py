@@ -17,7 +17,7 @@ Shapes used throughout (one attention head)::
 This root module stays import-light: it pulls in neither sympy nor numpy.
 """
 
-from ropesplit.errors import RopesplitError, ValidationError
+from ropesplit.core.errors import RopesplitError, ValidationError
 
 __version__ = "0.1.0"
 __all__ = ["RopesplitError", "ValidationError", "__version__"]

@@ -1,7 +1,7 @@
 """The ``ropesplit`` command: one subcommand per capability.
 
 Every subcommand that produces numbers accepts ``--json PATH``.  User errors
-(:class:`ropesplit.errors.RopesplitError`) become one line on stderr and a
+(:class:`ropesplit.core.errors.RopesplitError`) become one line on stderr and a
 non-zero exit code, never a traceback.
 
 Bad flags fail while parsing, before any work, as one line
@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from ropesplit import __version__
 from ropesplit import commands as _commands
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def _command_modules() -> dict[str, ModuleType]:

@@ -18,7 +18,7 @@ from ropesplit.empirical.analyze import STATISTICS
 from ropesplit.empirical.models import from_model, random_init_twin
 from test_cli_analyze import TEXT, TINY, save_model
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from ropesplit.empirical.verdicts import (
     unit_values,
 )
 
-from ropesplit.claims import (
+from ropesplit.core.claims import (
     CLAIMS,
     CONTROL_SEEDS,
     GRID,
@@ -39,8 +39,8 @@ from ropesplit.claims import (
     axis,
     primary,
 )
-from ropesplit.errors import RopesplitError
-from ropesplit.paper import QUOTES
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import QUOTES
 
 # claim -> (source, axes, [(measure, compare, direction, threshold, null, origin, unit)])
 PINNED = {
@@ -101,7 +101,7 @@ def test_every_threshold_names_its_origin_and_a_paper_one_its_words():
 
 
 def test_the_registry_module_imports_nothing_heavy():
-    code = ("import sys, ropesplit.claims, ropesplit.paper; "
+    code = ("import sys, ropesplit.core.claims, ropesplit.core.paper; "
             "heavy = {'numpy', 'torch', 'sympy', 'transformers'}; "
             "print(sorted(heavy & set(sys.modules)))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -323,7 +323,7 @@ def _json(record):
     """The record as written (NaN as null), for exact comparisons."""
     import json
 
-    from ropesplit.io import _jsonable
+    from ropesplit.core.io import _jsonable
 
     return json.loads(json.dumps(_jsonable(record)))
 
@@ -415,7 +415,7 @@ def test_the_run_refuses_too_few_passages():
 def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_claims, tmp_path,
                                                             capsys):  # fmt: skip
     from ropesplit.cli import main
-    from ropesplit.io import write_json
+    from ropesplit.core.io import write_json
 
     paths = []
     for k, shard in enumerate(((0, 4), (4, 8), (3, 6))):
@@ -481,7 +481,7 @@ def test_robustness_names_a_product_and_the_other_cells():
 def test_condition_word_never_lets_a_toolkit_threshold_disagree():
     """A condition on the wrong side of a toolkit's number reads "weaker than the paper"
     (the report's condition tables use these words); of the paper's own, "disagrees"."""
-    from ropesplit.claims import condition_word
+    from ropesplit.core.claims import condition_word
 
     for outcome in ("agrees", "inconclusive"):
         for origin in ORIGINS:

@@ -70,7 +70,7 @@ def test_compare_builds_one_models_by_claims_record(tmp_path, capsys):
     """Issue 30: several claims records, one table and one record (forest-plot rows)."""
     import json
 
-    from ropesplit.claims import CLAIMS
+    from ropesplit.core.claims import CLAIMS
 
     def record(name, mean):
         claims = [{"claim": t.claim, "statement": t.statement, "verdict": "agrees",

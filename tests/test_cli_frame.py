@@ -12,7 +12,7 @@ import pytest
 from ropesplit import RopesplitError
 from ropesplit.cli import build_parser, main
 from ropesplit.commands import ORDER
-from ropesplit.io import output_path, write_json
+from ropesplit.core.io import output_path, write_json
 
 
 def test_every_listed_subcommand_is_registered_in_order():

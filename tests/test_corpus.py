@@ -26,7 +26,7 @@ from ropesplit.empirical.models import load_model
 from ropesplit.empirical.text import tokenize
 from ropesplit.empirical.train import BOS, VOCAB, byte_tokenizer
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 CONTEXT = 64
 

@@ -29,7 +29,7 @@ from ropesplit.empirical.analyze import (
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.numerics.reference import COMPARED
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 COMMON = dict(
     hidden_size=64,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
 from ropesplit.empirical.capture import derive_theta, rebuild_probs
 
-from ropesplit.errors import RopesplitError, ValidationError
+from ropesplit.core.errors import RopesplitError, ValidationError
 
 COMMON = dict(
     hidden_size=64,

@@ -44,7 +44,7 @@ from ropesplit.empirical.experiments.forward import (
     seed_summary,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 VOCAB = TINY_VOCAB
 N_TOKENS = 48

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures import gather
 
 COMMON = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,

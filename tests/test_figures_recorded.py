@@ -10,7 +10,8 @@ import pytest
 from test_figures import KWARGS, THETA, figure_kwargs
 from test_figures_emergence import _record
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.io import write_json
 from ropesplit.figures import FIGURES, write_figures
 from ropesplit.figures.emergence import emergence_data
 from ropesplit.figures.recorded import (
@@ -22,7 +23,6 @@ from ropesplit.figures.recorded import (
     read_records,
     write_records,
 )
-from ropesplit.io import write_json
 
 
 def _all_figures() -> dict[str, dict]:

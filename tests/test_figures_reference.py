@@ -8,7 +8,7 @@ from conftest import llama_config
 from ropesplit.numerics.reference import mean_rotation
 from ropesplit.numerics.rope import frequencies
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures import gather
 from ropesplit.figures.reference import reference_figure, reference_pairs_figure
 from ropesplit.figures.registry import FIGURES

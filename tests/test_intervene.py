@@ -6,7 +6,7 @@ import torch
 from conftest import TINY_VOCAB, tiny_llama
 from ropesplit.empirical.intervene import Edit, calibrate_kbar, intervened_nll
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 GEN = torch.Generator().manual_seed(0)
 IDS = torch.randint(0, TINY_VOCAB, (2, 48), generator=GEN)

@@ -29,7 +29,7 @@ from ropesplit.empirical.models import load_model
 from test_lminfinite import periodic_model, sticky_tokens
 
 from ropesplit.commands.perturb import tables
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures.length import length_figure
 
 L = 16

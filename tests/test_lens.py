@@ -13,7 +13,7 @@ from ropesplit.numerics.spec import RopeSpec
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions import convert_llama_weights
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 STATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
          "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip

@@ -50,7 +50,7 @@ from ropesplit.numerics.lambda_attention import (
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.split import split_head
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 FLOATS = st.floats(-3.0, 3.0, allow_nan=False, width=64)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from ropesplit.numerics.bootstrap import bootstrap_ci
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 FINITE = arrays(
     np.float64,

@@ -23,7 +23,7 @@ from ropesplit.numerics.rope import frequencies
 from ropesplit.numerics.stats import head_statistics
 from ropesplit.theory import get_step
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 FEATURES = st.tuples(st.integers(1, 3), st.integers(1, 9), st.sampled_from([2, 4, 8])).flatmap(
     lambda s: arrays(np.float64, s, elements=st.floats(-100, 100, allow_nan=False))

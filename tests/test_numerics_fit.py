@@ -12,7 +12,7 @@ from hypothesis.extra.numpy import arrays
 from ropesplit.numerics._inputs import causal_mask
 from ropesplit.numerics.fit import band_gram, three_axis_fit
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def lstsq_fit(w, mask):

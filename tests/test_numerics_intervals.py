@@ -28,7 +28,7 @@ from ropesplit.numerics.intervals import (
     unit_means,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 UNIT_VALUES = arrays(
     np.float64,

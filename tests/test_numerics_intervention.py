@@ -10,7 +10,7 @@ from ropesplit.numerics import intervention
 from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.split import split_head
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 N, D = 10, 8
 THETA = frequencies(D, 20.0)  # (4,): 1, 0.47, 0.22, 0.106

@@ -18,7 +18,7 @@ from ropesplit.numerics.perturbation import (
 )
 from ropesplit.numerics.split import split_head
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 FLOATS = st.integers(-24, 24).map(lambda v: v / 8)  # exact, no underflow in products
 

@@ -33,7 +33,7 @@ from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.split import split_head
 from ropesplit.numerics.synthetic import PATTERNS, make_qk
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def loop_mean(theta, pq, pk, window=None):

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 LAYOUTS = ("half", "interleaved")
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from ropesplit.numerics.rope import SCALINGS, attention_factor, frequencies, hf_scaling
 from ropesplit.numerics.spec import RopeSpec
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 D = 16  # head dim of the tiny configs
 COMMON = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,

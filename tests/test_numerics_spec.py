@@ -9,7 +9,7 @@ from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 from ropesplit.numerics.stats import head_statistics, layer_statistics
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 _FLOATS = st.floats(-3, 3, allow_nan=False, width=64)
 

@@ -14,7 +14,7 @@ from ropesplit.numerics.bound import ATOL, RTOL, causal_ratios, remainder_and_bo
 from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.split import split_head
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 LAYOUTS = ("half", "interleaved")
 

@@ -22,7 +22,7 @@ from ropesplit.numerics.stats import (
 )
 from ropesplit.numerics.synthetic import make_qk
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 SPLIT_KEYS = ("r_split", "r_split_rowcentred", "remainder_share", "w_mean", "w_var", "fg_mean",
               "fg_var", "w_fg_cov")  # fmt: skip

@@ -10,7 +10,7 @@ from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.stats import head_statistics
 from ropesplit.numerics.synthetic import PATTERNS, make_qk, sweep
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def r_split(pattern, **kw):

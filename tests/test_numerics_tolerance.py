@@ -17,7 +17,7 @@ from ropesplit.numerics.tolerance import (
     suffix_damage,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 LOSSES = arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(2, 30)),
                 elements=st.floats(0.0, 10.0))  # fmt: skip

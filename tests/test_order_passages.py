@@ -39,7 +39,7 @@ from ropesplit.empirical.perturb import (
     nested_adjacent_swaps,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 VOCAB = 128
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)

@@ -71,23 +71,19 @@ def test_numerics_never_imports_transformers():
 
 LAYER_FOLDERS = {"theory": "ropesplit.theory", "numerics": "ropesplit.numerics",
                  "empirical": "ropesplit.empirical", "ropesplit": "ropesplit"}  # fmt: skip
-# every layer may import these: errors, the paper's numbers and the claims registry (issue 18)
-BASE = {"ropesplit.errors", "ropesplit.paper", "ropesplit.claims"}
+# every layer may import the ground floor: errors, io, the paper's numbers and the claims
+# registry (issue 31); it imports no layer
+BASE = {"ropesplit.core"}
 ALLOWED = {
-    "ropesplit.paper": set(),  # import-free
-    "ropesplit.claims": set(),  # import-free: the pre-registered primary tests
-    "ropesplit.errors": set(),
+    "ropesplit.core": set(),
     "ropesplit.theory": BASE,
     "ropesplit.numerics": BASE | {"ropesplit.theory"},
-    "ropesplit.io": {"ropesplit.errors"},
-    "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.io"},
-    "ropesplit.figures": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
-                                 "ropesplit.io"},
+    "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics"},
+    "ropesplit.figures": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical"},
     "ropesplit.report": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
-                                "ropesplit.io", "ropesplit.figures"},
+                                "ropesplit.figures"},
     "ropesplit.commands": BASE | {"ropesplit.theory", "ropesplit.numerics",
-                                  "ropesplit.empirical", "ropesplit.io", "ropesplit.figures",
-                                  "ropesplit.report"},
+                                  "ropesplit.empirical", "ropesplit.figures", "ropesplit.report"},
     "ropesplit.cli": BASE | {"ropesplit", "ropesplit.commands"},
     "ropesplit.__main__": {"ropesplit.cli"},
     "ropesplit": BASE,  # the package's __init__

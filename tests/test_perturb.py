@@ -25,7 +25,7 @@ from ropesplit.empirical.perturb import (
     swap_positions,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 LENGTHS = st.integers(min_value=1, max_value=300)
 RATES = st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0])

@@ -17,7 +17,7 @@ from ropesplit.numerics.rope import from_pairs, rotate, to_pairs
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
 from ropesplit.numerics.stats import layer_statistics
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 D, N = 16, 48
 STATS = ("r_split", "r_split_rowcentred", "remainder_share", "lowfreq_share_k", "tightness_max")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ropesplit.cli import main
-from ropesplit.io import write_json
+from ropesplit.core.io import write_json
 from ropesplit.report.pipeline import RunContext, RunSettings, _bound, _derive
 
 

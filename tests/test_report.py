@@ -21,8 +21,8 @@ from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.train import TrainConfig
 from ropesplit.theory import STEPS
 
-from ropesplit.claims import CLAIMS
 from ropesplit.cli import main
+from ropesplit.core.claims import CLAIMS
 from ropesplit.figures import FIGURES, figure_files
 from ropesplit.report import pipeline, render, sections, training
 from ropesplit.report.document import Section, Table, fmt
@@ -78,8 +78,8 @@ def _qwen_record(folder):
     from ropesplit.empirical.calibration import tiny_config
     from ropesplit.empirical.claims_run import run_claims
 
-    from ropesplit.claims import CONTROL_SEEDS
-    from ropesplit.io import write_json
+    from ropesplit.core.claims import CONTROL_SEEDS
+    from ropesplit.core.io import write_json
 
     cfg = tiny_config("qwen2")
     record = run_claims(load_model(cfg, seed=1), tokens=96, grid=(96,), passages=8,

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures import FIGURES, figure_files
 from ropesplit.report import figure_data, pipeline, sections
 from ropesplit.report.document import Details, Document, FigureBlock, Section, Table

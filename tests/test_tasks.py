@@ -7,7 +7,7 @@ from ropesplit.numerics.emergence import weighted_slow_share
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.stats import head_statistics
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 L, V = 64, 32
 

@@ -17,8 +17,8 @@ from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.tidy import Records, from_json, tidy, to_json, untidy
 from test_cli_analyze import TEXT, TINY, save_model
 
-from ropesplit.errors import RopesplitError
-from ropesplit.io import write_json
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.io import write_json
 
 
 @pytest.fixture(scope="module")

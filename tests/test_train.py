@@ -34,7 +34,7 @@ from ropesplit.empirical.train import (
 from ropesplit.empirical.train_measure import Measurer, held_out_ids, measure_loaded
 
 from ropesplit.cli import main
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 TINY = dict(steps=4, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2, warmup=1,
             checkpoints=4, val_windows=2, n_boot=50, threads=1)  # fmt: skip
@@ -344,7 +344,7 @@ def test_recall_task_trains_resumes_and_prints_within_100_columns(tmp_path, caps
 
 
 def test_metrics_are_written_by_ropesplit_io_nan_as_null_and_read_back(tmp_path) -> None:
-    """Every metrics.json is strict JSON (ropesplit.io: NaN -> null); a fresh run returns the
+    """Every metrics.json is strict JSON (ropesplit.core.io: NaN -> null); a fresh run returns the
     records as written, so a resumed run reads back exactly the same."""
     def measure(folder, step):
         return {"step": step, "val_loss": float("nan") if step == 0 else 1.0,

@@ -21,7 +21,7 @@ from ropesplit.theory.reference import REFERENCE_BOUND, SPLIT_REFERENCE
 from ropesplit.theory.split import EXACT_SPLIT_CONDITION, REMAINDER_BOUND, SPLIT_EXACT
 from ropesplit.theory.step import CheckResult, Step
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["PAPER", "STEPS", "check_all", "derivation_markdown", "derive_record", "get_step",
            "where"]

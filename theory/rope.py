@@ -17,7 +17,7 @@ from typing import Literal
 
 import sympy as sp
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "LAYOUTS",

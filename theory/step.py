@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import sympy as sp
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["CheckResult", "Kind", "Step", "Verdict", "is_zero", "zero_verdict"]
 

@@ -30,7 +30,7 @@ import torch
 from ropesplit.empirical.capture import Capture, capture
 from ropesplit.empirical.models import LoadedModel
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "OUTCOMES",

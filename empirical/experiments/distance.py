@@ -38,7 +38,7 @@ from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict, combine
 from ropesplit.empirical.experiments.pairs import layer_pairs
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["DISTANCES", "EXPERIMENT", "THRESHOLD", "distance_rows", "judge", "verdict"]
 

@@ -25,8 +25,8 @@ from ropesplit.empirical.models import LoadedModel
 from ropesplit.numerics.intervals import UnitInterval, decide, paired_interval, t_interval
 from ropesplit.numerics.intervention import log_ratio
 
-from ropesplit.claims import LEVEL, MIN_PASSAGES
-from ropesplit.errors import RopesplitError
+from ropesplit.core.claims import LEVEL, MIN_PASSAGES
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["CALIBRATION", "PASSAGES", "Corpus", "corpus", "judge_paired", "paired", "ratios",
            "summary"]

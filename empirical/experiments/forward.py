@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from ropesplit.empirical.models import LoadedModel
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "CONTEXT_SHARE",

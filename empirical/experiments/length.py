@@ -76,7 +76,7 @@ from ropesplit.numerics.lambda_attention import (
 )
 from ropesplit.numerics.split import split_head
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EXPERIMENT", "MULTIPLES", "judge", "length_rows", "training_length", "verdict"]
 

@@ -14,7 +14,7 @@ draws each; the loss is the model's mean next-token loss on the last 25%
           \frac{L(\pi_{r,s}(x_{<c}),\, x_{\ge c})}{L(x)}
 
 with a 95% t interval over the draws (:func:`.forward.seed_summary`). Descriptive: claim
-1's verdict is the nested, per-passage test of ``ropesplit.claims``
+1's verdict is the nested, per-passage test of ``ropesplit.core.claims``
 (:mod:`.order_passages`). ``moved`` is measured: the share of context
 positions whose token id changed, mean over seeds.
 """
@@ -47,14 +47,14 @@ from ropesplit.empirical.perturb import (
     order_permutation,
 )
 
-from ropesplit.errors import RopesplitError
-from ropesplit.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 
 __all__ = ["EXPERIMENT", "ORDER_RATES", "TOLERANCE", "judge", "order_inputs", "verdict"]
 
 ORDER_RATES = (0.02, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.20)  # target shares moved
 # "barely moves": the loss ratio stays within 1 +- 5%; the toolkit's reading of "barely", not a
-# number from the paper (the claim's verdict is the nested test of ropesplit.claims, issue 18)
+# number from the paper (the claim's verdict is the nested test of ropesplit.core.claims, issue 18)
 TOLERANCE = 0.05
 
 PREDICTION = (

@@ -49,8 +49,8 @@ from ropesplit.empirical.experiments.forward import _check_inputs, forward_batch
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
 
-from ropesplit.errors import RopesplitError
-from ropesplit.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 
 __all__ = [
     "DRAWS",

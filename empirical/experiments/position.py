@@ -58,7 +58,7 @@ from ropesplit.empirical.perturb import (
     perturbed_positions,
 )
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EXPERIMENT", "PAIR_BUDGET", "SHIFTS", "judge", "position_inputs", "verdict"]
 

@@ -35,7 +35,7 @@ from ropesplit.empirical.experiments.base import Context, Experiment, Settings
 from ropesplit.empirical.experiments.forward import context_length, model_context
 from ropesplit.empirical.models import LoadedModel, as_input_ids
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EXPERIMENTS", "INTERVENTIONS", "PREDICTIONS", "forward_count", "run_experiments"]
 

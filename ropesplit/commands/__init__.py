@@ -44,7 +44,7 @@ def write_output(path: str | None, record: Any = None, *, text: str | None = Non
     nothing when ``path`` is None or empty."""
     import sys
 
-    from ropesplit.io import write_json, write_text
+    from ropesplit.core.io import write_json, write_text
 
     if not path:
         return

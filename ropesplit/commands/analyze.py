@@ -40,7 +40,7 @@ MIN_TOKENS = 16  # below it r_3axis is 1 by construction (as many parameters as 
 
 def check_reference_distance(spec: str) -> None:
     """A reference distance C must be a causal distance, ``C >= 0`` (one-line error)."""
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
     from ropesplit.numerics.reference import parse_reference
 
     kind, c = parse_reference(spec)
@@ -92,10 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import PAPER_R_SPLIT, STATISTICS, analyze_pair, load_subject
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.io import output_path
+    from ropesplit.core.paper import PAPER_R_SPLIT
+    from ropesplit.empirical.analyze import STATISTICS, analyze_pair, load_subject
     from ropesplit.empirical.models import random_init_twin
-    from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path
 
     if args.tokens < MIN_TOKENS:  # fewer pairs than the fits have parameters: trivially 1
         raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")

@@ -1,6 +1,6 @@
 """``ropesplit claims``: every claim of the paper judged by its pre-registered primary test.
 
-The tests are fixed in ``ropesplit.claims`` before anything runs (statistic,
+The tests are fixed in ``ropesplit.core.claims`` before anything runs (statistic,
 unit, minimum replicates, nulls, thresholds and their origin, and the grid of
 analysis choices the paper leaves open). The run reads the passages of two
 corpora (default: the topics of Python's language reference, and narrative
@@ -93,7 +93,7 @@ def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:
 
 def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
     """``(model, gguf_file)`` per ``--model`` (one None: the embedded model)."""
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
 
     models = args.model or [None]
     files = args.gguf_file or []
@@ -108,10 +108,10 @@ def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.io import output_path
     from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.models import load_model
-    from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path
 
     # bad input fails now, before any model loads (about 20 s)
     if args.tokens < 16:
@@ -156,7 +156,7 @@ def write_models(records: list[dict[str, Any]], path: str | None) -> int:
 
 
 def _shard(text: str | None) -> tuple[int, int] | None:
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
 
     if text is None:
         return None

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List or check the steps, print one line each, write the requested files."""
-    from ropesplit.io import output_path
+    from ropesplit.core.io import output_path
 
     for path in (args.out, args.json):  # fail on a bad path before minutes of work
         if path is not None:

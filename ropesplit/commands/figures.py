@@ -40,14 +40,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
 
 def prepare_out(path: str, what: str) -> Path:
     """The output folder, created when only it is missing; a one-line error otherwise."""
-    from ropesplit.io import output_folder
+    from ropesplit.core.io import output_folder
 
     return output_folder(path, what)
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
     """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags, checked."""
-    from ropesplit.errors import RopesplitError
+    from ropesplit.core.errors import RopesplitError
     from ropesplit.figures.gather import parse_head
     from ropesplit.report.pipeline import RunSettings
 

@@ -26,9 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ropesplit.commands.claims import summary
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.io import output_path, read_json
     from ropesplit.empirical.claims_run import merge_records
-    from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path, read_json
 
     if args.json:
         output_path(args.json)

@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.io import output_path
     from ropesplit.empirical.experiments import (
         EXPERIMENTS,
         Settings,
@@ -63,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from ropesplit.empirical.models import load_model
     from ropesplit.empirical.text import default_text, read_text, tokenize
-    from ropesplit.errors import RopesplitError
-    from ropesplit.io import output_path
 
     for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.seeds, 1),
                              ("--batch-size", args.batch_size, 1)):  # fmt: skip

@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ropesplit.commands.claims import check_corpus_arguments, grid_values, second_corpus
     from ropesplit.commands.figures import settings_from
+    from ropesplit.core.io import output_folder
     from ropesplit.empirical.claims_run import claims_records
-    from ropesplit.io import output_folder
     from ropesplit.report.pipeline import run_report
 
     check_corpus_arguments(args)  # bad flags and corpora fail before anything is created

@@ -78,9 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ropesplit.core.io import output_path
     from ropesplit.empirical.emergence import run_emergence
     from ropesplit.empirical.train import TrainConfig
-    from ropesplit.io import output_path
 
     if args.json:
         output_path(args.json)  # a bad output folder fails now, not after training

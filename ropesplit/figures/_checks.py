@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def as_array(name: str, x: Any, ndim: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, require_rows
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 

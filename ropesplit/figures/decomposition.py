@@ -28,7 +28,7 @@ from typing import Any, cast
 import numpy as np
 from matplotlib.figure import Figure
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, whole_numbers
 from ropesplit.figures.style import DIVERGING, check_width, new_figure, styled
 

@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
-from ropesplit.figures.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS, PAPER_R_SPLIT
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS, PAPER_R_SPLIT
 
 __all__ = [
     "bound_data",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import finite, panel_label, require_rows, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, SEQUENTIAL, check_width, new_figure, styled
 

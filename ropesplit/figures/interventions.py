@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
 from ropesplit.figures.style import OKABE_ITO, new_figure, styled
 

@@ -27,7 +27,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.transforms import ScaledTranslation
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 

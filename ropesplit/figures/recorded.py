@@ -3,7 +3,7 @@ r"""The gallery from a recorded run: each figure's data kept as JSON, and the fi
 A figure is a pure function of its keyword arguments (what
 :mod:`ropesplit.figures.gather` builds), so the data one run drew from is all
 a reader needs to redraw its figures. :func:`write_records` keeps that data,
-one JSON record per figure (``NAME.json``), through :func:`ropesplit.io.write_json`;
+one JSON record per figure (``NAME.json``), through :func:`ropesplit.core.io.write_json`;
 :func:`read_records` gives it back exactly and :func:`draw_recorded` draws every
 figure whose record exists. The gallery in ``docs/figures`` is drawn this way:
 
@@ -20,7 +20,7 @@ back equals what was written, value for value:
   (``tolist`` floats, which JSON writes shortest-round-trip: bit-exact);
 - a tuple: ``{"__tuple__": [...]}``;
 - a float that JSON cannot hold: ``{"__float__": "nan" | "inf" | "-inf"}``
-  (:func:`ropesplit.io.write_json` alone writes NaN as ``null``, which a figure
+  (:func:`ropesplit.core.io.write_json` alone writes NaN as ``null``, which a figure
   would read as a missing value, not as NaN).
 
 numpy scalars are written as the Python ``float``, ``int`` or ``bool`` of the
@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.io import output_folder, read_json, write_json
 from ropesplit.figures.registry import FIGURES, write_figures
-from ropesplit.io import output_folder, read_json, write_json
 
 __all__ = ["FORMAT", "decode", "draw_recorded", "encode", "read_records", "write_records"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
 from ropesplit.figures.claims import forest_figure, tolerance_figure
 from ropesplit.figures.decomposition import decomposition_figure

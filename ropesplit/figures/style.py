@@ -29,7 +29,7 @@ matplotlib.use("Agg")  # no display; the same rasteriser everywhere
 from cycler import cycler  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from ropesplit.errors import RopesplitError  # noqa: E402
+from ropesplit.core.errors import RopesplitError  # noqa: E402
 
 __all__ = [
     "DIVERGING",
@@ -117,7 +117,7 @@ def check_width(width: float | str) -> float:
     >>> check_width(-1)
     Traceback (most recent call last):
     ...
-    ropesplit.errors.RopesplitError: width must be 'single', 'double' or inches > 0, got -1
+    ropesplit.core.errors.RopesplitError: width must be 'single', 'double' or inches > 0, got -1
     """
     if isinstance(width, str):
         if width not in WIDTHS:
@@ -140,10 +140,10 @@ def new_figure(width: float | str, height: float) -> Figure:
 def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) with no timestamps: byte-identical.
 
-    Raises a one-line :class:`~ropesplit.errors.RopesplitError` for an
+    Raises a one-line :class:`~ropesplit.core.errors.RopesplitError` for an
     unknown format or a missing folder.
     """
-    from ropesplit.io import output_path
+    from ropesplit.core.io import output_path
 
     p = output_path(path)
     fmt = p.suffix.lstrip(".").lower()

@@ -3,7 +3,7 @@ r"""The report run: every step of the toolkit on one model and one text, through
 The run is a list of :class:`Stage` objects, :data:`STAGES`, in order; each
 prints one progress line on stderr (with tqdm bars inside the long ones) and
 may return a JSON record, which :func:`run_report` writes as ``NAME.json``
-(through :func:`ropesplit.io.write_json`) and hands to the report's sections
+(through :func:`ropesplit.core.io.write_json`) and hands to the report's sections
 (:mod:`ropesplit.report.sections`). A stage declares what it ``needs`` (the
 names of earlier stages: their records, or ``load``'s model in memory), and
 every figure declares its own (``FigureSpec.needs``); :func:`check_plan`
@@ -16,7 +16,7 @@ records it declares (:mod:`ropesplit.report.figure_data`):
 1. ``derive``   the sympy checks of docs/theory.md (``ropesplit.theory.check_all``);
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
-4. ``claims``   every claim's pre-registered primary test (``ropesplit.claims``) in every
+4. ``claims``   every claim's pre-registered primary test (``ropesplit.core.claims``) in every
    cell of the grid, over two corpora of passages, beside the shuffled-frequency null and
    five random-init twins (``claims.json``);
    ``compare`` the models x claims record: this run and any ``--claims-record`` given;
@@ -59,7 +59,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "FIGURE_STAGES",
@@ -440,7 +440,7 @@ def check_plan(stages: Sequence[Stage], figures: Sequence[Any] | None = None) ->
 def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
     """Check the order, then run ``stages``; a returned record is kept (and written when
     there is a folder)."""
-    from ropesplit.io import write_json
+    from ropesplit.core.io import write_json
 
     check_plan(stages)
     ctx.planned = tuple(stage.name for stage in stages)
@@ -590,7 +590,7 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
     ``index.html``. A figure whose records this run did not make is not drawn;
     the report says so where the figure would stand, naming what it needs.
     """
-    from ropesplit.io import write_json, write_text
+    from ropesplit.core.io import write_json, write_text
     from ropesplit.report.render import render_html, render_markdown
     from ropesplit.report.sections import build_document
 

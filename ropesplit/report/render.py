@@ -44,7 +44,7 @@ figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9rem; color: #333; } code { font-size: 0.85rem; }
 """
 
-# a verdict cell's class (ropesplit.claims.VERDICTS; the experiments' words are a subset)
+# a verdict cell's class (ropesplit.core.claims.VERDICTS; the experiments' words are a subset)
 VERDICT_CLASS = {"agrees": "agrees", "disagrees": "disagrees", "inconclusive": "inconclusive",
                  "weaker than the paper": "weaker"}  # fmt: skip
 

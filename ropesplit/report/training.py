@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ropesplit.empirical.train import TrainConfig
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["REPORT_BASES", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS", "TrainedSubject",
            "recall_stage", "train_stage"]

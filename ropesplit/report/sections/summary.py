@@ -1,10 +1,10 @@
 r"""The report's first screen: one line per claim of the paper, its verdict and its robustness.
 
 Every verdict here is the claim's pre-registered primary test
-(``ropesplit.claims``) in the headline cell of the grid, evaluated over the
+(``ropesplit.core.claims``) in the headline cell of the grid, evaluated over the
 corpus's passages by the ``claims`` stage (``claims.json``): the statistic,
 each condition's 95% interval with whose threshold it is (the paper's or the
-toolkit's), the number of units, the verdict (``ropesplit.claims.VERDICTS``)
+toolkit's), the number of units, the verdict (``ropesplit.core.claims.VERDICTS``)
 and, beside it, whether the verdict is *robust* over every cell of the grid
 the claim depends on or *fragile* (naming the cells that differ). Each line
 links to the claim's detail section: the paper's words, its prediction and
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropesplit.claims import VERDICTS, condition_word, primary
-from ropesplit.paper import PAPER_CITATION, QUOTES
+from ropesplit.core.claims import VERDICTS, condition_word, primary
+from ropesplit.core.paper import PAPER_CITATION, QUOTES
 from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
 
@@ -107,8 +107,8 @@ def _detail(claim: Mapping[str, Any], records: Mapping[str, Any], grid: Mapping[
     rows += _length_rows(int(claim["claim"]), records)
     table = Table(["test", "95% interval", "n", "outcome"], rows,
                   f"claim {claim['claim']} in the headline cell ({_cell_text(claim['cell'])}): "
-                  "conditions fixed in ropesplit.claims before the run; the verdict reads "
-                  "them as ropesplit.claims.VERDICTS defines")  # fmt: skip
+                  "conditions fixed in ropesplit.core.claims before the run; the verdict reads "
+                  "them as ropesplit.core.claims.VERDICTS defines")  # fmt: skip
     detail = Details(f"every test of claim {claim['claim']} ({len(rows)}: primary, nulls, "
                      "secondaries)", tables=[table])  # fmt: skip
     details = [detail]

@@ -5,7 +5,7 @@ one :class:`PrimaryTest`: the statistic it reads, the unit of replication,
 the minimum number of units, the nulls printed beside it, and its conditions
 (statistic or paired difference, direction, threshold). Every threshold
 names its **origin**: ``"paper"`` where the paper states the number or the
-direction itself (``quote`` keys ``ropesplit.paper.QUOTES``), ``"toolkit"``
+direction itself (``quote`` keys ``ropesplit.core.paper.QUOTES``), ``"toolkit"``
 where the number is this toolkit's reading of the paper's words. A claim's
 verdict is its primary test; everything else the run measures is secondary
 and shown descriptively (Holm-corrected where it is tested).
@@ -172,7 +172,7 @@ class Condition:
     null: str | None = None  # with "paired": the key subtracted per unit
     why: str = ""  # the threshold's origin, in words
     origin: str = "toolkit"  # "paper" | "toolkit"
-    quote: str = ""  # a key of ropesplit.paper.QUOTES (origin "paper")
+    quote: str = ""  # a key of ropesplit.core.paper.QUOTES (origin "paper")
     unit: str = "passages"  # "passages" | "seeds"
 
 
@@ -203,7 +203,7 @@ class PrimaryTest:
     nulls: tuple[str, ...]  # keys of null statistics printed beside the primary
     conditions: tuple[Condition, ...]
     prediction: str  # the prediction in words, with its thresholds
-    quotes: tuple[str, ...] = ()  # the paper's words for the claim (ropesplit.paper.QUOTES)
+    quotes: tuple[str, ...] = ()  # the paper's words for the claim (ropesplit.core.paper.QUOTES)
     gate: Condition | None = None  # a validity check (positive control): failing it -> inconclusive
     secondary: tuple[Secondary, ...] = ()
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ropesplit.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError
 
 
 def read_json(path: str | Path, what: str = "file") -> Any:
@@ -16,7 +16,7 @@ def read_json(path: str | Path, what: str = "file") -> Any:
     >>> read_json("/nonexistent/x.json", "record")
     Traceback (most recent call last):
     ...
-    ropesplit.errors.RopesplitError: record /nonexistent/x.json does not exist
+    ropesplit.core.errors.RopesplitError: record /nonexistent/x.json does not exist
     """
     p = Path(path)
     if not p.is_file():
@@ -33,7 +33,7 @@ def output_path(path: str | Path) -> Path:
     >>> output_path("/nonexistent/x.md")
     Traceback (most recent call last):
     ...
-    ropesplit.errors.RopesplitError: cannot write /nonexistent/x.md: folder /nonexistent ...
+    ropesplit.core.errors.RopesplitError: cannot write /nonexistent/x.md: folder /nonexistent ...
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
@@ -50,7 +50,7 @@ def output_folder(path: str | Path, what: str) -> Path:
     >>> output_folder("/nonexistent/report", "the report")
     Traceback (most recent call last):
     ...
-    ropesplit.errors.RopesplitError: cannot write the report to /nonexistent/report: folder ...
+    ropesplit.core.errors.RopesplitError: cannot write the report to /nonexistent/report: folder ...
     """
     out = Path(path)
     if out.is_dir():
