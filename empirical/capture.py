@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import taps
-from ropesplit.numerics.spec import RopeSpec
+from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 
@@ -734,9 +734,7 @@ def _finish_layer(
             f"non-finite activations (NaN or inf) in the queries/keys of layer {layer}"
         )
     (n_heads, _, _), (n_kv, _, _) = q.shape, k.shape
-    if n_heads % n_kv:
-        raise RopesplitError(f"{n_heads} query heads do not divide into {n_kv} KV heads")
-    kv_map = np.arange(n_heads) // (n_heads // n_kv)  # repeat_kv's grouping
+    kv_map = repeat_kv_map(n_heads, n_kv)  # repeat_kv's grouping
     cos, sin = raw["cos"][b], raw["sin"][b]  # (N, r)
     (r,) = cos.shape[-1:]
     if r % 2 or r > d:

@@ -47,6 +47,7 @@ from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_id
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
+from ropesplit.numerics.spec import repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError
 
@@ -142,7 +143,7 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
     edit, raw = state.edit, state.raw.pop(layer)
     batch, n_heads, n, d = query.shape
     n_kv = key.shape[1]
-    kv = torch.arange(n_heads) // (n_heads // n_kv)
+    kv = torch.as_tensor(repeat_kv_map(n_heads, n_kv))
     heads = list(range(n_heads)) if edit.heads is None else list(edit.heads)
     out = torch.zeros(batch, n_heads, n, n, dtype=torch.float32, device=query.device)
     for b in range(batch):

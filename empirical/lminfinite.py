@@ -54,7 +54,7 @@ from ropesplit.empirical.capture import (
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
-from ropesplit.numerics.spec import RopeSpec
+from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 
@@ -253,7 +253,7 @@ def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> Laye
     (n_heads, n_kv) = q.shape[0], k.shape[0]
     return LayerQK(
         q=q64, k=k64, theta=theta, scale=raw["scaling"] * amplitude**2,
-        kv_map=np.arange(n_heads) // (n_heads // n_kv), layout=layout, rotary_dim=int(r),
+        kv_map=repeat_kv_map(n_heads, n_kv), layout=layout, rotary_dim=int(r),
         rope_max_rel_diff=diff,
     )  # fmt: skip
 

@@ -43,9 +43,24 @@ from ropesplit.numerics.rope import (
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "Geometry", "RopeSpec", "geometry", "looks_rotated"]
+__all__ = [
+    "LAYOUTS", "Geometry", "RopeSpec", "geometry", "looks_rotated", "repeat_kv_map"]
 
 _FAST_TURNS = 4.0  # a pair is "fast" when it turns at least this many times over the positions
+
+
+def repeat_kv_map(n_heads: int, n_kv: int) -> np.ndarray:
+    r"""The KV head each of ``n_heads`` query heads reads under grouped-query attention,
+    ``(H,)`` int: query head :math:`h` reads KV head :math:`\lfloor h / (H / H_{kv})\rfloor`,
+    the grouping of transformers' ``repeat_kv`` (each KV head repeated ``H / H_kv`` times).
+
+    >>> repeat_kv_map(4, 2).tolist()
+    [0, 0, 1, 1]
+    """
+    if n_kv < 1 or n_heads % n_kv:
+        raise RopesplitError(f"{n_heads} query heads cannot share {n_kv} KV heads evenly; "
+                             "give kv_map")  # fmt: skip
+    return np.arange(n_heads) // (n_heads // n_kv)
 
 
 @dataclass(frozen=True)
@@ -88,10 +103,7 @@ class RopeSpec:
         """The KV head each of ``n_heads`` query heads reads, ``(H,)``, checked."""
         if self.kv_map is not None:
             return _inputs.check_kv_map(self.kv_map, n_heads, n_kv)
-        if n_heads % n_kv:
-            raise RopesplitError(f"{n_heads} query heads cannot share {n_kv} KV heads evenly; "
-                                 "give kv_map")  # fmt: skip
-        return np.arange(n_heads) // (n_heads // n_kv)
+        return repeat_kv_map(n_heads, n_kv)
 
     @classmethod
     def from_arrays(
@@ -157,7 +169,7 @@ class RopeSpec:
                 scale = 1.0
             return cls.from_base(d, float(config.rotary_base), layout=layout, scale=scale,
                                  rotary_dim=int(rotary) if rotary else None, scaling=scaling,
-                                 kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
+                                 kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
         params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
         params = params if isinstance(params, dict) else {}
         base = params.get("rope_theta", getattr(config, "rope_theta", None))
@@ -175,7 +187,7 @@ class RopeSpec:
         return cls.from_base(d, float(base), rotary_dim=rotary, scaling=scaling,
                              scale=d**-0.5 * attention_factor(scaling) ** 2,
                              window=int(window) if window else None,
-                             kv_map=np.arange(n_heads) // (n_heads // n_kv))  # fmt: skip
+                             kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
 
 
 @dataclass(frozen=True)

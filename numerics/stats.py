@@ -74,7 +74,7 @@ from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violati
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
-from ropesplit.numerics.spec import RopeSpec, geometry
+from ropesplit.numerics.spec import RopeSpec, geometry, repeat_kv_map
 from ropesplit.numerics.workers import one_blas_thread, serial
 
 from ropesplit.core.errors import RopesplitError
@@ -212,9 +212,7 @@ def layer_statistics(
     geo = geometry(theta, scale, d, layout=layout, rotary_dim=rotary_dim, window=window)
     th, s, layout, rotary_dim, w = geo.theta, geo.scale, geo.layout, geo.rotary_dim, geo.window
     if kv_map is None:  # grouped queries read KV head h // (H / Hkv): the usual GQA layout
-        if h % hkv:
-            raise RopesplitError(f"kv_map=None needs H a multiple of Hkv, got {h} and {hkv}")
-        kv_map = np.arange(h) // (h // hkv)
+        kv_map = repeat_kv_map(h, hkv)
     kv = _inputs.check_kv_map(kv_map, h, hkv)
     pq, pk = _inputs.check_positions(positions, n)
     if pair_budget is not None and pair_budget < 1:

@@ -283,7 +283,7 @@ def test_reprs_are_one_line_and_kv_map_none_is_grouped_query_attention():
     implicit = layer_statistics(q, k, None, theta, 0.3)
     explicit = layer_statistics(q, k, [0, 0, 1, 1], theta, 0.3)
     assert [s.r_split for s in implicit] == [s.r_split for s in explicit]
-    with pytest.raises(RopesplitError, match="^kv_map=None needs H a multiple of Hkv, got 4 and 3"):
+    with pytest.raises(RopesplitError, match="^4 query heads cannot share 3 KV heads evenly"):
         layer_statistics(q, rng.normal(size=(3, 12, 8)), None, theta, 0.3)
 
 
