@@ -353,32 +353,26 @@ def _detect_layout(cos: np.ndarray, sin: np.ndarray) -> str:
     raise RopesplitError("cos/sin table is neither half-split nor interleaved RoPE")
 
 
-def _rope_params(config: Any, layer_type: str | None) -> dict[str, Any]:
-    """``config.rope_parameters`` (per layer type for Gemma 3), or ``{}``."""
-    params = getattr(config, "rope_parameters", None) or {}
-    if layer_type is not None and isinstance(params.get(layer_type), dict):
-        params = params[layer_type]
-    return params if isinstance(params, dict) else {}
-
-
 def _rope_base(config: Any, layer_type: str | None) -> tuple[float | None, str]:
-    """(base, rope_type) from ``config.rope_parameters`` (per layer type for Gemma 3)."""
-    params = _rope_params(config, layer_type)
-    base = params.get("rope_theta", getattr(config, "rope_theta", None))
-    return (float(base) if base is not None else None), str(params.get("rope_type", "default"))
+    """(base, rope_type) of ``layer_type``'s RoPE (``numerics.rope.hf_rope_parameters``)."""
+    from ropesplit.numerics.rope import hf_rope_parameters
+
+    params = hf_rope_parameters(config, layer_type)
+    base = params.get("rope_theta")
+    return (float(base) if base is not None else None), str(params["rope_type"])
 
 
 def _config_theta(config: Any, layer_type: str | None, r: int, seq_len: int) -> np.ndarray | None:
     """The frequencies ``(r/2,)`` the config states for positions below ``seq_len``
     (``numerics.rope.frequencies``: every rope_type of transformers' table but
     ``proportional``; None for a config without a base or of another type)."""
-    from ropesplit.numerics.rope import SCALINGS, frequencies, hf_scaling
+    from ropesplit.numerics.rope import SCALINGS, frequencies, hf_rope_parameters, hf_scaling
 
     base, rope_type = _rope_base(config, layer_type)
     if base is None or rope_type not in ("default", *SCALINGS):
         return None
     limit = getattr(config, "max_position_embeddings", None)
-    scaling = hf_scaling(_rope_params(config, layer_type), limit, seq_len)
+    scaling = hf_scaling(hf_rope_parameters(config, layer_type), limit, seq_len)
     return frequencies(r, base, scaling=scaling)
 
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "frequencies", "from_pairs", "hf_scaling",
-           "low_half", "rotate", "to_pairs"]
+__all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "frequencies", "from_pairs",
+           "hf_rope_parameters", "hf_scaling", "low_half", "rotate", "to_pairs"]
 
 LAYOUTS = ("half", "interleaved")
 
@@ -115,6 +115,27 @@ def frequencies(
     elif kind == "longrope":
         theta = _longrope(theta, r, cfg)
     return np.concatenate([theta, np.zeros((d - r) // 2)])  # (d/2,)
+
+
+def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, Any]:
+    """A Hugging Face config's RoPE parameters, read in one place: ``rope_parameters``
+    (or the older ``rope_scaling``), the entry of ``layer_type`` where they are per layer
+    type (Gemma 3: ``full_attention``, ``sliding_attention``), ``rope_theta`` filled in from
+    the config where the dict lacks it, ``rope_type`` "default" where it names none.
+
+    >>> from types import SimpleNamespace
+    >>> hf_rope_parameters(SimpleNamespace(rope_theta=500.0))
+    {'rope_theta': 500.0, 'rope_type': 'default'}
+    """
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    params = params if isinstance(params, Mapping) else {}
+    if layer_type is not None and isinstance(params.get(layer_type), Mapping):
+        params = params[layer_type]
+    out = dict(params)
+    if out.get("rope_theta") is None and getattr(config, "rope_theta", None) is not None:
+        out["rope_theta"] = config.rope_theta
+    out.setdefault("rope_type", out.get("type", "default"))
+    return out
 
 
 def hf_scaling(params: Mapping[str, Any], max_position_embeddings: int | None = None,

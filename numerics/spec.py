@@ -37,6 +37,7 @@ from ropesplit.numerics.rope import (
     _check_layout,
     attention_factor,
     frequencies,
+    hf_rope_parameters,
     hf_scaling,
     to_pairs,
 )
@@ -146,8 +147,9 @@ class RopeSpec:
                                rotary_dim, window, kv_map)  # fmt: skip
 
     @classmethod
-    def from_config(cls, config: Any) -> RopeSpec:
-        """From a Hugging Face config or a TransformerLens ``HookedTransformerConfig``."""
+    def from_config(cls, config: Any, layer_type: str | None = None) -> RopeSpec:
+        """From a Hugging Face config (its ``layer_type``'s RoPE where they differ by layer
+        type, as in Gemma 3) or a TransformerLens ``HookedTransformerConfig``."""
         if hasattr(config, "rotary_base") and hasattr(config, "d_head"):  # TransformerLens
             if getattr(config, "positional_embedding_type", "rotary") != "rotary":
                 raise RopesplitError("the TransformerLens config has no rotary embedding "
@@ -170,9 +172,12 @@ class RopeSpec:
             return cls.from_base(d, float(config.rotary_base), layout=layout, scale=scale,
                                  rotary_dim=int(rotary) if rotary else None, scaling=scaling,
                                  kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
-        params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-        params = params if isinstance(params, dict) else {}
-        base = params.get("rope_theta", getattr(config, "rope_theta", None))
+        params = hf_rope_parameters(config, layer_type)
+        base = params.get("rope_theta")
+        types = [k for k, v in params.items() if isinstance(v, dict)]
+        if base is None and types:
+            raise RopesplitError(f"{type(config).__name__} has a RoPE per layer type "
+                                 f"({', '.join(types)}): give layer_type")  # fmt: skip
         if base is None:
             raise RopesplitError(f"{type(config).__name__} states no rope_theta: not a RoPE model")
         n_heads = int(config.num_attention_heads)

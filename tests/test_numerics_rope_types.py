@@ -174,3 +174,15 @@ def test_a_capture_of_each_type_checks_its_frequencies(kind):
     a = attention_factor(scaling(loaded.config))
     assert cache["rope_amplitude", 0] == pytest.approx(a, rel=1e-5)
 
+
+
+def test_a_rope_per_layer_type_is_read_per_layer_type():
+    """Gemma 3 keeps one RoPE per layer type: RopeSpec.from_config reads the one asked for
+    and, asked for none, says which there are."""
+    cfg = T.Gemma3TextConfig(head_dim=D, **{**COMMON, "intermediate_size": 64})
+    local = RopeSpec.from_config(cfg, "sliding_attention")
+    full = RopeSpec.from_config(cfg, "full_attention")
+    np.testing.assert_array_equal(local.theta, frequencies(D, 10000.0))
+    np.testing.assert_array_equal(full.theta, frequencies(D, 1e6))
+    with pytest.raises(RopesplitError, match="has a RoPE per layer type .*: give layer_type"):
+        RopeSpec.from_config(cfg)
