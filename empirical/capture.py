@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
-from ropesplit.empirical.taps import taps
+from ropesplit.empirical.taps import record_pre_rope, taps
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError, ValidationError
@@ -587,27 +587,6 @@ class _LastAttention(Exception):
     (that layer's output projection and MLP, the final norm) is not needed."""
 
 
-def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
-    """``(B, H, N, .)`` (or ``(B, N, H, .)`` when ``unsqueeze_dim == 2``) -> ``(B, H, N, .)``."""
-    x = x.detach()
-    return x.transpose(1, 2) if unsqueeze_dim == 2 else x
-
-
-def _on_rope(state: _CaptureState) -> Any:
-    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
-        unsq = int(arguments.get("unsqueeze_dim", 1))
-        q, k = _heads_first(arguments["q"], unsq), _heads_first(arguments["k"], unsq)
-        cos, sin = arguments["cos"].detach(), arguments["sin"].detach()  # (B or 1, N, r)
-        state.raw[layer] = {
-            "q": q.float().clone(),  # (B, H, N, r_or_d)
-            "k": k.float().clone(),  # (B, Hkv, N, r_or_d)
-            "cos": cos.expand(q.shape[0], -1, -1),  # (B, N, r)
-            "sin": sin.expand(q.shape[0], -1, -1),  # (B, N, r)
-        }
-
-    return record
-
-
 def _on_logits(state: _CaptureState) -> Any:
     def record(layer: int, logits: torch.Tensor) -> None:
         if layer in state.raw:
@@ -854,7 +833,8 @@ def _run(
     state = _CaptureState(loaded, pos.cpu().numpy(), keep_probs, tol, on_layer, validate,
                           stop_after=None if keep_logits else loaded.n_layers - 1)  # fmt: skip
     out = None
-    with taps(loaded, on_rope=_on_rope(state), on_attention=_on_attention(state),
+    on_rope = record_pre_rope(state.raw, dtype=torch.float32)  # (B, H, N, .) float32 copies
+    with taps(loaded, on_rope=on_rope, on_attention=_on_attention(state),
               on_logits=_on_logits(state)), torch.no_grad():  # fmt: skip
         # an explicit all-ones mask keeps the mask causal by index: without it,
         # transformers reads non-+1 steps in position_ids as packed sequences;

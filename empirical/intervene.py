@@ -44,7 +44,7 @@ from ropesplit.empirical.capture import (
     with_rest,
 )
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
-from ropesplit.empirical.taps import TapState, taps
+from ropesplit.empirical.taps import TapState, record_pre_rope, taps
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
 from ropesplit.numerics.spec import repeat_kv_map
@@ -121,20 +121,6 @@ class _State:
     tap: TapState | None = None
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(default_factory=dict)
-
-
-def _on_rope(state: _State) -> Any:
-    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
-        if layer not in state.edit.layers:
-            return
-        unsq = int(arguments.get("unsqueeze_dim", 1))
-        q, k = arguments["q"].detach(), arguments["k"].detach()
-        if unsq == 2:
-            q, k = q.transpose(1, 2), k.transpose(1, 2)
-        state.raw[layer] = {"q": q, "k": k, "cos": arguments["cos"].detach(),
-                            "sin": arguments["sin"].detach()}  # fmt: skip
-
-    return record
 
 
 def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
@@ -225,7 +211,8 @@ def install(loaded: LoadedModel, edit: Edit, positions: np.ndarray) -> Iterator[
     if bad:
         raise RopesplitError(f"edit layers must lie in [0, {loaded.n_layers}), got {bad}")
     state = _State(edit, np.asarray(positions))
-    with taps(loaded, on_rope=_on_rope(state), attention=(NAME, _attention(state))) as tap:
+    on_rope = record_pre_rope(state.raw, state.edit.layers)
+    with taps(loaded, on_rope=on_rope, attention=(NAME, _attention(state))) as tap:
         state.tap = tap
         yield state
 

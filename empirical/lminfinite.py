@@ -52,7 +52,7 @@ from ropesplit.empirical.capture import (
     with_rest,
 )
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
-from ropesplit.empirical.taps import TapState, taps
+from ropesplit.empirical.taps import TapState, record_pre_rope, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
@@ -113,25 +113,6 @@ class _State:
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(default_factory=dict)
 
 
-def _heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
-    """``(B, H, N, .)`` (``(B, N, H, .)`` when ``unsqueeze_dim == 2``) -> ``(B, H, N, .)``."""
-    return x.transpose(1, 2) if unsqueeze_dim == 2 else x
-
-
-def _on_rope(state: _State) -> Any:
-    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
-        unsq = int(arguments.get("unsqueeze_dim", 1))
-        state.raw[layer] = {
-            "q": _heads_first(arguments["q"], unsq).detach(),  # (B, H, N, r_or_d) pre-RoPE
-            "k": _heads_first(arguments["k"], unsq).detach(),  # (B, Hkv, N, r_or_d)
-            "cos": arguments["cos"].detach()[0],  # (N, r)
-            "sin": arguments["sin"].detach()[0],  # (N, r)
-            "rotated": tuple(_heads_first(x, unsq).detach() for x in rotated),  # R q, R k
-        }
-
-    return record
-
-
 def lambda_attention_function(state: _State) -> Any:
     """The attention function (``eager_attention_forward``'s signature) of one setting."""
 
@@ -159,8 +140,9 @@ def lambda_attention_function(state: _State) -> Any:
         pos = np.arange(n_tokens) if positions is None else positions[0].cpu().numpy()
         q_far = k_far = None
         if spec.cap is not None:
-            layout, theta_r, amplitude = cached_geometry(state.tables, raw["cos"], raw["sin"], pos)
-            (d,), (r,) = query.shape[-1:], raw["cos"].shape[-1:]
+            cos, sin = raw["cos"][0], raw["sin"][0]  # (N, r): one sequence
+            layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, pos)
+            (d,), (r,) = query.shape[-1:], cos.shape[-1:]
             theta = full_theta(theta_r, d)  # (d/2,)
             q_far, k_far = far_query_key(
                 with_rest(raw["q"], query).to(query.dtype), with_rest(raw["k"], key).to(key.dtype),
@@ -186,7 +168,7 @@ def install(loaded: LoadedModel, spec: LambdaSpec, *, keep: Any = ()) -> Iterato
     :func:`~ropesplit.empirical.taps.taps` in ``finally``.
     """
     state = _State(spec, frozenset(int(x) for x in keep))
-    on_rope = _on_rope(state)
+    on_rope = record_pre_rope(state.raw)
 
     def on_attention(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
         raw = state.raw.pop(layer, None)
@@ -239,11 +221,12 @@ class SettingRun:
 def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> LayerQK:
     query, key = raw["query"][0], raw["key"][0]  # (H, N, d), (Hkv, N, d) rotated
     q, k = with_rest(raw["q"], raw["query"])[0], with_rest(raw["k"], raw["key"])[0]  # pre-RoPE
-    layout, theta_r, amplitude = cached_geometry(state.tables, raw["cos"], raw["sin"], positions)
-    (d,), (r,) = q.shape[-1:], raw["cos"].shape[-1:]
+    cos, sin = raw["cos"][0], raw["sin"][0]  # (N, r): one sequence
+    layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, positions)
+    (d,), (r,) = q.shape[-1:], cos.shape[-1:]
     theta = full_theta(theta_r, d)  # (d/2,)
     q64, k64 = q.double().cpu().numpy(), k.double().cpu().numpy()
-    diff = max(_max_rel(_rotate(pre.float(), raw["cos"], raw["sin"], layout), model.float())
+    diff = max(_max_rel(_rotate(pre.float(), cos, sin, layout), model.float())
                for pre, model in ((q, query), (k, key)))  # fmt: skip
     if not diff <= ROPE_TOL:
         raise ValidationError(

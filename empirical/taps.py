@@ -40,7 +40,8 @@ from ropesplit.empirical.models import LoadedModel
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["TAPPED", "AttentionTap", "LogitsTap", "RopeTap", "TapState", "taps"]
+__all__ = ["TAPPED", "AttentionTap", "LogitsTap", "RopeTap", "TapState", "heads_first",
+           "record_pre_rope", "taps"]
 
 TAPPED = ("apply_rotary_pos_emb", "eager_attention_forward")  # modeling-module names wrapped
 
@@ -197,3 +198,36 @@ def taps(
             for name, home in homes.items():
                 for tap, original in saved[name].items():
                     setattr(home, tap, original)
+
+
+def heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
+    """``(B, H, N, .)`` (``(B, N, H, .)`` when ``unsqueeze_dim == 2``, the layout in which a
+    model broadcasts cos/sin over dim 2) -> ``(B, H, N, .)``, detached."""
+    x = x.detach()
+    return x.transpose(1, 2) if unsqueeze_dim == 2 else x
+
+
+def record_pre_rope(raw: dict[int, dict[str, Any]], layers: Any = None, *,
+                    dtype: torch.dtype | None = None) -> RopeTap:  # fmt: skip
+    """The one ``on_rope`` recorder (capture, LM-Infinite and the interventions use it):
+    for each layer in ``layers`` (None: every layer) ``raw[layer]`` becomes
+
+    - ``q`` ``(B, H, N, r_or_d)`` and ``k`` ``(B, Hkv, N, r_or_d)``: pre-RoPE, heads first,
+      detached (a copy in ``dtype`` when given);
+    - ``cos``, ``sin`` ``(B, N, r)``: the tables as applied, one per sequence (a view).
+    """
+
+    def record(layer: int, arguments: Mapping[str, Any], rotated: Any) -> None:
+        if layers is not None and layer not in layers:
+            return
+        unsq = int(arguments.get("unsqueeze_dim", 1))
+        q, k = heads_first(arguments["q"], unsq), heads_first(arguments["k"], unsq)
+        if dtype is not None:
+            q, k = q.to(dtype, copy=True), k.to(dtype, copy=True)
+        batch = q.shape[0]
+        entry = {"q": q, "k": k,
+                 "cos": arguments["cos"].detach().expand(batch, -1, -1),
+                 "sin": arguments["sin"].detach().expand(batch, -1, -1)}  # fmt: skip
+        raw[layer] = entry
+
+    return record

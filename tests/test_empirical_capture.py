@@ -515,3 +515,24 @@ def test_scaled_rope_is_checked_against_the_config_and_exact_in_half_precision(r
         np.testing.assert_allclose(got, want, rtol=1e-4)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_one_pre_rope_recorder():
+    """``taps.record_pre_rope``, which capture, LM-Infinite and the interventions share:
+    the layers asked for only, q/k heads first and pre-RoPE (what the capture reports), the
+    tables one per sequence, a float64 copy when asked."""
+    from conftest import tiny_llama
+    from ropesplit.empirical.taps import record_pre_rope, taps
+
+    loaded = tiny_llama(2)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    raw: dict = {}
+    with taps(loaded, on_rope=record_pre_rope(raw, {1}, dtype=torch.float64)), torch.no_grad():
+        loaded.model(input_ids=ids)
+    assert list(raw) == [1]
+    entry = raw[1]
+    assert entry["q"].shape == (2, 4, 12, 16) and entry["k"].shape == (2, 2, 12, 16)
+    assert entry["q"].dtype == torch.float64 and entry["cos"].shape == (2, 12, 16)
+    cache = capture(loaded, ids[1])
+    torch.testing.assert_close(entry["q"][1].float(), cache["q", 1], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(entry["k"][1].float(), cache["k", 1], rtol=1e-6, atol=1e-6)
