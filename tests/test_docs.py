@@ -66,3 +66,19 @@ def test_gallery_figures_are_what_their_records_draw(tmp_path):
     assert sorted(p.name for p in gallery.glob("fig*-double.png")) == sorted(expected)
     for path in drawn:
         assert path.read_bytes() == (gallery / path.name).read_bytes(), path.name
+
+
+def test_the_architecture_lists_every_stage_and_figure():
+    """docs/architecture.md's stage order and figure list are the registries' own."""
+    from ropesplit.figures import FIGURES
+    from ropesplit.report.pipeline import STAGES
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    order = re.search(r"Order: `([^`]*)`", page)
+    assert order is not None
+    listed = [name.strip() for name in order.group(1).split(",")]
+    assert listed == [stage.name for stage in STAGES]
+    figures = re.search(r"listed in `figures.FIGURES`: `([^`]*)`", page)
+    assert figures is not None
+    assert " ".join(figures.group(1).split()) == ", ".join(
+        f"{spec.number} {spec.name}" for spec in FIGURES)  # fmt: skip
