@@ -112,13 +112,13 @@ def test_tokenizer_checks(folder):
 
 
 def test_report_loads_a_model_object(folder, tmp_path):
-    from ropesplit.report import pipeline
+    from ropesplit.report import pipeline, stages
 
     model, tok = objects(folder)
     text = tmp_path / "text.txt"
     text.write_text(TEXT)
     settings = pipeline.RunSettings(model=model, tokenizer=tok, text=str(text), tokens=40)
-    loaded, control, ids, _ = pipeline._load(settings)
+    loaded, control, ids, _ = stages._load(settings)
     assert loaded.model is model and control is not None and control.random_init
     assert control.config.hidden_size == model.config.hidden_size
     assert ids.tolist() == tok(TEXT)["input_ids"][:40]

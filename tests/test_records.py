@@ -14,7 +14,8 @@ import json
 
 from ropesplit.cli import main
 from ropesplit.core.io import write_json
-from ropesplit.report.pipeline import RunContext, RunSettings, _bound, _derive
+from ropesplit.report.context import RunContext, RunSettings
+from ropesplit.report.stages import _bound, _derive
 
 
 def _written(tmp_path, name, record):
@@ -52,7 +53,7 @@ def test_analyze_cli_and_report_record_are_one(tmp_path, capsys):
     from conftest import llama_config
     from test_cli_analyze import TEXT, TINY, save_model
 
-    from ropesplit.report.pipeline import _analyze_stage, _load_stage
+    from ropesplit.report.stages import _analyze_stage, _load_stage
 
     folder = save_model(tmp_path / "llama", llama_config(**TINY))
     text = tmp_path / "text.txt"

@@ -1,7 +1,7 @@
 """The report (issue 6): one run of every step on a tiny random Llama, rendered offline.
 
 No download: the model is built from a config and stands in for the loaded
-model (``pipeline._load`` is replaced); every other stage runs the real
+model (``stages._load`` is replaced); every other stage runs the real
 functions, so the JSON records are structurally real, not typed in.
 """
 
@@ -24,7 +24,7 @@ from ropesplit.theory import STEPS
 from ropesplit.cli import main
 from ropesplit.core.claims import CLAIMS
 from ropesplit.figures import FIGURES, figure_files
-from ropesplit.report import pipeline, render, sections, training
+from ropesplit.report import pipeline, render, sections, stages, training
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import build_document
@@ -92,9 +92,9 @@ def _qwen_record(folder):
 def tiny_report(patch: pytest.MonkeyPatch) -> None:
     """The report's stages sized for a test: the tiny model, its passages, a tiny training
     (also what ``tests/test_docs_check.py`` builds its tiny report with)."""
-    patch.setattr(pipeline, "_load", _tiny_load)
-    patch.setattr(pipeline, "_claims_ids", _tiny_passages)
-    patch.setattr(pipeline, "_intervention_ids", _tiny_intervention_passages)
+    patch.setattr(stages, "_load", _tiny_load)
+    patch.setattr(stages, "_claims_ids", _tiny_passages)
+    patch.setattr(stages, "_intervention_ids", _tiny_intervention_passages)
     patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
     patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # issue 21's, tiny
 

@@ -23,7 +23,7 @@ import pytest
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures import FIGURES, figure_files
-from ropesplit.report import figure_data, pipeline, sections
+from ropesplit.report import figure_data, pipeline, sections, stages
 from ropesplit.report.document import Details, Document, FigureBlock, Section, Table
 from ropesplit.report.pipeline import RunContext, RunSettings, check_plan
 from ropesplit.report.render import render_html, render_markdown
@@ -122,7 +122,7 @@ def test_gathering_before_the_training_is_refused_naming_figure_and_record():
     """The maintainer's case: figures 11 and 12 need train.json; gather before train (and no
     length or terms stage, which would be named first)."""
     order = [s for s in pipeline.STAGES if not s.gathers and s.name not in ("length", "terms")]
-    order.insert([s.name for s in order].index("train"), pipeline.GATHER)
+    order.insert([s.name for s in order].index("train"), stages.GATHER)
     with pytest.raises(RopesplitError) as info:
         check_plan(order)
     assert str(info.value) == ("figure 11 (emergence) needs record 'train', which stage 'train' "
@@ -131,7 +131,7 @@ def test_gathering_before_the_training_is_refused_naming_figure_and_record():
 
 def test_a_stage_before_what_it_needs_is_refused():
     order = [stage for stage in pipeline.STAGES if stage.name != "length"]
-    order.insert([s.name for s in order].index("train"), pipeline.LENGTH)
+    order.insert([s.name for s in order].index("train"), stages.LENGTH)
     with pytest.raises(RopesplitError, match="^stage 'length' needs 'train', which stage 'train' "
                                              "makes after it; run 'train' first$"):
         check_plan(order)
@@ -139,7 +139,7 @@ def test_a_stage_before_what_it_needs_is_refused():
     with pytest.raises(RopesplitError, match="^stage 'claims' needs 'load', which no stage"):
         check_plan(without)
     with pytest.raises(RopesplitError, match="^stage 'derive' appears twice"):
-        check_plan([pipeline.DERIVE, pipeline.DERIVE])
+        check_plan([stages.DERIVE, stages.DERIVE])
 
 
 def test_a_figure_needing_what_no_stage_makes_is_refused():

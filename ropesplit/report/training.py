@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ropesplit.empirical.train import TrainConfig
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.train import TrainConfig
 
 __all__ = ["REPORT_BASES", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS", "TrainedSubject",
            "recall_stage", "train_stage"]

@@ -1,0 +1,80 @@
+"""What the report's stages share: the run's settings, its context and the Stage record
+(:mod:`ropesplit.report.stages` holds the stages, :mod:`ropesplit.report.pipeline` runs
+them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunContext", "RunSettings", "Stage"]
+
+
+@dataclass
+class RunSettings:
+    """What one run reads and how much it computes (defaults sized for 2 CPU cores)."""
+
+    # Hugging Face id or folder; None: the embedded SmolLM2-135M; or a causal LM
+    # object in memory (transformers PreTrainedModel) with its ``tokenizer``
+    model: Any = None
+    tokenizer: Any = None  # only with a model object
+    gguf_file: str | None = None  # a GGUF file inside ``model``'s folder
+    text: str | None = None  # a UTF-8 file; None: Python's language reference
+    tokens: int = 512  # tokens analysed and perturbed
+    seed: int = 0  # control weights, pair sampling, perturbations
+    seeds: int = 2  # perturbation seeds per (scheme, rate)
+    head: tuple[int, int] | None = None  # figure 1's (layer, head); None: median r_split
+    figure_tokens: int = 96  # tokens of figure 1's heatmaps and figure 4's heads
+    control: bool = True  # also analyse the random-init twin
+    bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
+    corpus: str | None = None  # the claims' passages: None, Python's language reference
+    second_corpus: str | None = ""  # the grid's other corpus ("": prose, or pydoc; None: none)
+    # the grid's passage lengths: the registry's 256 and 512 (its 1024 is left to ropesplit
+    # claims: on 2 CPU cores it alone would double the report's time); tokens is added
+    grid_tokens: tuple[int, ...] | None = (256, 512)
+    passages: int = 12  # passages of claims 2-5 per corpus (the unit of replication; >= 8)
+    order_passages: int = 8  # passages of the word-order test per corpus, claim 1 (>= 8)
+    claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table
+    intervention_tokens: int = 128  # tokens per passage of the interventions (issue 20)
+    device: str | None = None  # torch device of a model read from disk (None: cpu)
+    dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
+
+
+@dataclass
+class RunContext:
+    """What the stages share: settings, output folder, records so far, the model and its data."""
+
+    settings: RunSettings
+    folder: Path | None = None  # the report's folder (None: figures only)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage name -> JSON
+    loaded: Any = None  # LoadedModel
+    control: Any = None  # its random-init twin, or None
+    ids: Any = None  # (N,) token ids
+    text: str = ""
+    trained: Any = None  # the train stage's TrainedSubject (report.training), in memory
+    planned: tuple[str, ...] = ()  # the names of this run's stages, in order
+    # written by the gather stage only: each figure's keyword arguments, and why any is not
+    figure_data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    figure_missing: dict[str, str] = field(default_factory=dict)
+    figure_folder: Path | None = None
+    widths: Sequence[str] = ("single", "double")
+    formats: Sequence[str] = ("pdf", "png")
+    written: list[Path] = field(default_factory=list)  # figure files
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A step of the run: ``run(ctx)`` returns its JSON record (written as NAME.json) or None.
+
+    ``needs``: the stages that must have run before it (their records, or for ``load`` the
+    model in memory). ``gathers``: the gather step, which must run after every stage any
+    figure needs (``FigureSpec.needs``) that this run has.
+    """
+
+    name: str
+    what: str  # the progress line
+    run: Callable[[RunContext], dict[str, Any] | None]
+    needs: tuple[str, ...] = ()
+    gathers: bool = False
