@@ -71,7 +71,7 @@ import json, sys
 import torch
 from ropesplit.empirical import load_model
 from ropesplit.empirical.analyze import analyze_batch, memory_estimate
-from ropesplit.empirical.capture import peak_resident, resident
+from ropesplit.empirical.memory import peak_resident, resident
 loaded = load_model({model!r}, {gguf!r})
 ids = torch.load({ids!r})
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.capture import GROWTH, LayerCapture, capture_batch
+from ropesplit.empirical.capture import LayerCapture, capture_batch
+from ropesplit.empirical.memory import GROWTH
 from ropesplit.empirical.models import LoadedModel, as_position_ids
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
@@ -165,7 +166,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
       64 MiB of state.
 
     ``G``: the growth past the first layer that a streamed run allows before
-    the C heap's free pages go back (:data:`~ropesplit.empirical.capture.GROWTH`,
+    the C heap's free pages go back (:data:`~ropesplit.empirical.memory.GROWTH`,
     :func:`~ropesplit.empirical.capture.release_growth`): without that,
     glibc's per-thread arenas grew the process layer after layer, past this
     count.

@@ -37,10 +37,7 @@ Shapes (batch of one)::
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -48,6 +45,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from ropesplit.empirical.geometry import (
+    cached_geometry,
+    config_theta,
+    full_theta,
+    rope_base,
+    with_rest,
+)
+from ropesplit.empirical.memory import release_growth
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import record_pre_rope, taps
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
@@ -63,17 +68,14 @@ __all__ = [
     "LayerCapture",
     "Tolerances",
     "allowed_pairs",
-    "cached_geometry",
     "capture",
     "capture_batch",
     "check_reconstruction",
-    "derive_theta",
-    "full_theta",
+    "max_rel",
     "rebuild_logits",
     "rebuild_probs",
-    "table_geometry",
+    "rotate_applied",
     "tolerances",
-    "with_rest",
 ]
 
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
@@ -238,148 +240,11 @@ class Capture:
 _FIELD_NAMES = {f.name for f in fields(LayerCapture)} - {"layer"}
 
 
-# --------------------------------------------------------------------------- theta
-
-
-def _wrap(angle: np.ndarray) -> np.ndarray:
-    """Angles reduced to ``(-pi, pi]``."""
-    return np.pi - np.mod(np.pi - angle, 2 * np.pi)
-
-
-def derive_theta(
-    cos: np.ndarray, sin: np.ndarray, positions: np.ndarray, *, layout: str = "half"
-) -> tuple[np.ndarray, float, float]:
-    r"""Frequencies and amplitude behind an applied ``cos``/``sin`` table.
-
-    .. math:: \cos_{n,l} = a \cos(p_n \theta_l), \quad \sin_{n,l} = a \sin(p_n \theta_l)
-
-    ``cos``/``sin`` are ``(N, r)`` in the given pair layout; returns
-    ``(theta (r/2,), a, fit_max_abs_diff)``. The phase step between two
-    consecutive positions seeds ``theta`` (so ``theta_l < pi``, true of every
-    RoPE); least squares over positions up to twice as far, repeatedly,
-    refines it without ambiguity modulo ``2 pi``.
-    """
-    c, s = _pair_columns(cos, layout), _pair_columns(sin, layout)  # (N, r/2) each
-    p = positions.astype(np.float64)  # (N,)
-    amplitude = float(np.median(np.hypot(c, s)))
-    phase = np.arctan2(s, c)  # (N, r/2), p_n theta_l mod 2 pi
-    order = np.argsort(p, kind="stable")
-    steps = np.flatnonzero(np.diff(p[order]) == 1)
-    if steps.size == 0:
-        raise RopesplitError(
-            "cannot derive RoPE frequencies: no two tokens at consecutive positions"
-        )
-    a, b = order[steps[0]], order[steps[0] + 1]
-    theta = _wrap(phase[b] - phase[a])  # (r/2,)
-    reach = 2.0 * max(abs(p[a]), abs(p[b]), 1.0)
-    while True:
-        near = np.abs(p) <= reach
-        resid = _wrap(phase[near] - p[near, None] * theta)  # (n_near, r/2)
-        theta = theta + (p[near] @ resid) / max(float(p[near] @ p[near]), 1.0)
-        if near.all():
-            break
-        reach *= 2.0
-    fit = np.maximum(
-        np.abs(amplitude * np.cos(p[:, None] * theta) - c),
-        np.abs(amplitude * np.sin(p[:, None] * theta) - s),
-    )
-    return theta, amplitude, float(fit.max())
-
-
-def table_geometry(
-    cos: torch.Tensor, sin: torch.Tensor, positions: np.ndarray, what: str = "cos/sin table"
-) -> tuple[str, np.ndarray, float]:
-    r"""Layout, ``theta (r/2,)`` and amplitude behind an applied table ``(N, r)``, checked.
-
-    The one place that reads RoPE's geometry off a model's own tables (the
-    capture and LM-Infinite's attention both call it): :func:`derive_theta`
-    in the detected layout; an amplitude within rounding of 1 is 1; the fit
-    must be within the table's rounding, ``a eps (8 + 2 max|p theta|)`` with
-    ``eps`` that of float32 or the table's dtype, whichever is coarser
-    (transformers computes the angles in float32 whatever the model's
-    dtype), else ``ValidationError`` naming ``what``.
-    """
-    cos_np, sin_np = cos.double().cpu().numpy(), sin.double().cpu().numpy()
-    layout = _detect_layout(cos_np, sin_np)
-    theta, amplitude, fit = derive_theta(cos_np, sin_np, positions, layout=layout)
-    eps = max(float(torch.finfo(cos.dtype).eps), float(torch.finfo(torch.float32).eps))
-    if abs(amplitude - 1.0) <= 4 * eps:  # no attention factor: 1 up to the table's rounding
-        amplitude = 1.0
-    max_angle = float(np.abs(positions).max() * theta.max())
-    if fit > amplitude * eps * (8.0 + 2.0 * max_angle):
-        raise ValidationError(f"{what} fits no single frequency per pair ({fit:.2e})")
-    return layout, theta, amplitude
-
-
-def cached_geometry(
-    tables: dict[tuple[int, int], tuple[str, np.ndarray, float]], cos: torch.Tensor,
-    sin: torch.Tensor, positions: np.ndarray, what: str = "cos/sin table",
-) -> tuple[str, np.ndarray, float]:  # fmt: skip
-    """:func:`table_geometry`, derived once per table: ``tables`` keyed by the tensors' data
-    pointers (a model computes one table per forward pass and hands it to every layer)."""
-    key = (cos.data_ptr(), sin.data_ptr())
-    if key not in tables:
-        tables[key] = table_geometry(cos, sin, positions, what)
-    return tables[key]
-
-
-def with_rest(pre: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-    """Pre-RoPE ``(..., r)`` completed to ``(..., d)`` by the non-rotating rest of ``attended``
-    (only the rotary slice goes through RoPE, as in Phi; the rest is attended as is)."""
-    r, d = pre.shape[-1], attended.shape[-1]
-    return pre if r == d else torch.cat((pre, attended[..., r:].to(pre.dtype)), dim=-1)
-
-
-def full_theta(theta_r: np.ndarray, d: int) -> np.ndarray:
-    """``(d/2,)`` frequencies: the rotary pairs' ``theta_r`` then 0 for the non-rotating ones."""
-    return np.concatenate([theta_r, np.zeros(d // 2 - len(theta_r))])
-
-
-def _pair_columns(table: np.ndarray, layout: str) -> np.ndarray:
-    """``(N, r)`` cos/sin table -> ``(N, r/2)``, one column per pair."""
-    (_, r) = table.shape
-    return table[:, : r // 2] if layout == "half" else table[:, 0::2]
-
-
-def _detect_layout(cos: np.ndarray, sin: np.ndarray) -> str:
-    """``"half"`` when pair ``l`` repeats at column ``l + r/2``, ``"interleaved"`` at ``2l+1``."""
-    (_, r) = cos.shape
-    if np.array_equal(cos[:, : r // 2], cos[:, r // 2 :]) and np.array_equal(
-        sin[:, : r // 2], sin[:, r // 2 :]
-    ):
-        return "half"
-    if np.array_equal(cos[:, 0::2], cos[:, 1::2]) and np.array_equal(sin[:, 0::2], sin[:, 1::2]):
-        return "interleaved"
-    raise RopesplitError("cos/sin table is neither half-split nor interleaved RoPE")
-
-
-def _rope_base(config: Any, layer_type: str | None) -> tuple[float | None, str]:
-    """(base, rope_type) of ``layer_type``'s RoPE (``numerics.rope.hf_rope_parameters``)."""
-    from ropesplit.numerics.rope import hf_rope_parameters
-
-    params = hf_rope_parameters(config, layer_type)
-    base = params.get("rope_theta")
-    return (float(base) if base is not None else None), str(params["rope_type"])
-
-
-def _config_theta(config: Any, layer_type: str | None, r: int, seq_len: int) -> np.ndarray | None:
-    """The frequencies ``(r/2,)`` the config states for positions below ``seq_len``
-    (``numerics.rope.frequencies``: every rope_type of transformers' table but
-    ``proportional``; None for a config without a base or of another type)."""
-    from ropesplit.numerics.rope import SCALINGS, frequencies, hf_rope_parameters, hf_scaling
-
-    base, rope_type = _rope_base(config, layer_type)
-    if base is None or rope_type not in ("default", *SCALINGS):
-        return None
-    limit = getattr(config, "max_position_embeddings", None)
-    scaling = hf_scaling(hf_rope_parameters(config, layer_type), limit, seq_len)
-    return frequencies(r, base, scaling=scaling)
-
-
 # --------------------------------------------------------------------------- rebuild
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+def rotate_applied(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   layout: str) -> torch.Tensor:  # fmt: skip
     """Apply RoPE as the model does: ``x (..., N, d)`` with ``cos``/``sin`` ``(N, r)``."""
     (_, r) = cos.shape
     rot, rest = x[..., :r], x[..., r:]
@@ -429,9 +294,9 @@ def rebuild_logits(
     rows, cols = rows or slice(None), cols or slice(None)
     if rotated is None:
         cos, sin = cos.to(dtype), sin.to(dtype)
-        qr = _rotate(q[select][:, rows].to(dtype), cos[rows], sin[rows], layout)  # (h, n, d)
+        qr = rotate_applied(q[select][:, rows].to(dtype), cos[rows], sin[rows], layout)  # (h, n, d)
         keys = k[torch.as_tensor(kv_map)[select]][:, cols].to(dtype)  # (h, c, d)
-        kr = _rotate(keys, cos[cols], sin[cols], layout)  # (h, c, d)
+        kr = rotate_applied(keys, cos[cols], sin[cols], layout)  # (h, c, d)
     else:
         qr, kr = rotated[0][select][:, rows], rotated[1][select][:, cols]  # (h, n, d), (h, c, d)
     logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attn_scale)  # (h, n, c)
@@ -499,7 +364,7 @@ def _max_abs(x: torch.Tensor) -> float:
     return max(float(high), -float(low))
 
 
-def _max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
+def max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
     """``max |rebuilt - model| / max |model|`` (0 when both vanish)."""
     return _max_abs(rebuilt - model) / max(_max_abs(model), _TINY) if model.numel() else 0.0
 
@@ -618,70 +483,6 @@ def _on_attention(state: _CaptureState) -> Any:
     return finish
 
 
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (macOS, musl)."""
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-GROWTH = 2**28  # bytes a streamed run may grow past its first layer before heap is trimmed
-
-
-def resident() -> int | None:
-    """Bytes resident now (``/proc/self/statm``), or None where there is no such file."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def peak_resident(*, reset: bool = False) -> int | None:
-    """This process image's peak resident bytes (``VmHWM``); ``reset``: start the peak anew.
-
-    Not ``getrusage``'s ``ru_maxrss``: a child started by ``fork`` and
-    ``exec`` reports at least its parent's size there (Linux carries the
-    old image's peak across ``exec``), which made a fresh process measured
-    from a 3.7 GiB benchmark read 3.7 GiB whatever it allocated. None where
-    ``/proc`` has no such numbers.
-    """
-    try:
-        if reset:
-            with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
-                clear.write("5")  # the peak resident size restarts at the current one
-        with open("/proc/self/status", encoding="ascii") as status:
-            line = next(x for x in status if x.startswith("VmHWM:"))
-        return int(line.split()[1]) * 1024
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
-
-
-def release_growth(first: int | None) -> int | None:
-    """After a streamed layer: trim the C heap (glibc ``malloc_trim(0)``) when the process
-    has grown :data:`GROWTH` past ``first``, its size after the first layer (returned).
-
-    A streamed capture frees each layer's tensors, and the statistics their
-    temporaries, from several threads; glibc keeps such memory in per-thread
-    arenas, fragmented, and the process grew about 20 MiB a layer (16 x 512
-    tokens of the default model: 0.6 GiB above the model after layer 1,
-    1.0 GiB after layer 30). Trimming every layer kept it flat, but the
-    refaulted pages raised the capture from about 1.0 to 1.19 times the
-    forward pass (``benchmarks/bench_empirical.py``); trimming on growth bounds it at
-    the first layer's size plus :data:`GROWTH`, which
-    :func:`~ropesplit.empirical.analyze.memory_estimate` counts.
-    """
-    now = resident()
-    if now is None or first is None:
-        return now
-    trim = _malloc_trim()
-    if trim is not None and now > first + GROWTH:
-        trim(0)
-    return first
-
-
 def _released(layer: LayerCapture) -> LayerCapture:
     """``layer`` without its tensors (a streamed capture keeps only the numbers)."""
     empty = torch.zeros(0)
@@ -717,9 +518,9 @@ def _finish_layer(
     layer_type = getattr(module, "layer_type", None)
     if layer_type is None and getattr(state.loaded.config, "layer_types", None):
         layer_type = state.loaded.config.layer_types[layer]
-    base, rope_type = _rope_base(state.loaded.config, layer_type)
+    base, rope_type = rope_base(state.loaded.config, layer_type)
     seq_len = int(state.positions.max()) + 1  # what a dynamic RoPE recomputes its table for
-    expected = _config_theta(state.loaded.config, layer_type, r, seq_len)  # (r/2,) or None
+    expected = config_theta(state.loaded.config, layer_type, r, seq_len)  # (r/2,) or None
     if expected is not None:
         if getattr(state.loaded.model, SHUFFLED_FLAG, False):  # models.shuffled_frequencies
             expected = np.sort(expected)[np.argsort(np.argsort(theta_r))]
@@ -740,9 +541,10 @@ def _finish_layer(
     softcap = arguments.get("softcap", extra.get("softcap"))
     softcap = float(softcap) if softcap else None
     probs = weights.detach()[b]  # (H, N, N)
-    qr, kr = _rotate(q, cos, sin, layout), _rotate(k, cos, sin, layout)  # (H|Hkv, N, d)
+    qr = rotate_applied(q, cos, sin, layout)  # (H, N, d)
+    kr = rotate_applied(k, cos, sin, layout)  # (Hkv, N, d)
     # against R q, R k as the model attends with them (its RoPE's output)
-    rope_diff = max(_max_rel(qr, query.float()), _max_rel(kr, key.float()))
+    rope_diff = max(max_rel(qr, query.float()), max_rel(kr, key.float()))
     logit_diff, logit_scale, prob_diff = _reconstruct(
         q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
         model_logits=raw["logits"][b] if "logits" in raw else None, probs=probs, rotated=(qr, kr),

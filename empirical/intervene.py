@@ -36,13 +36,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import (
-    LayerCapture,
-    cached_geometry,
-    capture_batch,
-    full_theta,
-    with_rest,
-)
+from ropesplit.empirical.capture import LayerCapture, capture_batch
+from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, record_pre_rope, taps
 from ropesplit.numerics import intervention as iv

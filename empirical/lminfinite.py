@@ -43,14 +43,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import (
-    ROPE_TOL,
-    _max_rel,
-    _rotate,
-    cached_geometry,
-    full_theta,
-    with_rest,
-)
+from ropesplit.empirical.capture import ROPE_TOL, max_rel, rotate_applied
+from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, record_pre_rope, taps
 from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
@@ -226,7 +220,7 @@ def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> Laye
     (d,), (r,) = q.shape[-1:], cos.shape[-1:]
     theta = full_theta(theta_r, d)  # (d/2,)
     q64, k64 = q.double().cpu().numpy(), k.double().cpu().numpy()
-    diff = max(_max_rel(_rotate(pre.float(), cos, sin, layout), model.float())
+    diff = max(max_rel(rotate_applied(pre.float(), cos, sin, layout), model.float())
                for pre, model in ((q, query), (k, key)))  # fmt: skip
     if not diff <= ROPE_TOL:
         raise ValidationError(

@@ -214,7 +214,7 @@ sys.path.insert(0, {tests!r})
 import torch
 from conftest import tiny_llama
 from ropesplit.empirical.analyze import analyze_batch, memory_estimate
-from ropesplit.empirical.capture import peak_resident, resident
+from ropesplit.empirical.memory import peak_resident, resident
 loaded = tiny_llama(context=4096)
 ids = torch.randint(0, 128, ({batch}, {tokens}), generator=torch.Generator().manual_seed(0))
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's

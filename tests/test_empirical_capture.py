@@ -20,7 +20,8 @@ from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
-from ropesplit.empirical.capture import derive_theta, rebuild_probs
+from ropesplit.empirical.capture import rebuild_probs
+from ropesplit.empirical.geometry import derive_theta
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 
