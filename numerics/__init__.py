@@ -11,6 +11,7 @@ Modules, one idea each:
     stats       the section 5 statistics, batched over heads     (section 5)
     spec        RopeSpec: one layer's RoPE geometry; pre/post-RoPE detection (section 1)
     stats_torch the two O(N^2) parts of stats as dense torch blocks on any device
+    pairing     what both share: the logits' real features, row moments, the pair plan
     intervals   t, prediction and binomial intervals and the claims' decisions
     bootstrap   percentile bootstrap of a model-wide mean over heads
     pooling     a passage's value from its heads: mean of per-head, or pooled pairs

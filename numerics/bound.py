@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from ropesplit.numerics.workers import serial
 
-__all__ = ["ATOL", "RTOL", "causal_ratios", "remainder_and_bound", "violations"]
+__all__ = ["ATOL", "RTOL", "causal_ratios", "remainder_and_bound", "rotation_gap", "violations"]
 
 RTOL = 1e-12  # relative rounding allowance of |E| over the bound (float64)
 ATOL = 1e-300  # absolute allowance: below this everything is underflow
@@ -92,7 +92,7 @@ def remainder_and_bound(
             out.append(scale * (mag * torch.clamp(x.abs(), max=2.0)).sum(-1))
         return tuple(out)
     gap = np.asarray(one_minus_m, dtype=np.complex128)  # (P,) 1 - m_l
-    u_re, u_im = _rotation_gap(half_sin, half_cos, gap)  # e^{ix} - m
+    u_re, u_im = rotation_gap(half_sin, half_cos, gap)  # e^{ix} - m
     e = (along * u_re + across * u_im).sum(-1)
     out = [scale * e, scale * (mag * torch.hypot(u_re, u_im)).sum(-1)]
     if loose:
@@ -102,7 +102,7 @@ def remainder_and_bound(
     return tuple(out)
 
 
-def _rotation_gap(
+def rotation_gap(
     half_sin: torch.Tensor, half_cos: torch.Tensor, one_minus_m: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""``(Re u, Im u)`` of :math:`u = e^{ix} - m = 2\sin\tfrac x2(-\sin\tfrac x2 + i\cos\tfrac x2)
@@ -172,7 +172,7 @@ def causal_ratios(
     low = int(iq.min() - ik.max()) if n else 0
     dist = np.arange(low, int(iq.max() - ik.min()) + 1 if n else 1, dtype=np.float64)
     x = torch.from_numpy(dist[:, None] * np.asarray(theta, dtype=np.float64))  # (distances, P)
-    u = _rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x), one_minus_m)  # e^{ix} - m
+    u = rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x), one_minus_m)  # e^{ix} - m
     u_re, u_im = (np.ascontiguousarray(v.numpy()) for v in u)
     u_abs = np.hypot(u_re, u_im)
     starts = np.concatenate([[0], np.cumsum(n - np.arange(span))]).astype(np.int64)

@@ -72,6 +72,7 @@ from ropesplit.numerics import _inputs
 from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
+from ropesplit.numerics.pairing import Factors, Moments, pair_indices, pair_plan
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
 from ropesplit.numerics.spec import RopeSpec, geometry, repeat_kv_map
@@ -86,7 +87,6 @@ _WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's pr
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
 _BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products
-_DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
 _MEDIAN_SAMPLE = 4096  # values read to bracket a median before the exact selection
 _ROUNDING = 1e-12  # a sum of squares about a mean below this share of the raw one is rounding
 
@@ -487,7 +487,7 @@ def _logit_sums(
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
     mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
     whole = window is None or window >= n  # then every row sees all columns before it
-    factors, band = _Factors(a, y, b, dp, us, kv), None if whole else window
+    factors, band = Factors(a, y, b, dp, us, kv), None if whole else window
     if device is None:
         s_ww, s_we, s_ee = _row_moments(factors, band)
     else:
@@ -526,22 +526,9 @@ def _logit_sums(
     return res
 
 
-_Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # S^WW (H, N), S^WE, S^EE (M, H, N)
 
 
-@dataclass(frozen=True)
-class _Factors:
-    r"""The real features of :math:`W = a\cdot y` and :math:`E_m = a\cdot b - u^m\cdot\delta`."""
-
-    a: torch.Tensor  # (H, N, c) R(p_i) q_i
-    y: torch.Tensor  # (Hkv, N, c) R(p'_j) k_j
-    b: torch.Tensor  # (Hkv, N, c) R(p'_j) delta_j
-    dp: torch.Tensor  # (Hkv, N, c) delta_j
-    us: torch.Tensor  # (M, H, N, c): q_i m, one per reference
-    kv: np.ndarray  # (H,) the KV head each query head reads
-
-
-def _row_moments(f: _Factors, window: int | None) -> _Moments:
+def _row_moments(f: Factors, window: int | None) -> Moments:
     r"""Raw row moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
     :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2`; no ``(N, N)`` matrix.
 
@@ -566,7 +553,7 @@ def _row_moments(f: _Factors, window: int | None) -> _Moments:
     return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)  # sums of squares: rounding aside
 
 
-def _prefix_moments(f: _Factors) -> _Moments:
+def _prefix_moments(f: Factors) -> Moments:
     r"""Row moments over the columns before each row's block of :data:`_BLOCK_ROWS` rows.
 
     Every row of block ``t`` sees all columns ``j < tB``; their moments are
@@ -695,15 +682,6 @@ def _band_kernel(parallel: bool = True) -> Any:
     return kernel
 
 
-def _pairs(n: int, window: int | None, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Causal pairs ``(i, j)`` numbered row by row: ``flat (S,)`` -> two ``(S,)`` int arrays."""
-    gram = band_gram(n, window)
-    ends = np.cumsum(gram.count_b.astype(np.int64))  # (N,) pairs up to and including row i
-    i = np.searchsorted(ends, flat, side="right")
-    first = np.maximum(0, i - gram.n_a + 1)  # first column of row i
-    return i, first + (flat - (ends[i] - gram.count_b[i].astype(np.int64)))
-
-
 def _tightness(
     qc: np.ndarray,
     dc: np.ndarray,
@@ -724,11 +702,11 @@ def _tightness(
     of causal pairs: then on one seeded uniform sample of ``pair_budget``
     pairs shared by every head (the same pairs for a given seed).  The exact
     check runs compiled (:func:`.bound.causal_ratios`) when the positions are
-    whole numbers of a step (:func:`_whole_steps`), else in row chunks with
+    whole numbers of a step (:func:`whole_steps`), else in row chunks with
     all heads at once (the angles are shared).
     """
     h, n, p = qc.shape
-    n_pairs, flat, whole = _pair_plan(n, window, pair_budget, seed, pq, pk)
+    n_pairs, flat, whole = pair_plan(n, window, pair_budget, seed, pq, pk)
     if whole is not None:  # every pair, compiled; heads in chunks of bounded memory
         iq, ik, step = whole
         out = []
@@ -745,7 +723,7 @@ def _tightness(
     sampled = None
     if flat is not None:
         sampled = flat.size
-        i, j = _pairs(n, window, flat)  # (S,) each
+        i, j = pair_indices(n, window, flat)  # (S,) each
         dist = pq[i] - pk[j]  # (S,)
         for c0 in range(0, sampled, _SAMPLE_CHUNK):  # cache-sized chunks: ~2x faster than one pass
             ti, tj = (torch.from_numpy(v[c0 : c0 + _SAMPLE_CHUNK]) for v in (i, j))
@@ -774,37 +752,6 @@ def _tightness(
                 bad[x] += violations(e[x], bound[x])
     return [_summary(torch.cat(ratios[x]) if ratios[x] else torch.zeros(0), sampled, bad[x])
             for x in range(h)]  # fmt: skip
-
-
-def _pair_plan(
-    n: int, window: int | None, pair_budget: int | None, seed: int, pq: np.ndarray, pk: np.ndarray
-) -> tuple[int, np.ndarray | None, tuple[np.ndarray, np.ndarray, float] | None]:
-    """``(n_pairs, flat, whole)`` of a tightness check: the causal pairs, the seeded sample of
-    ``pair_budget`` of them (flat indices, sorted; None when every pair is checked) and, for an
-    exact check, the positions as whole steps (:func:`_whole_steps`)."""
-    n_pairs = band_gram(n, window).pairs
-    if pair_budget is not None and pair_budget < n_pairs:
-        rng = np.random.default_rng(seed)
-        return n_pairs, np.sort(rng.choice(n_pairs, size=int(pair_budget), replace=False)), None
-    return n_pairs, None, _whole_steps(pq, pk)
-
-
-def _whole_steps(pq: np.ndarray, pk: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """Positions as whole numbers of one step ``(iq, ik, step)``, or None.
-
-    Queries and keys sharing one evenly spaced sequence count in steps of
-    its spacing; otherwise whole-number positions count as they are, while
-    their distances span at most :data:`_DISTANCE_TABLE` times ``N`` values.
-    """
-    n = pq.size
-    steps = np.diff(pq)
-    if np.array_equal(pq, pk) and (steps.size == 0 or (steps == steps[0]).all()):
-        index = np.arange(n)
-        return index, index, float(steps[0]) if n > 1 else 1.0  # a step of 0: Delta = 0
-    whole = np.array_equal(pq, np.round(pq)) and np.array_equal(pk, np.round(pk))
-    if whole and n and (pq.max() - pk.min()) - (pq.min() - pk.max()) < _DISTANCE_TABLE * n:
-        return pq.astype(np.int64), pk.astype(np.int64), 1.0
-    return None
 
 
 def _summary(ratio: Any, sampled: int | None, bad: int) -> tuple[float, float, int | None, int]:

@@ -1,7 +1,7 @@
 r"""The two ``O(N^2)`` parts of :mod:`.stats` as dense torch blocks on any device (CUDA, CPU).
 
 Over the causal band :math:`\mathcal M_i = \{j : j \le i,\ i - j < \mathrm{window}\}`
-(no window: every ``j <= i``), with the real features of :class:`.stats._Factors`:
+(no window: every ``j <= i``), with the real features of :class:`.pairing.Factors`:
 
 .. math::
     W_{ij} = a_i\cdot y_j,\qquad E^m_{ij} = a_i\cdot b_j - u^m_i\cdot\delta_j,\qquad
@@ -29,8 +29,8 @@ can see, as ``(H, rows, cols)`` matrix products (the moments) or
 temporaries stay within :data:`_BLOCK_BYTES`.  The numbers are those of
 :func:`.stats._row_moments` and :func:`.stats._tightness` (the numba path) up
 to the order of the sums: the same pair sample, the same angles (whole-number
-positions counted in steps as :func:`.stats._whole_steps` says), the same
-:math:`u` (:func:`.bound._rotation_gap`).  Every result is gathered to the
+positions counted in steps as :func:`.stats.whole_steps` says), the same
+:math:`u` (:func:`.bound.rotation_gap`).  Every result is gathered to the
 host once per group of heads: no synchronisation inside the block loops.
 
 Shapes::
@@ -46,8 +46,8 @@ import math
 
 import numpy as np
 import torch
-from ropesplit.numerics.bound import ATOL, RTOL, _rotation_gap
-from ropesplit.numerics.stats import _Factors, _Moments, _pair_plan, _pairs
+from ropesplit.numerics.bound import ATOL, RTOL, rotation_gap
+from ropesplit.numerics.pairing import Factors, Moments, pair_indices, pair_plan
 
 __all__ = ["row_moments", "tightness"]
 
@@ -57,7 +57,7 @@ _STORE_BYTES = 2**32  # one group of heads' ratios, with their sort (about 3 cop
 _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # real, imaginary, modulus
 
 
-def row_moments(f: _Factors, window: int | None, device: torch.device | str) -> _Moments:
+def row_moments(f: Factors, window: int | None, device: torch.device | str) -> Moments:
     r""":math:`S^{WW} (H, N)`, :math:`S^{WE}, S^{EE} (M, H, N)` over the band, as
     :func:`.stats._row_moments`, computed on ``device`` (returned on the CPU, float64).
 
@@ -112,7 +112,7 @@ def tightness(
     """
     dev = torch.device(device)
     h, n, p = qc.shape
-    n_pairs, flat, whole = _pair_plan(n, window, pair_budget, seed, pq, pk)
+    n_pairs, flat, whole = pair_plan(n, window, pair_budget, seed, pq, pk)
     sampling = flat is not None
     if whole is not None:  # Delta counted in steps, as the compiled path's distance table
         iq, ik, step = whole
@@ -123,7 +123,7 @@ def tightness(
     sampled = None
     if flat is not None:
         sampled = flat.size
-        i, j = (torch.from_numpy(v).to(dev) for v in _pairs(n, window, flat))  # (S,) each
+        i, j = (torch.from_numpy(v).to(dev) for v in pair_indices(n, window, flat))  # (S,) each
         dist = torch.from_numpy(pq).to(dev)[i] - torch.from_numpy(pk).to(dev)[j]  # (S,)
         size = sampled
     else:
@@ -221,7 +221,7 @@ def _remainder_terms(
     """
     a, b, q_abs = q
     d_re, d_im, d_abs = dev
-    u_re, u_im = _rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x))  # e^{ix} - 1
+    u_re, u_im = rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x))  # e^{ix} - 1
     if gap is not None:
         u_re, u_im = gap[0] + u_re, gap[1] + u_im  # e^{ix} - m
     real = (a * d_re).addcmul_(b, d_im).mul_(u_re)  # Re(q conj delta) Re u

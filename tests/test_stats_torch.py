@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from ropesplit.numerics import stats, stats_torch
+from ropesplit.numerics import pairing, stats, stats_torch
 from ropesplit.numerics.fit import band_gram
 
 CPU = torch.device("cpu")
@@ -67,7 +67,7 @@ def layers(draw):
 
 
 def factors(qc, kc, kv, theta, pq, pk, gaps):
-    """``stats._Factors`` as ``stats._logit_sums`` builds them (one reference per gap)."""
+    """``pairing.Factors`` as ``stats._logit_sums`` builds them (one reference per gap)."""
     ms = [np.ones(theta.size) if g is None else 1.0 - g for g in gaps]
     dc = kc - kc.mean(axis=1, keepdims=True)
     silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there
@@ -75,7 +75,7 @@ def factors(qc, kc, kv, theta, pq, pk, gaps):
     rot_k = np.exp(1j * pk[:, None] * theta)
     a = stats._real(qc * np.exp(1j * pq[:, None] * theta))
     feats = [stats._real(v) for v in (kc * rot_k, de * rot_k, de)]
-    return stats._Factors(a, *feats, stats._real(qc * np.stack(ms)[:, None, None]), kv)
+    return pairing.Factors(a, *feats, stats._real(qc * np.stack(ms)[:, None, None]), kv)
 
 
 def assert_moments_equal(got, want, f):
