@@ -44,7 +44,6 @@ from ropesplit.numerics.intervals import (
     holm,
     one_sided_p,
     prediction_interval,
-    t_cdf,
     t_interval,
 )
 
@@ -152,14 +151,7 @@ def _interval(values: np.ndarray, unit: str) -> UnitInterval:
 
 def _one_sided_p(values: np.ndarray, threshold: float, direction: str, unit: str) -> float:
     """The one-sided p-value matching :func:`_interval` (the prediction form for seeds)."""
-    if unit != "seeds":
-        return one_sided_p(values, threshold, direction)
-    n, mean, sd = values.size, float(values.mean()), float(values.std(ddof=1))
-    sign = 1.0 if direction == "above" else -1.0
-    se = sd * math.sqrt(1.0 + 1.0 / n)
-    if se == 0.0:
-        return 0.0 if sign * (mean - threshold) > 0 else 1.0
-    return 1.0 - t_cdf(sign * (mean - threshold) / se, n - 1)
+    return one_sided_p(values, threshold, direction, prediction=unit == "seeds")
 
 
 def _label(c: Condition | Secondary) -> str:

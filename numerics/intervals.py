@@ -356,12 +356,15 @@ def unit_means(values: Any, units: Any) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- tests
 
 
-def one_sided_p(values: Any, null: float, direction: str) -> float:
+def one_sided_p(values: Any, null: float, direction: str, *, prediction: bool = False) -> float:
     r"""One-sided one-sample t-test p-value that the mean of ``values (n,)`` lies ``direction``
     of ``null`` ("above": :math:`H_1: \mu > \mu_0`; "below": :math:`H_1: \mu < \mu_0`).
 
     .. math:: T = \frac{\bar x - \mu_0}{s/\sqrt n},\quad
               p_{\text{above}} = 1 - F_{n-1}(T),\quad p_{\text{below}} = F_{n-1}(T)
+
+    ``prediction``: the test that matches :func:`prediction_interval` (one model against
+    ``n`` draws of its null), :math:`s\sqrt{1 + 1/n}` in place of :math:`s/\sqrt n`.
 
     With zero spread the p-value is 0 when the mean lies strictly on the
     predicted side and 1 otherwise (no evidence).
@@ -372,7 +375,7 @@ def one_sided_p(values: Any, null: float, direction: str) -> float:
         raise RopesplitError(f"null must be finite, got {null}")
     x = _unit_values(values)
     mean, sd = _mean_sd(x)
-    se = sd / math.sqrt(x.size)
+    se = sd * math.sqrt(1.0 + 1.0 / x.size) if prediction else sd / math.sqrt(x.size)
     sign = 1.0 if direction == "above" else -1.0
     if se == 0.0:
         return 0.0 if sign * (mean - null) > 0.0 else 1.0

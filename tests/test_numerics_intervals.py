@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from ropesplit.numerics.bootstrap import bootstrap_ci
@@ -497,3 +497,24 @@ def test_binomial_interval_covers_at_least_its_level() -> None:
         assert np.mean(hits) >= 0.94, p
     with pytest.raises(RopesplitError, match="need whole counts"):
         binomial_interval(3, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=arrays(np.float64, st.integers(3, 12), elements=st.floats(-5, 5)),
+       null=st.floats(-2, 2), direction=st.sampled_from(["above", "below"]))
+def test_the_prediction_p_value_matches_the_prediction_interval(values, null, direction):
+    """One-sided at 2.5% exactly when the 95% prediction interval excludes the null on that
+    side, as the plain p-value matches the t interval; with the mean on the predicted side it
+    is never smaller than the plain one (the wider spread is less evidence)."""
+    from ropesplit.numerics.intervals import one_sided_p, prediction_interval
+
+    assume(np.std(values) > 1e-6)
+    ci = prediction_interval(values, level=0.95)
+    p = one_sided_p(values, null, direction, prediction=True)
+    beyond = ci.low > null if direction == "above" else ci.high < null
+    margin = abs((ci.low if direction == "above" else ci.high) - null)
+    assume(margin > 1e-9 * (1 + abs(null)))  # not on the boundary itself
+    assert (p < 0.025) == beyond
+    plain = one_sided_p(values, null, direction)
+    if plain < 0.5:
+        assert p >= plain - 1e-12

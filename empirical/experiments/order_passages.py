@@ -176,6 +176,7 @@ def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
                 losses: np.ndarray, rates: Sequence[float], n: int, near: int
                 ) -> dict[str, float]:  # fmt: skip
     """One draw at length ``n``: damage, dose, whole-text and local ratios per rate."""
+    from ropesplit.numerics.intervention import log_ratio
     from ropesplit.numerics.tolerance import dose, first_moved, suffix_damage
 
     x = clean[:n]
@@ -199,8 +200,8 @@ def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
         out[f"ppl_{label}"] = float(whole[r])
     local = scored_targets(x, ys[0], near)[1:]  # (n - 1,): one fixed set, from the lowest rate
     five = rates.index(PAPER_ORDER_HARMLESS)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["local_5"] = (float(np.log(got[five][local].mean() / base[: n - 1][local].mean()))
+    with np.errstate(divide="ignore", invalid="ignore"):  # numerics' log ratio of mean losses
+        out["local_5"] = (float(log_ratio(got[five][local][None], base[: n - 1][local][None])[0])
                           if local.any() else float("nan"))  # fmt: skip
     out["scored"] = float(n - 1 - start)
     return out
