@@ -50,7 +50,7 @@ docs-check: docs
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		(apt-get update -q && apt-get install -y -q chromium)
 	$(BIN)/python tools/offline_check.py site $(wildcard report/index.html)
-	DOCS_CHECK_TINY_REPORT=1 $(BIN)/python -m pytest -q tests/test_docs_check.py tests/test_notebook.py
+	DOCS_CHECK_TINY_REPORT=1 $(BIN)/python -m pytest -q tests/docs/test_docs_check.py tests/docs/test_notebook.py
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done

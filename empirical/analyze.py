@@ -170,7 +170,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     :func:`~ropesplit.empirical.capture.release_growth`): without that,
     glibc's per-thread arenas grew the process layer after layer, past this
     count.
-    ``tests/test_empirical_analyze.py`` measures the peak of a run against it.
+    ``tests/empirical/test_empirical_analyze.py`` measures the peak of a run against it.
     """
     from ropesplit.numerics.stats import _WORK_BYTES
 

@@ -17,7 +17,7 @@ nothing was learned and usually where the split holds by construction:
 - **planted twins**: a planted model beside planted twins: its level
   conditions hold, but it is no different from its twins, so claims 2-4 must
   not agree (at most 5%). A rule that accepts a claim on any one condition
-  fails here and on the null (``tests/test_calibration.py``).
+  fails here and on the null (``tests/empirical/test_calibration.py``).
 
 :func:`calibration` runs them on tiny models (and the embedded model's
 architecture at random init) and returns every run's rows, so each rule can be

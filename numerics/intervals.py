@@ -303,7 +303,7 @@ def prediction_interval(values: Any, *, level: float = 0.95, unit: str = "seeds"
     (``T, C_1, .., C_n`` exchangeable) the mean difference varies with ``T`` as much as a
     new twin does, and :func:`t_interval`'s :math:`s/\sqrt n` reads "agrees" far more often
     than its level (17% of random models instead of 2.5% in the simulation of
-    ``tests/test_numerics_intervals.py``).
+    ``tests/numerics/test_numerics_intervals.py``).
     """
     level = _check_level(level)
     x = _unit_values(values)

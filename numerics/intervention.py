@@ -41,7 +41,7 @@ that the intervened model attends with :math:`W + \Delta W`:
 
 Shapes (numpy or torch in; torch out, complex128 for float64 input and
 complex64 for float32, so that the edits run at the model's precision inside
-its forward pass; ``tests/test_numerics_intervention.py`` holds them to the
+its forward pass; ``tests/numerics/test_numerics_intervention.py`` holds them to the
 dense float64 split of :mod:`.split`)::
 
     qc, kc   (H, N, P)   complex pairs (:func:`pairs`) of q and of the key each head reads

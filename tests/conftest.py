@@ -39,3 +39,114 @@ def tiny_llama(layers: int = 2, *, seed: int = 0, context: int = 256, heads: int
 def tiny_model():
     """One shared two-layer tiny Llama (seed 0)."""
     return tiny_llama()
+
+
+# the tiny model folders of the CLI tests: a Llama shape and a byte-level tokenizer
+TINY = dict(
+    hidden_size=32,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    num_hidden_layers=2,
+    intermediate_size=32,
+    vocab_size=256,
+    max_position_embeddings=64,
+)
+TEXT = "Rotary position embeddings turn each pair of coordinates by an angle. " * 8
+
+
+def byte_tokenizer():
+    """A 256-token byte-level tokenizer (id = byte value), built offline."""
+    import transformers as T
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {c: b for b, c in bytes_to_unicode().items()}  # 256 byte tokens, id = byte value
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return T.PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def save_model(folder, config, *, nan=False):
+    """A seeded random-init model of ``config`` saved with the byte tokenizer into ``folder``
+    (``nan=True`` plants a NaN in layer 0's query weights); returns the folder as a string."""
+    import math
+
+    import torch
+    import transformers as T
+
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config)
+    if nan:
+        with torch.no_grad():
+            model.model.layers[0].self_attn.q_proj.weight[0, 0] = math.nan
+    model.save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+# the report's stages sized for a test (tests/report/test_report.py, tests/docs/test_docs_check.py)
+N_TOKENS = 48
+
+
+def _tiny_train():
+    from ropesplit.empirical.train import TrainConfig
+
+    train = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
+                        warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
+    recall = TrainConfig(task="recall", steps=2, seq_len=52, vocab=24, layers=1, d_model=16,
+                         heads=2, d_ff=16, batch=2, warmup=1, checkpoints=2, n_boot=50,
+                         threads=1)  # fmt: skip
+    return train, recall
+
+
+TINY_TRAIN, TINY_RECALL = _tiny_train()
+
+
+def tiny_report_settings():
+    """The tiny report's run settings: 48 tokens, one seed, 8 passages."""
+    from ropesplit.report import pipeline
+
+    return pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64,
+                                passages=8, order_passages=8, intervention_tokens=N_TOKENS)
+
+
+def _tiny_load(settings):
+    import torch
+    from ropesplit.empirical import load_model
+    from ropesplit.empirical.models import random_init_twin
+
+    config = llama_config(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=3,
+        intermediate_size=64, vocab_size=128, max_position_embeddings=128,
+    )  # fmt: skip
+    loaded = load_model(config, seed=1)  # the "trained" stand-in
+    ids = torch.randint(0, 128, (settings.tokens,), generator=torch.Generator().manual_seed(0))
+    return loaded, random_init_twin(loaded, settings.seed), ids, "tiny text"
+
+
+def tiny_passages(ctx):
+    """The claims' passages for a model without a tokenizer: seeded random token ids."""
+    import torch
+    from ropesplit.empirical.corpus import PassageIds
+
+    ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(1))
+    return PassageIds([f"passage {k}" for k in range(8)], ids, 96, 0, "tiny")
+
+
+def _tiny_intervention_passages(ctx):
+    """The interventions' 8 scored and 2 calibration passages, seeded random token ids."""
+    import torch
+
+    return torch.randint(0, 128, (10, N_TOKENS), generator=torch.Generator().manual_seed(2))
+
+
+def tiny_report(patch: pytest.MonkeyPatch) -> None:
+    """The report's stages sized for a test: the tiny model, its passages, a tiny training."""
+    from ropesplit.report import stages, training
+
+    patch.setattr(stages, "_load", _tiny_load)
+    patch.setattr(stages, "_claims_ids", tiny_passages)
+    patch.setattr(stages, "_intervention_ids", _tiny_intervention_passages)
+    patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
+    patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # issue 21's, tiny

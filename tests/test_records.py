@@ -50,8 +50,7 @@ def test_bound_cli_and_report_record_are_one(tmp_path, capsys):
 
 def test_analyze_cli_and_report_record_are_one(tmp_path, capsys):
     """A tiny Llama folder (byte tokenizer), 40 tokens, with its random-init control."""
-    from conftest import llama_config
-    from test_cli_analyze import TEXT, TINY, save_model
+    from conftest import TEXT, TINY, llama_config, save_model
 
     from ropesplit.report.stages import _analyze_stage, _load_stage
 

@@ -29,7 +29,7 @@ interval excludes the threshold on that side: a one-sided test at 2.5%.
 "agrees" needs every condition at once (an intersection-union test), whose
 level is the largest of its parts' levels: at most 2.5% of runs on a model
 for which any one condition's null holds (its true value at the threshold)
-read "agrees". ``tests/test_calibration.py`` measures the rate on random-init
+read "agrees". ``tests/empirical/test_calibration.py`` measures the rate on random-init
 and planted models.
 
 **Units.** A passage's value is an aggregate over its heads (the ``heads``

@@ -9,7 +9,7 @@ figure whose record exists. The gallery in ``docs/figures`` is drawn this way:
 
     .venv/bin/python -m ropesplit.figures.recorded docs/figures/records docs/figures
 
-and ``tests/test_docs.py`` fails when a PNG there is not what this draws.
+and ``tests/docs/test_docs.py`` fails when a PNG there is not what this draws.
 
 A record is ``{"format", "figure", "number", "source", "data"}``: ``source``
 says which run the data comes from (free-form JSON), ``data`` holds the

@@ -15,7 +15,7 @@ import re
 
 import pytest
 import torch
-from conftest import llama_config
+from conftest import N_TOKENS, TINY_TRAIN, llama_config, tiny_passages, tiny_report, tiny_report_settings
 from ropesplit.empirical import load_model
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.train import TrainConfig
@@ -29,37 +29,7 @@ from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import build_document
 
-N_TOKENS = 48
-TINY_TRAIN = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
-                         warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
-TINY_RECALL = TrainConfig(task="recall", steps=2, seq_len=52, vocab=24, layers=1, d_model=16,
-                          heads=2, d_ff=16, batch=2, warmup=1, checkpoints=2, n_boot=50,
-                          threads=1)  # fmt: skip
-SETTINGS = pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64,
-                                passages=8, order_passages=8, intervention_tokens=N_TOKENS)
-
-
-def _tiny_load(settings):
-    config = llama_config(
-        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=3,
-        intermediate_size=64, vocab_size=128, max_position_embeddings=128,
-    )  # fmt: skip
-    loaded = load_model(config, seed=1)  # the "trained" stand-in
-    ids = torch.randint(0, 128, (settings.tokens,), generator=torch.Generator().manual_seed(0))
-    return loaded, random_init_twin(loaded, settings.seed), ids, "tiny text"
-
-
-def _tiny_passages(ctx):
-    """The claims' passages for a model without a tokenizer: seeded random token ids."""
-    from ropesplit.empirical.corpus import PassageIds
-
-    ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(1))
-    return PassageIds([f"passage {k}" for k in range(8)], ids, 96, 0, "tiny")
-
-
-def _tiny_intervention_passages(ctx):
-    """The interventions' 8 scored and 2 calibration passages, seeded random token ids."""
-    return torch.randint(0, 128, (10, N_TOKENS), generator=torch.Generator().manual_seed(2))
+SETTINGS = tiny_report_settings()
 
 
 def _extra_stage(ctx):
@@ -83,20 +53,10 @@ def _qwen_record(folder):
 
     cfg = tiny_config("qwen2")
     record = run_claims(load_model(cfg, seed=1), tokens=96, grid=(96,), passages=8,
-                        order_passages=8, passage_ids=_tiny_passages(None),
+                        order_passages=8, passage_ids=tiny_passages(None),
                         controls={s: load_model(cfg, seed=50 + s) for s in CONTROL_SEEDS})
     write_json(folder / "qwen2.json", record)
     return folder / "qwen2.json"
-
-
-def tiny_report(patch: pytest.MonkeyPatch) -> None:
-    """The report's stages sized for a test: the tiny model, its passages, a tiny training
-    (also what ``tests/test_docs_check.py`` builds its tiny report with)."""
-    patch.setattr(stages, "_load", _tiny_load)
-    patch.setattr(stages, "_claims_ids", _tiny_passages)
-    patch.setattr(stages, "_intervention_ids", _tiny_intervention_passages)
-    patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
-    patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # issue 21's, tiny
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as T
-from conftest import llama_config
+from conftest import TEXT, TINY, llama_config, save_model
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical.analyze import STATISTICS
 from ropesplit.empirical.models import from_model, random_init_twin
-from test_cli_analyze import TEXT, TINY, save_model
 
 from ropesplit.core.errors import RopesplitError
 

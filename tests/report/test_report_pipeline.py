@@ -30,7 +30,7 @@ from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import SectionSpec, build_document
 from ropesplit.report.sections import run as run_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = [spec.name for spec in FIGURES]
 PNG = b"\x89PNG\r\n\x1a\n stand-in"  # what the stand-in figures stage writes
 

@@ -10,47 +10,12 @@ from __future__ import annotations
 import csv
 import importlib
 import json
-import math
 
 import pytest
-import torch
 import transformers as T
-from conftest import llama_config
+from conftest import TEXT, TINY, llama_config, save_model
 
 from ropesplit.cli import main
-
-TINY = dict(
-    hidden_size=32,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    num_hidden_layers=2,
-    intermediate_size=32,
-    vocab_size=256,
-    max_position_embeddings=64,
-)
-TEXT = "Rotary position embeddings turn each pair of coordinates by an angle. " * 8
-
-
-def byte_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    vocab = {c: b for b, c in bytes_to_unicode().items()}  # 256 byte tokens, id = byte value
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return T.PreTrainedTokenizerFast(tokenizer_object=tok)
-
-
-def save_model(folder, config, *, nan=False):
-    torch.manual_seed(0)
-    model = T.AutoModelForCausalLM.from_config(config)
-    if nan:
-        with torch.no_grad():
-            model.model.layers[0].self_attn.q_proj.weight[0, 0] = math.nan
-    model.save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from ropesplit.theory import STEPS, derivation_markdown, get_step
 
 from ropesplit.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_derivation_is_up_to_date():

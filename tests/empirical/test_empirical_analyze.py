@@ -238,7 +238,7 @@ def test_the_memory_estimate_follows_a_measured_peak():
     import subprocess
     import sys
 
-    code = _PEAK.format(tests=str(pathlib.Path(__file__).parent), batch=2, tokens=2048)
+    code = _PEAK.format(tests=str(pathlib.Path(__file__).parents[1]), batch=2, tokens=2048)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=600).stdout  # fmt: skip
     got = json.loads(out.strip().splitlines()[-1])

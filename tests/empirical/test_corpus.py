@@ -239,7 +239,7 @@ def test_the_prose_corpus_is_prose_and_the_measure_tells_code_apart():
     assert max(m["code_chars"] for m in measures) < 0.01
     assert max(m["indented"] for m in measures) == 0.0
     assert min(m["words"] for m in measures) > 0.99
-    code = prose_measures((Path(__file__).parent.parent / "numerics" / "stats.py").read_text())
+    code = prose_measures((Path(__file__).parents[2] / "numerics" / "stats.py").read_text())
     assert code["code_chars"] > 0.1 and code["indented"] > 0.5 and code["words"] < 0.7
     pydoc = [prose_measures(p.text) for p in default_corpus()]
     assert np.median([m["code_chars"] for m in pydoc]) > 5 * max(m["code_chars"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import offline_check  # noqa: E402
 
@@ -103,12 +103,12 @@ def test_report_renders_offline(tmp_path, monkeypatch):
     if not report.is_file():
         if os.environ.get("DOCS_CHECK_TINY_REPORT") != "1":
             pytest.skip("no report/index.html (make report; make docs-check builds a tiny one)")
-        from test_report import SETTINGS, tiny_report
+        from conftest import tiny_report, tiny_report_settings
 
         from ropesplit.report import pipeline
 
         tiny_report(monkeypatch)
-        report = pipeline.run_report(SETTINGS, tmp_path)
+        report = pipeline.run_report(tiny_report_settings(), tmp_path)
     (result,) = offline_check.check_pages([report])
     assert result.ok, result
     assert result.widths == list(offline_check.WIDTHS)
