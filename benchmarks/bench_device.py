@@ -3,7 +3,7 @@
 For N = 1024, 2048, 4096 tokens of the default text, the default model
 loaded onto ``--device`` (default ``cuda``): one plain forward pass of the
 model (eager attention), then ``analyze`` with exact tightness
-(``pair_budget=None``: the bound on every causal pair), whose capture (one
+(the default ``Measure``: the bound on every causal pair), whose capture (one
 forward pass through the taps plus validation) is timed apart from the
 statistics of all heads; with the model on CUDA the statistics' ``O(N^2)``
 parts run there (:mod:`ropesplit.numerics.stats_torch`).  Printed, all
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s on {device} ({gpu}), "
           f"{args.dtype}, {torch.get_num_threads()} host threads")  # fmt: skip
     text = default_text()
-    analyze(loaded, tokenize(loaded, text, min(64, *args.tokens)), pair_budget=None)  # warm-up
+    analyze(loaded, tokenize(loaded, text, min(64, *args.tokens)))  # warm-up
     rows = []
     print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "
           f"{'capture/fwd':>12} {'analysis/fwd':>13} {'total/fwd':>10} "
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         forwards, analyses = [], []
         for _ in range(args.repeats):  # interleaved, so load drifts hit both alike
             forwards.append(timed(functools.partial(forward, loaded, ids), sync)[1])
-            result, wall = timed(functools.partial(analyze, loaded, ids, pair_budget=None), sync)
+            result, wall = timed(functools.partial(analyze, loaded, ids), sync)
             analyses.append({**result.seconds, "wall": wall})  # exact tightness
             print(f"  N={n_tokens} run {len(forwards)}: forward {forwards[-1]:.3f} s, capture "
                   f"{result.seconds['capture']:.3f} s, analysis {result.seconds['analysis']:.3f} s",

@@ -2,7 +2,7 @@
 
 For N = 512, 1024, 2048 tokens of the default text: one plain forward pass
 of the model (eager attention), then ``analyze`` with exact tightness
-(``pair_budget=None``: the bound on every causal pair), its capture (one
+(the default ``Measure``: the bound on every causal pair), its capture (one
 forward pass through the taps plus validation at the logit level) timed
 apart from the statistics of all heads. Printed, all measured in this run
 (medians over ``--repeats`` interleaved runs: the machine is noisy):
@@ -77,7 +77,7 @@ ids = torch.load({ids!r})
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's
 rss = resident()
 peak_resident(reset=True)  # the run's own peak (ru_maxrss would carry the parent's)
-analyze_batch(loaded, ids, pair_budget=None)
+analyze_batch(loaded, ids)
 peak = peak_resident()
 weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
 print(json.dumps({{"peak": peak, "extra": peak - rss,
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             tick = time.perf_counter()
             batch_forward(loaded, ids)
             forwards.append(time.perf_counter() - tick)
-            (result, *_) = analyze_batch(loaded, ids, pair_budget=None)  # exact tightness
+            (result, *_) = analyze_batch(loaded, ids)  # exact tightness
             analyses.append(result.seconds)
             print(f"  N={n_tokens} run {len(forwards)}: forward {forwards[-1]:.2f} s, capture "
                   f"{result.seconds['capture']:.2f} s, analysis {result.seconds['analysis']:.2f} s",

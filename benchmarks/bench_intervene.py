@@ -29,20 +29,20 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from ropesplit.empirical import default_text, load_model, tokenize
-    from ropesplit.empirical.intervene import Edit, calibrate_kbar, intervened_nll
+    from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 
     from ropesplit.core.io import write_json
 
     loaded = load_model(args.model)
     ids = tokenize(loaded, default_text(), args.tokens)[None]  # (1, N)
-    kbar = calibrate_kbar(loaded, ids)
+    kbars = calibrate_kbars(loaded, ids)
     layers = tuple(range(loaded.n_layers))
     print(f"{loaded.name}: N={args.tokens}, {loaded.n_layers} layers edited, "
           f"{torch.get_num_threads()} threads, medians of {args.repeats} interleaved runs")
     print(f"{'edit':>10} {'clean s':>8} {'edited s':>9} {'ratio':>6}")
     rows = []
     for kind in args.edits:
-        edit = Edit(kind, layers, kbar=kbar, seed=0)
+        edit = Edit(kind, layers, kbars=kbars, seed=0)
         intervened_nll(loaded, ids, edit)  # warm-up
         clean, edited = [], []
         for _ in range(args.repeats):

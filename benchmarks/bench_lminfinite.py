@@ -31,7 +31,7 @@ def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global:
     """One measurement: print ``{"peak_mib", "seconds"}`` as JSON."""
     import torch
     from ropesplit.empirical.memory import peak_resident, resident
-    from ropesplit.numerics.lambda_attention import lambda_attention
+    from ropesplit.numerics.lambda_attention import LambdaSpec, lambda_attention
 
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
@@ -46,8 +46,8 @@ def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global:
     if kind == "dense":
         out = lambda_attention(q, k, v, dim**-0.5)
     else:
-        out = lambda_attention(q, k, v, dim**-0.5, n_local=length, n_global=n_global, cap=length,
-                               query_far=qf, key_far=kf)  # fmt: skip
+        out = lambda_attention(q, k, v, dim**-0.5, LambdaSpec(length, n_global, length),
+                               far=(qf, kf))  # fmt: skip
     seconds = time.perf_counter() - start
     peak = peak_resident() - before
     assert out.shape == (1, heads, n, dim)

@@ -93,19 +93,20 @@ def _dense_three_axis(w: np.ndarray, mask: np.ndarray) -> float:
 
 def one(impl: str, n: int) -> dict[str, float]:
     """Time one implementation at ``N`` tokens in this process."""
+    from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.stats import head_statistics
     from ropesplit.numerics.synthetic import make_qk
 
     warm = make_qk("random", d=64, base=1e4, tokens=16, seed=1)  # first-call costs of both
-    head_statistics(warm.q, warm.k, warm.theta, warm.scale)
+    head_statistics(warm.q, warm.k, warm.spec)
     reference(warm.q, warm.k, warm.theta, warm.scale)
     qk = make_qk("random", d=64, base=1e4, tokens=n, seed=0)
     start = time.perf_counter()
     if impl == "reference":
         out = reference(qk.q, qk.k, qk.theta, qk.scale)
     else:
-        budget = {"pair_budget": 8192} if impl == "numerics" else {}
-        out = head_statistics(qk.q, qk.k, qk.theta, qk.scale, **budget).as_dict()
+        measure = Measure(pair_budget=8192 if impl == "numerics" else None)
+        out = head_statistics(qk.q, qk.k, qk.spec, measure).as_dict()
     return {"seconds": time.perf_counter() - start, "peak_gib": peak_rss_gib(), **out}
 
 

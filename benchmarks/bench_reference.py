@@ -29,8 +29,10 @@ import numpy as np
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.reference import COMPARED
     from ropesplit.numerics.rope import frequencies
+    from ropesplit.numerics.spec import RopeSpec
     from ropesplit.numerics.stats import layer_statistics
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -39,23 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--model", action="store_true", help="also time the real analysis")
     args = parser.parse_args(argv)
-    kv_map, theta = [0, 0, 0, 1, 1, 1, 2, 2, 2], frequencies(64, 1e5)
+    spec = RopeSpec.from_arrays(frequencies(64, 1e5), 0.125, kv_map=[0, 0, 0, 1, 1, 1, 2, 2, 2])
     others = tuple(spec for spec in COMPARED if spec != "zero")
-    ways = {"sampled": {"pair_budget": 8192, "references": ()},
-            "exact": {"references": ()},
-            "exact+refs": {"references": others}}  # fmt: skip
+    ways = {"sampled": Measure(pair_budget=8192), "exact": Measure(),
+            "exact+refs": Measure(references=others)}  # fmt: skip
     rows = []
     print(f"{'N':>5} " + " ".join(f"{w + ' s':>13}" for w in ways)
           + f" {'refs/exact':>11} {'exact/sampled':>14} {'all/sampled':>12}")  # fmt: skip
     for n in args.tokens:
         rng = np.random.default_rng(0)
         q, k = rng.normal(size=(9, n, 64)), rng.normal(size=(3, n, 64)) + rng.normal(size=64)
-        layer_statistics(q[:, :32], k[:, :32], kv_map, theta, 0.125, references=others)  # warm
+        layer_statistics(q[:, :32], k[:, :32], spec, ways["exact+refs"])  # warm
         times: dict[str, list[float]] = {w: [] for w in ways}
         for _ in range(args.repeats):  # interleaved: drifting load hits every way alike
-            for way, kwargs in ways.items():
+            for way, measure in ways.items():
                 start = time.perf_counter()
-                layer_statistics(q, k, kv_map, theta, 0.125, **kwargs)
+                layer_statistics(q, k, spec, measure)
                 times[way].append(time.perf_counter() - start)
         med = {w: float(np.median(t)) for w, t in times.items()}
         row = {"tokens": n, "seconds": med, "refs_over_exact": med["exact+refs"] / med["exact"],
@@ -75,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _model(tokens: list[int], repeats: int, others: tuple[str, ...]) -> list[dict]:
     """Capture + statistics of the embedded model, without and with the extra references."""
+    from dataclasses import replace
+
     from ropesplit.empirical import capture, default_text, load_model, tokenize
-    from ropesplit.empirical.analyze import analyze_capture
+    from ropesplit.empirical.analyze import ANALYSIS, analyze_capture
 
     loaded = load_model()
     out = []
@@ -90,7 +93,7 @@ def _model(tokens: list[int], repeats: int, others: tuple[str, ...]) -> list[dic
             times["capture"].append(time.perf_counter() - start)
             for way, refs in (("stats", ()), ("stats+refs", others)):
                 start = time.perf_counter()
-                analyze_capture(cache, references=refs)
+                analyze_capture(cache, replace(ANALYSIS, references=refs))
                 times[way].append(time.perf_counter() - start)
         med = {w: float(np.median(t)) for w, t in times.items()}
         ratio = (med["capture"] + med["stats+refs"]) / (med["capture"] + med["stats"])

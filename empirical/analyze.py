@@ -36,6 +36,7 @@ import numpy as np
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.memory import GROWTH
 from ropesplit.empirical.models import LoadedModel, as_position_ids
+from ropesplit.numerics.measure import KBAR_RULES, Measure
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.workers import map_each, side_by_side
@@ -44,6 +45,7 @@ from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.core.paper import PAPER_R_SPLIT
 
 __all__ = [
+    "ANALYSIS",
     "DEFAULT_REFERENCE",
     "KBARS",
     "STATISTICS",
@@ -66,7 +68,10 @@ __all__ = [
 # paper is fixed before the data, not the one that scores best on it). The mean rotation, the
 # toolkit's best Delta-free term (docs/theory.md 6), stays one --reference away and in by_reference.
 DEFAULT_REFERENCE = "zero"
-KBARS = ("mean", "mean-skip-first")  # the reference key: mean key, or without the first token
+KBARS = KBAR_RULES  # the reference key: mean key, or without the first token
+# what every analysis measures unless told otherwise: the paper's split, every compared
+# reference beside it, the bound on every causal pair
+ANALYSIS = Measure(reference=DEFAULT_REFERENCE, references=COMPARED)
 
 STATISTICS = (
     "r_split",
@@ -172,7 +177,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     count.
     ``tests/empirical/test_empirical_analyze.py`` measures the peak of a run against it.
     """
-    from ropesplit.numerics.stats import _WORK_BYTES
+    from ropesplit.numerics.stats import WORK_BYTES
 
     cfg = loaded.config
     n_heads = int(cfg.num_attention_heads)
@@ -184,7 +189,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d + (72 * n_heads
                                                                          + 24 * n_kv) * d
     per_pair = 8 * n_heads + 8
-    work = min(sequences, side_by_side(loaded.device)) * min(_WORK_BYTES, 4 * n_heads * n_tokens**2)
+    work = min(sequences, side_by_side(loaded.device)) * min(WORK_BYTES, 4 * n_heads * n_tokens**2)
     return int(weights + sequences * (n_tokens * per_token + n_tokens**2 * per_pair)
                + work + 2**26 + GROWTH)  # fmt: skip
 
@@ -225,8 +230,7 @@ def analyze(loaded: LoadedModel, input_ids: Any, position_ids: Any = None, **opt
     r"""Capture (validated) and measure every head: docs/theory.md sections 5-6 per head.
 
     One sequence ``input_ids (N,)`` of :func:`analyze_batch`, whose keywords
-    ``options`` takes (``seed``, ``pair_budget``, ``reference``,
-    ``references``, ``kbar``, ``on_layer``).
+    ``options`` takes (``measure``, ``on_layer``).
     """
     import torch
 
@@ -240,11 +244,7 @@ def analyze_batch(
     input_ids: Any,
     position_ids: Any = None,
     *,
-    seed: int = 0,
-    pair_budget: int | None = None,
-    reference: str = DEFAULT_REFERENCE,
-    references: tuple[str, ...] = COMPARED,
-    kbar: str = "mean",
+    measure: Measure = ANALYSIS,
     on_layer: Callable[[int], Any] | None = None,
 ) -> list[Analysis]:
     r"""Capture (validated) and measure every head of ``B`` sequences ``input_ids (B, N)``.
@@ -253,10 +253,12 @@ def analyze_batch(
     with the captured :class:`~ropesplit.numerics.spec.RopeSpec` (``theta``,
     ``s = scale a^2``, ``kv_map``, layout, rotary dimension, sliding window)
     and positions (``position_ids``: ``(N,)`` for all, or ``(B, N)``).
+    ``measure`` (:class:`~ropesplit.numerics.measure.Measure`, default
+    :data:`ANALYSIS`) holds the options: ``reference`` sets the split of the
+    columns, ``references`` the others recorded in ``by_reference``,
     ``pair_budget`` (causal pairs per head, None: every pair) and ``seed`` as
-    in numerics; ``reference`` sets the split of the columns, ``references``
-    the others recorded in ``by_reference``; ``kbar`` is ``"mean"`` or
-    ``"mean-skip-first"`` (the mean key without the first token).
+    in numerics, ``kbar_rule`` ``"mean"`` or ``"mean-skip-first"`` (the mean
+    key without the first token).
 
     Streamed (:func:`~ropesplit.empirical.capture.capture_batch`): as each
     layer finishes, every sequence's heads are measured (on a CPU side by
@@ -270,8 +272,6 @@ def analyze_batch(
     """
     import torch
 
-    if kbar not in KBARS:
-        raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
     ids = torch.as_tensor(input_ids)
     batch, n_tokens = (1, ids.numel()) if ids.ndim < 2 else ids.shape[:2]
     check_memory(loaded, int(n_tokens), int(batch))
@@ -280,13 +280,12 @@ def analyze_batch(
     rows: list[list[dict[str, Any]]] = [[] for _ in range(int(batch))]
     spent = 0.0
 
-    def measure(layers: list[LayerCapture]) -> None:
+    def measure_layer(layers: list[LayerCapture]) -> None:
         nonlocal spent
         tick = time.perf_counter()
 
         def one(b: int) -> list[dict[str, Any]]:
-            return capture_rows(layers[b], positions[b], seed=seed, pair_budget=pair_budget,
-                                reference=reference, references=references, kbar=kbar)  # fmt: skip
+            return capture_rows(layers[b], positions[b], measure)
 
         # the sequences side by side, one thread each (stacking them as heads bought nothing)
         for b, got in enumerate(map_each(one, range(len(layers)),
@@ -297,7 +296,7 @@ def analyze_batch(
             on_layer(len(layers))
 
     start = time.perf_counter()
-    caches = capture_batch(loaded, ids, position_ids, on_layer=measure)
+    caches = capture_batch(loaded, ids, position_ids, on_layer=measure_layer)
     total = time.perf_counter() - start
     seconds = {"capture": total - spent, "analysis": spent}
     out = []
@@ -317,31 +316,25 @@ def analyze_batch(
 
 def analyze_capture(
     cache: Any,
+    measure: Measure = ANALYSIS,
     *,
-    seed: int = 0,
-    pair_budget: int | None = None,
-    reference: str = DEFAULT_REFERENCE,
-    references: tuple[str, ...] = COMPARED,
-    kbar: str = "mean",
     shuffle_frequencies: int | None = None,
     layers: Any = None,
     on_layer: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    r"""One row per head of a validated capture (see :func:`analyze`).
+    r"""One row per head of a validated capture, measured as ``measure`` says (see
+    :func:`analyze_batch`).
 
     ``shuffle_frequencies`` (a seed) is the frequency-order control: the
     trained queries and keys are kept and each layer's frequencies
     :math:`\theta_l` are assigned to the pairs in a seeded random order.
     ``layers`` restricts the layers (default: all).
     """
-    if kbar not in KBARS:
-        raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
     rows: list[dict[str, Any]] = []
     for layer in cache.layers:
         if layers is not None and layer.layer not in layers:
             continue
-        rows += capture_rows(layer, cache.positions.numpy(), seed=seed, pair_budget=pair_budget,
-                             reference=reference, references=references, kbar=kbar,
+        rows += capture_rows(layer, cache.positions.numpy(), measure,
                              shuffle_frequencies=shuffle_frequencies)  # fmt: skip
         if on_layer is not None:
             on_layer(1)
@@ -351,27 +344,22 @@ def analyze_capture(
 def capture_rows(
     layer: LayerCapture,
     positions: Any,
+    measure: Measure = ANALYSIS,
     *,
-    seed: int,
-    pair_budget: int | None,
-    reference: str,
-    references: tuple[str, ...],
-    kbar: str,
     shuffle_frequencies: int | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`layer_rows` of one captured layer under its own spec (frequencies shuffled
-    by the seed ``shuffle_frequencies`` when given)."""
+    by the seed ``shuffle_frequencies`` when given), on the layer's own device."""
     spec = layer.spec
     if shuffle_frequencies is not None:
         order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
             len(spec.theta))  # fmt: skip
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
-    device = None if layer.q.device.type == "cpu" else layer.q.device  # a GPU: torch there
-    return layer_rows(
-        layer.layer, layer.q.double().cpu().numpy(), layer.k.double().cpu().numpy(), spec,
-        positions=positions, rope_base=layer.rope_base, seed=seed, pair_budget=pair_budget,
-        kbar=kbar, reference=reference, references=references, device=device,
-    )  # fmt: skip
+    if layer.q.device.type != "cpu":  # a GPU: the N^2 parts in torch there
+        measure = replace(measure, device=layer.q.device)
+    return layer_rows(layer.layer, layer.q.double().cpu().numpy(),
+                      layer.k.double().cpu().numpy(), spec, measure, positions=positions,
+                      rope_base=layer.rope_base)  # fmt: skip
 
 
 def layer_rows(
@@ -379,25 +367,16 @@ def layer_rows(
     q: np.ndarray,
     k: np.ndarray,
     spec: RopeSpec,
+    measure: Measure = ANALYSIS,
     *,
     positions: Any,
     rope_base: float | None,
-    seed: int,
-    pair_budget: int | None,
-    kbar: str,
-    reference: str,
-    references: tuple[str, ...],
-    device: Any = None,
 ) -> list[dict[str, Any]]:
     """One row per query head of one layer's float64 ``q (H, N, d)``, ``k (Hkv, N, d)``
     under ``spec`` (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
     from ropesplit.numerics.stats import layer_statistics
 
-    stats = layer_statistics(
-        q, k, spec, positions=positions, seed=seed, pair_budget=pair_budget,
-        kbar=k[:, 1:].mean(axis=1) if kbar == "mean-skip-first" else None,
-        reference=reference, references=references, device=device,
-    )  # fmt: skip
+    stats = layer_statistics(q, k, spec, measure, positions=positions)
     kv = spec.kv_heads(q.shape[0], k.shape[0])
     rows = []
     for head, head_stats in enumerate(stats):
@@ -515,14 +494,14 @@ def load_subject(model: Any, gguf_file: str | None = None, *, text: str | None, 
     return loaded, ids, body
 
 
-def analyze_pair(loaded: LoadedModel, control: LoadedModel | None, ids: Any, *, seed: int,
-                 on_layer: Callable[[int], Any] | None = None, **options: Any,
+def analyze_pair(loaded: LoadedModel, control: LoadedModel | None, ids: Any,
+                 measure: Measure = ANALYSIS, *, on_layer: Callable[[int], Any] | None = None,
                  ) -> tuple[dict[str, Any], Analysis, Analysis | None]:  # fmt: skip
     """The model and its random-init ``control`` (or None) analysed on the same ``ids``
-    (:func:`analyze` with ``options``: pair_budget, reference, ...): ``(record, trained,
-    control)``, the record ``ropesplit analyze --json``'s and the report's ``analyze.json``
-    (:func:`analysis_record`)."""
-    runs = [analyze(m, ids, seed=seed, on_layer=on_layer, **options)
+    (:func:`analyze` under ``measure``): ``(record, trained, control)``, the record
+    ``ropesplit analyze --json``'s and the report's ``analyze.json``
+    (:func:`analysis_record`, its seed the measure's)."""
+    runs = [analyze(m, ids, measure=measure, on_layer=on_layer)
             for m in (loaded, control) if m is not None]  # fmt: skip
     trained, twin = runs[0], (runs[1] if control is not None else None)
-    return analysis_record(trained, twin, seed), trained, twin
+    return analysis_record(trained, twin, measure.seed), trained, twin

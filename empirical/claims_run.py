@@ -172,13 +172,13 @@ def run_claims(
             on_stage(f"{label}: {len(measured)} passages x {lengths} tokens: trained, "
                      "shuffled frequencies, random-init twin")  # fmt: skip
         rows += measure_passages(loaded, controls, chosen.ids[measured.start : measured.stop],
-                                 chosen.names[measured.start : measured.stop], tokens=lengths,
+                                 chosen.names[measured.start : measured.stop], lengths=lengths,
                                  seed=seed, first=lo, corpus=label,
                                  on_passage=on_passage)  # fmt: skip
         if on_stage is not None:
             on_stage(f"{label}: word order, {len(ordered)} passages; {power}")
         for p in ordered:
-            got = order_passage(loaded, chosen.ids[p, : lengths[-1]].numpy(), tokens=lengths,
+            got = order_passage(loaded, chosen.ids[p, : lengths[-1]].numpy(), lengths=lengths,
                                 seed=seed * 1000 + p, batch_size=batch_size)  # fmt: skip
             order.append({"corpus": label, "passage": p, "name": chosen.names[p], **got})
             if on_passage is not None:

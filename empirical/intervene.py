@@ -17,7 +17,7 @@ arrays they take). Through the one patching module
 
 An :class:`Edit` names the edit (:data:`EDITS`), the layers and heads, the
 reference key :math:`\bar k` per layer (estimated on other passages by
-:func:`calibrate_kbar`: a passage's own mean key would let each query see
+:func:`calibrate_kbars`: a passage's own mean key would let each query see
 later tokens), the reference of ``g`` (``"zero"``, the paper's split, or
 ``"mean"``, the mean rotation), the training length of the cap edits and the
 seed of the noise and of the shuffled frequencies.
@@ -46,7 +46,7 @@ from ropesplit.numerics.spec import repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["EDITS", "NAME", "Edit", "calibrate_kbar", "install", "intervened_nll"]
+__all__ = ["EDITS", "NAME", "Edit", "calibrate_kbars", "install", "intervened_nll"]
 
 NAME = "ropesplit_edit"  # the attention name registered for the block
 EDITS = {
@@ -75,7 +75,8 @@ class Edit:
     kind: str
     layers: tuple[int, ...] = ()
     heads: tuple[int, ...] | None = None  # query heads of each edited layer (None: all)
-    kbar: Mapping[int, np.ndarray] | None = field(default=None, repr=False)  # layer -> (Hkv, d)
+    # layer -> its kbar (Hkv, d)
+    kbars: Mapping[int, np.ndarray] | None = field(default=None, repr=False)
     reference: str = "zero"  # m of g: "zero" (the paper's split) or "mean"
     length: int | None = None  # the cap edits' training length L
     seed: int = 0  # the noise draw and the shuffled order
@@ -87,7 +88,7 @@ class Edit:
         if self.reference not in ("zero", "mean"):
             raise RopesplitError(f"reference must be zero or mean, got {self.reference!r}")
         if self.kind in _NEEDS_KBAR and self.layers:
-            missing = [x for x in self.layers if self.kbar is None or x not in self.kbar]
+            missing = [x for x in self.layers if self.kbars is None or x not in self.kbars]
             if missing:
                 raise RopesplitError(f"edit {self.kind} needs kbar for layers {missing}")
         if self.kind.startswith("cap") and (self.length is None or self.length < 1):
@@ -96,7 +97,7 @@ class Edit:
             raise RopesplitError(f"strength must lie in [0, 1], got {self.strength}")
 
 
-def calibrate_kbar(loaded: LoadedModel, input_ids: Any) -> dict[int, np.ndarray]:
+def calibrate_kbars(loaded: LoadedModel, input_ids: Any) -> dict[int, np.ndarray]:
     r"""Each layer's reference key :math:`\bar k` ``(Hkv, d)``: the mean pre-RoPE key over
     every token of the calibration sequences ``input_ids (B, N)`` (one streamed capture)."""
     means: dict[int, np.ndarray] = {}
@@ -139,8 +140,8 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
         pos = state.positions[b].astype(np.float64)
         s = float(scaling) * amplitude**2
         kb = None
-        if edit.kbar is not None and layer in edit.kbar:
-            kb = iv.pairs(torch.as_tensor(edit.kbar[layer])[kv[heads]].float(), layout, r)
+        if edit.kbars is not None and layer in edit.kbars:
+            kb = iv.pairs(torch.as_tensor(edit.kbars[layer])[kv[heads]].float(), layout, r)
         m = None if edit.reference == "zero" else resolve_reference("mean", theta, n=n).m
         seed = [edit.seed, layer, b]
         if edit.kind == "remainder":

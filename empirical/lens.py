@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ropesplit.empirical.analyze import DEFAULT_REFERENCE, Analysis
+from ropesplit.empirical.analyze import ANALYSIS, Analysis
 from ropesplit.empirical.raw import analyze_qk
-from ropesplit.numerics.reference import COMPARED
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.core.errors import RopesplitError
@@ -41,13 +41,11 @@ def analyze_lens(
     tokens: Any = None,
     *,
     cache: Any = None,
-    seed: int = 0,
-    pair_budget: int | None = None,
-    reference: str = DEFAULT_REFERENCE,
-    references: tuple[str, ...] = COMPARED,
+    measure: Measure = ANALYSIS,
 ) -> Analysis:
     """Every layer of a ``HookedTransformer`` on one sequence ``tokens (1, N)``, or on its
-    ``cache`` (an ``ActivationCache`` holding the ``hook_q``/``hook_k`` of every layer)."""
+    ``cache`` (an ``ActivationCache`` holding the ``hook_q``/``hook_k`` of every layer),
+    measured as ``measure`` says (:func:`~ropesplit.empirical.analyze.analyze_batch`)."""
     cfg = model.cfg
     spec = RopeSpec.from_config(cfg)
     if cache is None:
@@ -65,8 +63,7 @@ def analyze_lens(
         if q_name not in cache or k_name not in cache:
             raise RopesplitError(f"the cache has no {q_name} and {k_name}; run_with_cache "
                                  "without a names_filter that drops them")  # fmt: skip
-        part = analyze_qk(cache[q_name], cache[k_name], spec, order="tl", layer=layer, seed=seed,
-                          pair_budget=pair_budget, reference=reference, references=references,
+        part = analyze_qk(cache[q_name], cache[k_name], spec, measure, order="tl", layer=layer,
                           name=str(getattr(cfg, "model_name", "HookedTransformer")))  # fmt: skip
         rows += part.heads
         n_tokens = part.n_tokens or 0

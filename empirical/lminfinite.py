@@ -37,18 +37,25 @@ index, built here).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import ROPE_TOL, max_rel, rotate_applied
+from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.taps import TapState, record_pre_rope, taps
-from ropesplit.numerics.lambda_attention import N_GLOBAL, far_query_key, lambda_attention
-from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
+from ropesplit.empirical.validate import ROPE_TOL, max_rel, rotate_applied
+from ropesplit.numerics.lambda_attention import (
+    N_GLOBAL,
+    LambdaSpec,
+    far_query_key,
+    lambda_attention,
+)
+from ropesplit.numerics.spec import repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 
@@ -56,7 +63,6 @@ __all__ = [
     "NAME",
     "SETTINGS",
     "LambdaSpec",
-    "LayerQK",
     "SettingRun",
     "install",
     "lambda_attention_function",
@@ -68,19 +74,6 @@ __all__ = [
 
 NAME = "ropesplit_lambda"  # the name registered in transformers' AttentionInterface
 SETTINGS = ("vanilla", "cap only", "mask only", "LM-Infinite")
-
-
-@dataclass(frozen=True)
-class LambdaSpec:
-    """What the attention does: ``n_local`` window (None: all), ``n_global`` starts, ``cap``."""
-
-    n_local: int | None = None  # previous tokens each query sees (i - j < n_local); None: all
-    n_global: int = N_GLOBAL  # starting tokens every query sees beyond the window
-    cap: int | None = None  # distances above it are evaluated at it; None: true distances
-
-    @property
-    def is_vanilla(self) -> bool:
-        return self.n_local is None and self.cap is None
 
 
 def settings(length: int, n_global: int = N_GLOBAL) -> dict[str, LambdaSpec]:
@@ -132,20 +125,18 @@ def lambda_attention_function(state: _State) -> Any:
         positions = kwargs.get("position_ids")
         n_tokens = int(query.shape[2])
         pos = np.arange(n_tokens) if positions is None else positions[0].cpu().numpy()
-        q_far = k_far = None
+        far = None
         if spec.cap is not None:
             cos, sin = raw["cos"][0], raw["sin"][0]  # (N, r): one sequence
             layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, pos)
             (d,), (r,) = query.shape[-1:], cos.shape[-1:]
             theta = full_theta(theta_r, d)  # (d/2,)
-            q_far, k_far = far_query_key(
+            far = far_query_key(
                 with_rest(raw["q"], query).to(query.dtype), with_rest(raw["k"], key).to(key.dtype),
                 theta, spec.cap, amplitude=amplitude, layout=layout, rotary_dim=r,
             )  # fmt: skip
-        out = lambda_attention(
-            query, key, value, float(scaling), n_local=spec.n_local, n_global=spec.n_global,
-            cap=spec.cap, query_far=q_far, key_far=k_far, positions=pos,
-        )  # fmt: skip  # (1, H, N, dv)
+        out = lambda_attention(query, key, value, float(scaling), spec, far=far,
+                               positions=pos)  # fmt: skip  # (1, H, N, dv)
         return out.transpose(1, 2).contiguous(), None  # (1, N, H, dv) as eager returns
 
     return attention
@@ -182,44 +173,26 @@ def install(loaded: LoadedModel, spec: LambdaSpec, *, keep: Any = ()) -> Iterato
 
 
 @dataclass(frozen=True)
-class LayerQK:
-    """One layer of a setting's own forward pass, pre-RoPE, float64."""
-
-    q: np.ndarray  # (H, N, d)
-    k: np.ndarray  # (Hkv, N, d)
-    theta: np.ndarray  # (d/2,), 0 for non-rotating pairs
-    scale: float  # s = attention scale * amplitude^2
-    kv_map: np.ndarray  # (H,) KV head of each query head
-    layout: str
-    rotary_dim: int
-    rope_max_rel_diff: float  # rotated by the applied cos/sin vs the model's own R q, R k
-
-    @property
-    def spec(self) -> RopeSpec:
-        """The layer's geometry (full attention: LM-Infinite refuses windows)."""
-        return RopeSpec.from_arrays(self.theta, self.scale, self.layout, self.rotary_dim,
-                                    kv_map=self.kv_map)  # fmt: skip
-
-
-@dataclass(frozen=True)
 class SettingRun:
     """One forward pass under a setting: per-position loss and the kept layers."""
 
     name: str
     spec: LambdaSpec
     nll: np.ndarray  # (N - 1,) -log p(x_{n+1} | x_{<=n}), indexed by the query position n
-    layers: dict[int, LayerQK]
+    layers: dict[int, LayerCapture]  # the capture's own record of each kept layer
     positions: np.ndarray  # (N,)
 
 
-def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> LayerQK:
+def _layer_capture(layer: int, raw: dict[str, Any], positions: np.ndarray, state: _State
+                   ) -> LayerCapture:  # fmt: skip
+    """A kept layer as the capture records one, checked against the model's own rotation
+    (LM-Infinite runs full attention without soft-capping: no window, no soft-cap; the
+    probabilities are the setting's, not rebuilt, so ``reconstruction_max_abs_diff`` is NaN)."""
     query, key = raw["query"][0], raw["key"][0]  # (H, N, d), (Hkv, N, d) rotated
     q, k = with_rest(raw["q"], raw["query"])[0], with_rest(raw["k"], raw["key"])[0]  # pre-RoPE
     cos, sin = raw["cos"][0], raw["sin"][0]  # (N, r): one sequence
     layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, positions)
     (d,), (r,) = q.shape[-1:], cos.shape[-1:]
-    theta = full_theta(theta_r, d)  # (d/2,)
-    q64, k64 = q.double().cpu().numpy(), k.double().cpu().numpy()
     diff = max(max_rel(rotate_applied(pre.float(), cos, sin, layout), model.float())
                for pre, model in ((q, query), (k, key)))  # fmt: skip
     if not diff <= ROPE_TOL:
@@ -227,11 +200,12 @@ def _layer_qk(raw: dict[str, Any], positions: np.ndarray, state: _State) -> Laye
             f"rope_max_rel_diff {diff:.2e} exceeds {ROPE_TOL:g}: the pre-RoPE q/k rotated by the "
             "applied cos/sin do not reproduce the model's rotation"
         )
-    (n_heads, n_kv) = q.shape[0], k.shape[0]
-    return LayerQK(
-        q=q64, k=k64, theta=theta, scale=raw["scaling"] * amplitude**2,
-        kv_map=repeat_kv_map(n_heads, n_kv), layout=layout, rotary_dim=int(r),
-        rope_max_rel_diff=diff,
+    return LayerCapture(
+        layer=layer, q=q, k=k, cos=cos, sin=sin, theta=full_theta(theta_r, d),
+        rope_amplitude=amplitude, attn_scale=raw["scaling"],
+        scale=raw["scaling"] * amplitude**2, kv_map=repeat_kv_map(q.shape[0], k.shape[0]),
+        window=None, softcap=None, layout=layout, rotary_dim=int(r), rope_base=None,
+        reconstruction_max_abs_diff=math.nan, rope_max_rel_diff=diff,
     )  # fmt: skip
 
 
@@ -249,7 +223,8 @@ def run_setting(
     .. math:: \ell_n = -\log p(x_{n+1} \mid x_{\le n}),\quad n = 0 .. N-2
 
     ``layers`` are the layers whose pre-RoPE ``q``/``k`` are returned
-    (:class:`LayerQK`, each validated against the model's own rotation).
+    (:class:`~ropesplit.empirical.capture.LayerCapture`, each validated against the
+    model's own rotation).
     """
     ids = as_input_ids(loaded, input_ids)  # (1, N)
     pos = as_position_ids(ids, position_ids)  # (1, N)
@@ -263,7 +238,8 @@ def run_setting(
     nll = -logp.gather(1, ids[0, 1:, None])[:, 0].cpu().numpy()  # (N - 1,)
     if not np.all(np.isfinite(nll)):
         raise RopesplitError(f"setting {name or spec}: the loss is not finite (NaN or inf logits)")
-    kept = {layer: _layer_qk(state.kept[layer], positions, state) for layer in sorted(state.kept)}
+    kept = {layer: _layer_capture(layer, state.kept[layer], positions, state)
+            for layer in sorted(state.kept)}  # fmt: skip
     return SettingRun(name=name, spec=spec, nll=nll, layers=kept, positions=positions)
 
 

@@ -139,15 +139,16 @@ def _split_heads(v: _View, refs: Sequence[str], seed: int, order: np.ndarray | N
     slow and total key-deviation energy, per query head (frequencies reassigned to the
     pairs by ``order`` when given)."""
     from ropesplit.numerics.emergence import pair_energy
+    from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.rope import low_half
     from ropesplit.numerics.stats import layer_statistics
 
     spec = v.layer.spec
     if order is not None:
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
-    stats = layer_statistics(v.q, v.k, spec, positions=np.arange(v.n), seed=seed,
-                             pair_budget=BOUND_BUDGET, reference=refs[0],
-                             references=tuple(refs))  # fmt: skip
+    measure = Measure(reference=refs[0], references=tuple(refs), pair_budget=BOUND_BUDGET,
+                      seed=seed)  # fmt: skip
+    stats = layer_statistics(v.q, v.k, spec, measure, positions=np.arange(v.n))
     kv = spec.kv_heads(v.q.shape[0], v.k.shape[0])
     energy = pair_energy(v.k, layout=spec.layout, rotary_dim=spec.rotary_dim)[kv]  # (H, P)
     out = {"lowfreq": np.array([s.lowfreq_share_k for s in stats]),
@@ -357,15 +358,15 @@ def measure_passages(
     ids: Any,
     names: Sequence[str],
     *,
-    tokens: Sequence[int],
+    lengths: Sequence[int],
     seed: int = 0,
     first: int = 0,
     corpus: str = "pydoc",
     layers: Sequence[int] | None = None,
     on_passage: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per passage of ``ids (P, N)`` (``N`` the longest of ``tokens``), each in every
-    cell of ``tokens`` (the module docstring).
+    """One row per passage of ``ids (P, N)`` (``N`` the longest of ``lengths``), each in
+    every cell of ``lengths`` (the module docstring).
 
     Each row: ``corpus``, ``passage`` (its index in the corpus run: ``first`` plus its place
     here, so a shard measures exactly what the whole run would; its seeds are ``seed +
@@ -375,7 +376,7 @@ def measure_passages(
     (default: ``experiments.base.default_layers``). ``on_passage(1)`` follows the progress.
     """
     matrix = torch.as_tensor(ids).reshape(len(names), -1)  # (P, N)
-    lengths = sorted({int(t) for t in tokens})
+    lengths = sorted({int(t) for t in lengths})
     if matrix.shape[1] < lengths[-1]:
         raise ValueError(f"ids hold {matrix.shape[1]} tokens, the grid needs {lengths[-1]}")
     matrix = matrix[:, : lengths[-1]]

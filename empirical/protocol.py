@@ -32,10 +32,11 @@ pairs per head (reported).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.analyze import KBARS, analyze_capture, paired_difference
+from ropesplit.empirical.analyze import ANALYSIS, KBARS, analyze_capture, paired_difference
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 from ropesplit.empirical.text import default_text, tokenize
@@ -87,7 +88,7 @@ def protocol(
     loaded: LoadedModel,
     ids: Any,
     *,
-    tokens: Sequence[int] = TOKENS,
+    lengths: Sequence[int] = TOKENS,
     baseline: int = 1024,
     code_ids: Any = None,
     seed: int = 0,
@@ -97,24 +98,25 @@ def protocol(
     """The protocol record: ``settings``, ``rows`` (one per tokens x kbar x layers x reference),
     ``controls`` (per control: per reference mean CI and trained minus control CI) and verdicts.
 
-    ``ids`` are the text's first ``max(tokens)`` token ids (each count reads a
+    ``ids`` are the text's first ``max(lengths)`` token ids (each count reads a
     prefix: the first ``n`` tokens of the text); ``code_ids`` the second text's
     first ``baseline`` ids (:func:`text_ids` makes both; None: no code-text control).
     """
     import torch
 
     ids = torch.as_tensor(ids)
-    if baseline not in tokens or max(tokens) > ids.numel():
-        raise RopesplitError(f"baseline {baseline} must be one of the tokens {list(tokens)}, "
+    if baseline not in lengths or max(lengths) > ids.numel():
+        raise RopesplitError(f"baseline {baseline} must be one of the lengths {list(lengths)}, "
                              f"all at most the {ids.numel()} ids given")  # fmt: skip
     n_layers = loaded.n_layers
     note = on_step or (lambda _: None)
+    sampled = replace(ANALYSIS, seed=seed, pair_budget=PAIR_SAMPLE)  # the bound on a sample
     rows: list[dict[str, Any]] = []
-    for n in tokens:
+    for n in lengths:
         note(f"capture {n} tokens")
         cache = capture(loaded, ids[:n], keep_probs=False)
         for kbar in KBARS:
-            heads = analyze_capture(cache, seed=seed, pair_budget=PAIR_SAMPLE, kbar=kbar)
+            heads = analyze_capture(cache, replace(sampled, kbar_rule=kbar))
             if n == baseline and kbar == "mean":
                 trained_base, base_cache = heads, cache  # the controls' partner
             for cell in protocol_cells(heads, n_layers, seed=seed):
@@ -126,13 +128,13 @@ def protocol(
         note(f"random-init control, seed {control_seed}")
         twin = random_init_twin(loaded, control_seed)
         runs["random-init"].append(analyze_capture(capture(twin, base_ids, keep_probs=False),
-                                                   seed=seed, pair_budget=PAIR_SAMPLE))  # fmt: skip
-        runs["shuffled-theta"].append(analyze_capture(
-            base_cache, seed=seed, pair_budget=PAIR_SAMPLE, shuffle_frequencies=control_seed))
+                                                   sampled))  # fmt: skip
+        runs["shuffled-theta"].append(analyze_capture(base_cache, sampled,
+                                                      shuffle_frequencies=control_seed))
     if code_ids is not None:
         note("second text (Python source)")
         runs["code-text"] = [analyze_capture(capture(loaded, code_ids, keep_probs=False),
-                                             seed=seed, pair_budget=PAIR_SAMPLE)]  # fmt: skip
+                                             sampled)]  # fmt: skip
     for name, control_runs in runs.items():
         controls[name] = {
             "runs": len(control_runs),
@@ -144,7 +146,7 @@ def protocol(
             } for spec in COMPARED},
         }  # fmt: skip
     return {
-        "settings": {"tokens": list(tokens), "baseline": baseline, "kbars": list(KBARS),
+        "settings": {"tokens": list(lengths), "baseline": baseline, "kbars": list(KBARS),
                      "references": list(COMPARED), "middle_layers": _middle(n_layers),
                      "control_seeds": list(control_seeds), "pair_sample": PAIR_SAMPLE,
                      "text_tolerance": TEXT_TOLERANCE,
@@ -155,10 +157,10 @@ def protocol(
     }  # fmt: skip
 
 
-def text_ids(loaded: LoadedModel, text: str, tokens: Sequence[int], baseline: int) -> tuple:
-    """``(ids, code_ids)`` for :func:`protocol`: the text's first ``max(tokens)`` ids and the
+def text_ids(loaded: LoadedModel, text: str, lengths: Sequence[int], baseline: int) -> tuple:
+    """``(ids, code_ids)`` for :func:`protocol`: the text's first ``max(lengths)`` ids and the
     Python-source text's first ``baseline`` ids (refusing a short text or context now)."""
-    return (tokenize(loaded, text, max(tokens)),
+    return (tokenize(loaded, text, max(lengths)),
             tokenize(loaded, default_text("code"), baseline))  # fmt: skip
 
 
@@ -220,11 +222,11 @@ def protocol_table(record: dict[str, Any]) -> str:
              f"{'tokens':>6} {'kbar':<16}{'layers':<7}{'statistic':<10}"
              + "".join(f"{spec:>24}" for spec in specs)]  # fmt: skip
     keys = dict.fromkeys((r["tokens"], r["kbar"], r["layers"]) for r in record["rows"])
-    for tokens, kbar, layers in keys:
+    for n, kbar, layers in keys:
         cells = {r["reference"]: r for r in record["rows"]
-                 if (r["tokens"], r["kbar"], r["layers"]) == (tokens, kbar, layers)}  # fmt: skip
+                 if (r["tokens"], r["kbar"], r["layers"]) == (n, kbar, layers)}  # fmt: skip
         for stat in ("per_head", "pooled"):
-            lines.append(f"{tokens:>6} {kbar:<16}{layers:<7}{stat:<10}"
+            lines.append(f"{n:>6} {kbar:<16}{layers:<7}{stat:<10}"
                          + "".join(f"{_cell(cells[s][stat]):>24}" for s in specs))  # fmt: skip
     lines.append(f"controls at {record['settings']['baseline']} tokens: trained minus control")
     for name, control in record["controls"].items():

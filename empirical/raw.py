@@ -28,8 +28,8 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from ropesplit.empirical.analyze import DEFAULT_REFERENCE, KBARS, Analysis, layer_rows
-from ropesplit.numerics.reference import COMPARED
+from ropesplit.empirical.analyze import ANALYSIS, Analysis, layer_rows
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
 
@@ -67,34 +67,27 @@ def analyze_qk(
     q: Any,
     k: Any,
     spec: RopeSpec,
+    measure: Measure = ANALYSIS,
     *,
     order: str = "hf",
     rotated: bool = False,
     positions: Any = None,
     layer: int = 0,
     name: str = "raw q/k",
-    seed: int = 0,
-    pair_budget: int | None = None,
-    reference: str = DEFAULT_REFERENCE,
-    references: tuple[str, ...] = COMPARED,
-    kbar: str = "mean",
 ) -> Analysis:
     r"""The per-head statistics of one layer's queries and keys (module docstring).
 
-    ``positions (N,)`` default ``0..N-1``; ``layer`` labels the rows; the
-    other keywords as in :func:`~ropesplit.empirical.analyze.analyze`.
+    ``positions (N,)`` default ``0..N-1``; ``layer`` labels the rows;
+    ``measure`` as in :func:`~ropesplit.empirical.analyze.analyze_batch`.
     """
     if order not in ORDERS:
         raise RopesplitError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    if kbar not in KBARS:
-        raise RopesplitError(f"kbar must be one of {', '.join(KBARS)}, got {kbar!r}")
     dtype = str(getattr(q, "dtype", "float64")).removeprefix("torch.")  # the input's
     qh, kh = _heads_first(q, "q", order), _heads_first(k, "k", order)  # (H, N, d), (Hkv, N, d)
     (n_heads, n, d), (n_kv, nk, dk) = qh.shape, kh.shape
     if (nk, dk) != (n, d):
         raise RopesplitError(f"k must hold {n} positions of dim {d} like q, got {nk} of {dk}")
-    if d != spec.head_dim:
-        raise RopesplitError(f"q and k have head dim {d}, the RopeSpec {spec.head_dim}")
+    spec.check_head_dim(d)
     if n < 2:
         raise RopesplitError(f"need at least 2 positions, got {n}")
     pos = np.arange(n, dtype=np.float64) if positions is None else np.asarray(positions, float)
@@ -115,9 +108,8 @@ def analyze_qk(
         back = dict(layout=spec.layout, rotary_dim=spec.rotary_dim)
         qh = rotate(qh, -pos, spec.frequencies, **back)  # (H, N, d): R(-p) R(p) q = q
         kh = rotate(kh, -pos, spec.frequencies, **back)
-    rows = layer_rows(layer, qh, kh, replace(spec, kv_map=tuple(int(h) for h in kv)),
-                      positions=pos, rope_base=None, seed=seed, pair_budget=pair_budget,
-                      kbar=kbar, reference=reference, references=references)  # fmt: skip
+    rows = layer_rows(layer, qh, kh, replace(spec, kv_map=tuple(int(h) for h in kv)), measure,
+                      positions=pos, rope_base=None)  # fmt: skip
     return Analysis(model=name, random_init=False, token_ids=[], heads=rows,
                     reconstruction_max_abs_diff=math.nan, dtype=dtype, n_tokens=n,
                     validation={"rotated_input": float(rotated), "rho_as_given": given,

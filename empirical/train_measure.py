@@ -39,6 +39,7 @@ from ropesplit.empirical.models import LoadedModel, continuation_loss, load_mode
 from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text, torch_threads
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import pair_energy, unigram_entropy
+from ropesplit.numerics.measure import Measure
 
 __all__ = ["FIGURE_STATS", "Measurer", "control_record", "held_out_ids", "measure_loaded",
            "task_scores", "validation"]
@@ -73,13 +74,14 @@ def _window_heads(
     theta = np.zeros(0)
     positions = np.arange(windows.shape[1])
 
-    def measure(layers: list[Any]) -> None:
+    # every pair checked, the zero reference, BOS left out of kbar (the model's sink)
+    watched = Measure(seed=seed, kbar_rule="mean-skip-first")
+
+    def measure_layer(layers: list[Any]) -> None:
         nonlocal theta
         first = layers[0]
         theta = first.theta
-        per_window = [capture_rows(one, positions, seed=seed, pair_budget=None,
-                                   reference="zero", references=(), kbar="mean-skip-first")
-                      for one in layers]  # fmt: skip
+        per_window = [capture_rows(one, positions, watched) for one in layers]
         shares, scores = [], []
         for b, one in enumerate(layers):
             k = one.k.double().numpy()  # (Hkv, N, d)
@@ -107,7 +109,7 @@ def _window_heads(
                           "energy_k": ek[int(row["kv_head"])].tolist(),
                           "energy_q": eq[h].tolist()})  # fmt: skip
 
-    capture_batch(loaded, windows, on_layer=measure, keep_probs=sources is not None)
+    capture_batch(loaded, windows, on_layer=measure_layer, keep_probs=sources is not None)
     return heads, energy_k, energy_q, theta
 
 

@@ -10,6 +10,8 @@ Modules, one idea each:
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
     spec        RopeSpec: one layer's RoPE geometry; pre/post-RoPE detection (section 1)
+    measure     Measure: the options of one measurement (reference, pair budget, seed, ...)
+    types       the array types of the signatures, each with its shape
     stats_torch the two O(N^2) parts of stats as dense torch blocks on any device
     pairing     what both share: the logits' real features, row moments, the pair plan
     intervals   t, prediction and binomial intervals and the claims' decisions
@@ -29,10 +31,14 @@ Shapes::
     qc, kc      (N, P)       complex pairs (rope.to_pairs)
     W, f, g, E  (N, N)       only causal pairs j <= i are meaningful
 
+The public functions take a layer's geometry as one RopeSpec and their options
+as one Measure: ``layer_statistics(q, k, spec, Measure(reference="mean"))``.
+
 Imports numpy and torch, never transformers.
 """
 
 from ropesplit.numerics.fit import three_axis_fit
+from ropesplit.numerics.measure import EXACT, Measure
 from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
 from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
 from ropesplit.numerics.spec import RopeSpec
@@ -40,6 +46,8 @@ from ropesplit.numerics.split import HeadSplit, split_head
 from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
 
 __all__ = [
+    "EXACT",
+    "Measure",
     "RopeSpec",
     "HeadSplit",
     "HeadStats",

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.numerics.rope import _index, _rotary_dim
+from ropesplit.numerics.rope import check_rotary_dim, pair_coordinates
 
 from ropesplit.core.errors import RopesplitError
 
@@ -82,7 +82,7 @@ Array = Any  # numpy array or torch tensor
 def pairs(x: Array, layout: str = "half", rotary_dim: int | None = None) -> torch.Tensor:
     r"""``(..., d)`` real -> ``(..., d/2)`` complex pairs (``rope.to_pairs`` in torch)."""
     t = torch.as_tensor(x)
-    re, im = _index(t.shape[-1], _rotary_dim(t.shape[-1], rotary_dim), layout)
+    re, im = pair_coordinates(t.shape[-1], check_rotary_dim(t.shape[-1], rotary_dim), layout)
     return torch.complex(t[..., torch.from_numpy(re)], t[..., torch.from_numpy(im)])
 
 

@@ -50,16 +50,21 @@ Shapes::
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.numerics.rope import _index, _rotary_dim
+from ropesplit.numerics.rope import check_rotary_dim, pair_coordinates
+from ropesplit.numerics.spec import RopeSpec, as_spec
+from ropesplit.numerics.types import HeadFeatures, KeyMean
 
 from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "N_GLOBAL",
+    "LambdaSpec",
+    "VANILLA",
     "bucket_edges",
     "QUANTILES",
     "RANGE_RTOL",
@@ -87,6 +92,26 @@ def _check_sizes(n_local: int | None, n_global: int, cap: int | None) -> None:
         raise RopesplitError(f"n_global must be >= 0, got {n_global}")
     if cap is not None and cap < 0:
         raise RopesplitError(f"distance cap must be >= 0, got {cap}")
+
+
+@dataclass(frozen=True)
+class LambdaSpec:
+    """What the attention does: ``n_local`` window (None: all), ``n_global`` starts, ``cap``."""
+
+    n_local: int | None = None  # previous tokens each query sees (i - j < n_local); None: all
+    n_global: int = N_GLOBAL  # starting tokens every query sees beyond the window
+    cap: int | None = None  # distances above it are evaluated at it; None: true distances
+
+    def __post_init__(self) -> None:
+        _check_sizes(self.n_local, self.n_global, self.cap)
+
+    @property
+    def is_vanilla(self) -> bool:
+        """Dense causal attention at the true distances: the unmodified model."""
+        return self.n_local is None and self.cap is None
+
+
+VANILLA = LambdaSpec()  # dense causal attention, true distances
 
 
 def lambda_mask(n_tokens: int, n_local: int | None = None, n_global: int = N_GLOBAL) -> np.ndarray:
@@ -149,11 +174,11 @@ def far_query_key(
     plain RoPE).
     """
     (d,) = q.shape[-1:]
-    r = _rotary_dim(d, rotary_dim)
+    r = check_rotary_dim(d, rotary_dim)
     th = np.asarray(theta, dtype=np.float64)
     if th.shape != (d // 2,):
         raise RopesplitError(f"theta must have shape ({d // 2},) for head_dim {d}, got {th.shape}")
-    re, im = (torch.as_tensor(x, device=q.device) for x in _index(d, r, layout))
+    re, im = (torch.as_tensor(x, device=q.device) for x in pair_coordinates(d, r, layout))
     rotating = np.arange(d // 2) < r // 2  # (P,)
     gain = np.where(rotating, amplitude, 1.0)  # (P,)
     cos = torch.as_tensor(gain * np.cos(cap * th), dtype=q.dtype, device=q.device)  # (P,)
@@ -193,12 +218,9 @@ def lambda_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     scaling: float,
+    spec: LambdaSpec = VANILLA,
     *,
-    n_local: int | None = None,
-    n_global: int = N_GLOBAL,
-    cap: int | None = None,
-    query_far: torch.Tensor | None = None,
-    key_far: torch.Tensor | None = None,
+    far: tuple[torch.Tensor, torch.Tensor] | None = None,
     positions: Any = None,
 ) -> torch.Tensor:
     r"""Attention under the Lambda mask and the distance cap, ``(B, H, N, dv)``.
@@ -208,13 +230,14 @@ def lambda_attention(
               W^{\Lambda}_{ij} = s\,q_i^\top k_j\ [\Delta_{ij} \le L],\quad
               s\,(q^{\mathrm{far}}_i)^\top k^{\mathrm{far}}_j\ [\Delta_{ij} > L]
 
-    ``query``/``key`` are rotated (as the model's attention receives them),
-    ``query_far``/``key_far`` the cap's (:func:`far_query_key`), needed only
-    with ``cap``. ``n_local=None`` (or ``>= N``) is dense causal attention;
-    otherwise blockwise (module docstring). The softmax runs in at least
-    float32, as transformers' eager attention does.
+    ``query``/``key`` are rotated (as the model's attention receives them);
+    ``spec`` (:class:`LambdaSpec`) holds ``n_local``, ``n_global`` and the cap
+    ``L``; ``far`` is the cap's ``(query_far, key_far)`` (:func:`far_query_key`),
+    needed only with a cap.  ``n_local=None`` (or ``>= N``) is dense causal
+    attention; otherwise blockwise (module docstring).  The softmax runs in at
+    least float32, as transformers' eager attention does.
     """
-    _check_sizes(n_local, n_global, cap)
+    n_local, n_global, cap = spec.n_local, spec.n_global, spec.cap
     (batch, heads, n_tokens, d), (n_kv,) = query.shape, key.shape[1:2]
     if key.shape != (batch, n_kv, n_tokens, d) or value.shape[:3] != (batch, n_kv, n_tokens):
         raise RopesplitError(
@@ -223,19 +246,20 @@ def lambda_attention(
         )
     if heads % n_kv:
         raise RopesplitError(f"{heads} query heads do not divide into {n_kv} KV heads")
-    far = None
+    grouped_far = None
     if cap is not None:
-        if query_far is None or key_far is None:
-            raise RopesplitError("a distance cap needs query_far and key_far (far_query_key)")
+        if far is None:
+            raise RopesplitError("a distance cap needs far=(query_far, key_far) (far_query_key)")
+        query_far, key_far = far
         if query_far.shape != query.shape or key_far.shape != key.shape:
             raise RopesplitError("query_far/key_far must have the shapes of query/key")
-        far = (_grouped(query_far, n_kv), key_far[:, :, None])
+        grouped_far = (_grouped(query_far, n_kv), key_far[:, :, None])
     pos = _distances(positions, batch, n_tokens, query.device)  # (B, N)
     q, k, v = _grouped(query, n_kv), key[:, :, None], value[:, :, None]  # (B, Hkv, g|1, N, .)
     if n_local is None or n_local >= n_tokens:
-        out = _dense(q, k, v, scaling, cap, far, pos)
+        out = _dense(q, k, v, scaling, cap, grouped_far, pos)
     else:
-        out = _banded(q, k, v, scaling, n_local, min(n_global, n_tokens), cap, far, pos)
+        out = _banded(q, k, v, scaling, n_local, min(n_global, n_tokens), cap, grouped_far, pos)
     return out.reshape(batch, heads, n_tokens, -1)  # (B, H, N, dv)
 
 
@@ -465,8 +489,7 @@ def component_range(values: Any, low: float, high: float) -> dict[str, float]:
 
 
 def positional_range(
-    q: Any, kbar: Any, theta: Any, scale: float, length: int, *, layout: str = "half",
-    rotary_dim: int | None = None,
+    q: HeadFeatures, kbar: KeyMean, spec: RopeSpec, length: int
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Each query's own trained range of ``f``: min and max over the distances ``0..L``.
 
@@ -474,7 +497,8 @@ def positional_range(
               \,e^{i\theta_l\Delta},\qquad
               [\mathrm{lo}_i, \mathrm{hi}_i] = [\min_{0\le\Delta\le L} f,\ \max_{0\le\Delta\le L} f]
 
-    ``q (N, d)`` pre-RoPE queries, ``kbar (d,)``; returns ``lo, hi`` ``(N,)``.
+    ``q (N, d)`` pre-RoPE queries, ``kbar (d,)``, ``spec`` the head's geometry;
+    returns ``lo, hi`` ``(N,)``.
     ``f`` at distance ``Delta`` depends on the query and ``Delta`` only, so the
     range the model met in training is known for every query, also one beyond
     ``L``: a value outside it is an angle the model never used for that query
@@ -483,13 +507,17 @@ def positional_range(
     """
     from ropesplit.numerics.rope import to_pairs
 
-    qc = to_pairs(np.asarray(q, dtype=np.float64), layout, rotary_dim)  # (N, P)
-    kc = to_pairs(np.asarray(kbar, dtype=np.float64), layout, rotary_dim)  # (P,)
-    th = np.asarray(theta, dtype=np.float64)  # (P,)
     if length < 0:
         raise RopesplitError(f"length must be >= 0, got {length}")
-    turn = np.exp(1j * np.outer(th, np.arange(length + 1)))  # (P, L + 1)
-    f = float(scale) * np.real((qc * np.conj(kc)) @ turn)  # (N, L + 1)
+    q = np.asarray(q, dtype=np.float64)
+    spec = as_spec(spec, q.shape[-1])
+    kb = np.asarray(kbar, dtype=np.float64)
+    if kb.shape != (spec.head_dim,):
+        raise RopesplitError(f"kbar must have shape ({spec.head_dim},), got {kb.shape}")
+    qc = to_pairs(q, spec.layout, spec.rotary_dim)  # (N, P)
+    kc = to_pairs(kb, spec.layout, spec.rotary_dim)  # (P,)
+    turn = np.exp(1j * np.outer(spec.frequencies, np.arange(length + 1)))  # (P, L + 1)
+    f = spec.scale * np.real((qc * np.conj(kc)) @ turn)  # (N, L + 1)
     return f.min(axis=1), f.max(axis=1)
 
 

@@ -12,12 +12,28 @@ import numpy as np
 import torch
 from ropesplit.numerics.fit import band_gram
 
-__all__ = ["DISTANCE_TABLE", "Factors", "Moments", "pair_indices", "pair_plan", "whole_steps"]
+__all__ = ["DISTANCE_TABLE", "BoundCheck", "Factors", "Moments", "pair_indices", "pair_plan",
+           "whole_steps"]
 
 DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
 
 
 Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # S^WW (H, N), S^WE, S^EE (M, H, N)
+
+@dataclass(frozen=True)
+class BoundCheck:
+    r"""What the check :math:`|E_{ij}| \le B_{ij}` of a layer's heads reads (docs/theory.md
+    section 3): ``tightness`` of :mod:`.stats` and of :mod:`.stats_torch` take it whole."""
+
+    qc: np.ndarray  # (H, N, P) complex query pairs
+    dc: np.ndarray  # (H, N, P) complex key deviations, the ones each query head reads
+    theta: np.ndarray  # (P,) frequencies
+    pq: np.ndarray  # (N,) query positions
+    pk: np.ndarray  # (N,) key positions
+    scale: float  # the logit scale s
+    window: int | None  # sliding window (None: every causal pair)
+    gap: np.ndarray | None = None  # (P,) complex 1 - m_l of the reference (None: m_l = 1)
+
 
 @dataclass(frozen=True)
 class Factors:

@@ -7,7 +7,7 @@ by a constant :math:`m_l` (:math:`|m_l| \le 1`):
     g_m(q, k) = s\,\mathrm{Re}\sum_l \tilde q_l\,\overline{\tilde\delta_l}\,m_l,\qquad
     E_m = s\,\mathrm{Re}\sum_l \tilde q_l\,\overline{\tilde\delta_l}\,(e^{i\theta_l\Delta} - m_l)
 
-Three references, named by a spec string:
+Three references, named by a string:
 
     zero          m_l = 1                      (section 3: every pair read at distance 0)
     distance:C    m_l = e^{i theta_l C}        (a reference distance C)
@@ -53,25 +53,25 @@ COMPARED = ("zero", "distance:256", "distance:1000", "mean")  # references every
 
 @dataclass(frozen=True)
 class Reference:
-    """One reference rotation: its spec, ``m (P,)`` and ``1 - m (P,)`` (complex128)."""
+    """One reference rotation: its name, ``m (P,)`` and ``1 - m (P,)`` (complex128)."""
 
-    spec: str  # "zero", "distance:C" or "mean"
+    name: str  # "zero", "distance:C" or "mean"
     m: np.ndarray  # m_l
     one_minus: np.ndarray  # 1 - m_l, without cancellation
 
     @property
     def is_zero(self) -> bool:
         """True for ``m_l = 1`` exactly (the section 3 split, evaluated by its own kernels)."""
-        return self.spec == "zero"
+        return self.name == "zero"
 
 
-def parse_reference(spec: str) -> tuple[str, float | None]:
+def parse_reference(name: str) -> tuple[str, float | None]:
     """``"zero" | "distance:C" | "mean"`` -> ``(kind, C)``; a one-line error otherwise.
 
     >>> parse_reference("distance:256"), parse_reference("mean")
     (('distance', 256.0), ('mean', None))
     """
-    text = str(spec).strip()
+    text = str(name).strip()
     if text in ("zero", "mean"):
         return text, None
     kind, sep, value = text.partition(":")
@@ -82,12 +82,12 @@ def parse_reference(spec: str) -> tuple[str, float | None]:
             c = math.nan
         if math.isfinite(c):
             return "distance", c
-    raise RopesplitError(f"reference must be zero, distance:C (C a number) or mean, got {spec!r}")
+    raise RopesplitError(f"reference must be zero, distance:C (C a number) or mean, got {name!r}")
 
 
-def canonical(spec: str) -> str:
-    """The spec in one spelling (``distance:256.0`` -> ``distance:256``)."""
-    kind, c = parse_reference(spec)
+def canonical(name: str) -> str:
+    """The name in one spelling (``distance:256.0`` -> ``distance:256``)."""
+    kind, c = parse_reference(name)
     if c is None:
         return kind
     return f"distance:{int(c)}" if c == int(c) else f"distance:{c!r}"
@@ -159,7 +159,7 @@ def _positions_mean(theta: np.ndarray, pq: np.ndarray, pk: np.ndarray, window: i
 
 
 def resolve_reference(
-    spec: str | Reference,
+    name: str | Reference,
     theta: Any,
     *,
     n: int | None = None,
@@ -168,7 +168,7 @@ def resolve_reference(
     distances: Any = None,
     mask: Any = None,
 ) -> Reference:
-    r"""The :class:`Reference` a spec names, for these frequencies and pairs.
+    r"""The :class:`Reference` a name stands for, for these frequencies and pairs.
 
     ``mean`` needs the pairs: ``distances (N, N)`` with an optional ``mask``,
     else the causal pairs of ``n`` tokens (``positions`` as in
@@ -177,9 +177,9 @@ def resolve_reference(
 
     .. math:: m_l \in \{1,\ e^{i\theta_l C},\ \mathrm{E}_\Delta e^{i\theta_l\Delta}\}
     """
-    if isinstance(spec, Reference):
-        return spec
-    kind, c = parse_reference(spec)
+    if isinstance(name, Reference):
+        return name
+    kind, c = parse_reference(name)
     th = _inputs.as_float64("theta", theta, 1)
     if kind == "zero":
         return Reference("zero", np.ones(th.size, complex), np.zeros(th.size, complex))
@@ -187,7 +187,7 @@ def resolve_reference(
         assert c is not None
         x = th * c  # (P,)
         gap = 2.0 * np.sin(0.5 * x) ** 2 - 1j * np.sin(x)  # 1 - e^{i theta C}
-        return Reference(canonical(spec), np.exp(1j * x), gap)
+        return Reference(canonical(name), np.exp(1j * x), gap)
     if distances is not None:
         return mean_rotation_of(th, distances, mask)
     if n is None:

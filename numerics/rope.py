@@ -29,13 +29,14 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "frequencies", "from_pairs",
-           "hf_rope_parameters", "hf_scaling", "low_half", "rotate", "to_pairs"]
+__all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "check_layout", "check_rotary_dim",
+           "frequencies", "from_pairs", "hf_rope_parameters", "hf_scaling", "low_half",
+           "pair_coordinates", "rotate", "to_pairs"]
 
 LAYOUTS = ("half", "interleaved")
 
 
-def _rotary_dim(d: int, rotary_dim: int | None) -> int:
+def check_rotary_dim(d: int, rotary_dim: int | None) -> int:
     """Validate ``d`` and ``rotary_dim``; return ``r`` (``d`` when None)."""
     if d <= 0 or d % 2:
         raise RopesplitError(f"head_dim must be even and positive, got {d}")
@@ -45,7 +46,8 @@ def _rotary_dim(d: int, rotary_dim: int | None) -> int:
     return r
 
 
-def _check_layout(layout: str) -> None:
+def check_layout(layout: str) -> None:
+    """Refuse a pair layout other than ``"half"`` or ``"interleaved"`` with one line."""
     if layout not in LAYOUTS:
         raise RopesplitError(f"layout must be 'half' or 'interleaved', got {layout!r}")
 
@@ -92,7 +94,7 @@ def frequencies(
     >>> frequencies(4, 100.0, scaling={"rope_type": "linear", "factor": 2.0}).tolist()
     [0.5, 0.05]
     """
-    r = _rotary_dim(d, rotary_dim)
+    r = check_rotary_dim(d, rotary_dim)
     if not np.isfinite(base) or base <= 1.0:
         raise RopesplitError(f"base must be a finite number above 1, got {base}")
     cfg: Mapping[str, Any] = scaling or {}
@@ -273,9 +275,9 @@ def low_half(theta: Any) -> np.ndarray:
     return weight
 
 
-def _index(d: int, r: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+def pair_coordinates(d: int, r: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
     """Coordinates of the real and imaginary part of each pair: two ``(d/2,)`` int arrays."""
-    _check_layout(layout)
+    check_layout(layout)
     re, im = [], []
     for start, width in ((0, r), (r, d - r)):
         half = width // 2
@@ -300,7 +302,7 @@ def to_pairs(x: Any, layout: str = "half", rotary_dim: int | None = None) -> np.
     """
     x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1]
-    re, im = _index(d, _rotary_dim(d, rotary_dim), layout)
+    re, im = pair_coordinates(d, check_rotary_dim(d, rotary_dim), layout)
     return x[..., re] + 1j * x[..., im]  # (..., P)
 
 
@@ -312,7 +314,8 @@ def from_pairs(z: Any, layout: str = "half", rotary_dim: int | None = None) -> n
     """
     z = np.asarray(z, dtype=np.complex128)
     d = 2 * z.shape[-1]
-    re, im = (_as_slice(idx) for idx in _index(d, _rotary_dim(d, rotary_dim), layout))
+    r = check_rotary_dim(d, rotary_dim)
+    re, im = (_as_slice(idx) for idx in pair_coordinates(d, r, layout))
     x = np.empty(z.shape[:-1] + (d,))  # (..., d), C-ordered
     x[..., re] = z.real
     x[..., im] = z.imag

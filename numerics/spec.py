@@ -34,8 +34,8 @@ import numpy as np
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.rope import (
     LAYOUTS,
-    _check_layout,
     attention_factor,
+    check_layout,
     frequencies,
     hf_rope_parameters,
     hf_scaling,
@@ -44,8 +44,7 @@ from ropesplit.numerics.rope import (
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = [
-    "LAYOUTS", "Geometry", "RopeSpec", "geometry", "looks_rotated", "repeat_kv_map"]
+__all__ = ["LAYOUTS", "RopeSpec", "as_spec", "looks_rotated", "repeat_kv_map"]
 
 _FAST_TURNS = 4.0  # a pair is "fast" when it turns at least this many times over the positions
 
@@ -76,7 +75,7 @@ class RopeSpec:
     kv_map: tuple[int, ...] | None = None  # query head -> KV head (None: h // (H / Hkv))
 
     def __post_init__(self) -> None:
-        _check_layout(self.layout)
+        check_layout(self.layout)
         if not (math.isfinite(self.scale) and self.scale > 0):
             raise RopesplitError(f"scale must be a finite number > 0, got {self.scale}")
         th = np.asarray(self.theta, dtype=np.float64)
@@ -99,6 +98,12 @@ class RopeSpec:
     def frequencies(self) -> np.ndarray:
         """``theta`` as a float64 array ``(P,)``."""
         return np.asarray(self.theta, dtype=np.float64)
+
+    def check_head_dim(self, d: int) -> RopeSpec:
+        """This spec, when the tensors' head dim is its own ``2 P``; else a one-line error."""
+        if self.head_dim != d:
+            raise RopesplitError(f"the RopeSpec has head dim {self.head_dim}, the tensors {d}")
+        return self
 
     def kv_heads(self, n_heads: int, n_kv: int) -> np.ndarray:
         """The KV head each of ``n_heads`` query heads reads, ``(H,)``, checked."""
@@ -195,49 +200,16 @@ class RopeSpec:
                              kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """What the numerics read off a :class:`RopeSpec` for tensors of head dim ``d``, checked."""
+def as_spec(spec: Any, d: int) -> RopeSpec:
+    """``spec`` checked as the one geometry argument of the numerics for head dim ``d``.
 
-    theta: np.ndarray  # (d/2,) float64
-    scale: float
-    layout: str
-    rotary_dim: int | None
-    window: int | None
-    spec: RopeSpec | None  # the RopeSpec given (None: loose keywords)
-
-
-def geometry(
-    theta: Any,
-    scale: float | None,
-    d: int,
-    *,
-    layout: str | None = None,
-    rotary_dim: int | None = None,
-    window: int | None = None,
-) -> Geometry:
-    """The geometry of ``theta``: a :class:`RopeSpec` alone, or loose frequencies plus ``scale``.
-
-    The numerics take either form (``split_head(q, k, spec)`` or
-    ``split_head(q, k, theta, scale, layout=...)``); mixing them is refused,
-    as is a spec whose head dim is not ``d``.
+    Loose frequencies are refused with the line that says how to build a
+    spec (``RopeSpec.from_arrays(theta, scale)``, or ``from_base``/``from_config``).
     """
-    if isinstance(theta, RopeSpec):
-        loose = {"scale": scale, "layout": layout, "rotary_dim": rotary_dim, "window": window}
-        given = [name for name, value in loose.items() if value is not None]
-        if given:
-            raise RopesplitError(f"give a RopeSpec or loose geometry, not both ({', '.join(given)} "
-                                 "given beside a RopeSpec)")  # fmt: skip
-        if theta.head_dim != d:
-            raise RopesplitError(f"the RopeSpec has head dim {theta.head_dim}, the tensors {d}")
-        return Geometry(theta.frequencies, theta.scale, theta.layout, theta.rotary_dim,
-                        theta.window, theta)  # fmt: skip
-    if scale is None:
-        raise RopesplitError("scale is required with loose frequencies (or pass a RopeSpec)")
-    if layout is not None:
-        _check_layout(layout)
-    return Geometry(_inputs.check_theta(theta, d), _inputs.check_scale(scale), layout or "half",
-                    rotary_dim, _inputs.check_window(window), None)  # fmt: skip
+    if not isinstance(spec, RopeSpec):
+        raise RopesplitError(f"the geometry is one RopeSpec, got {type(spec).__name__}: build "
+                             "it with RopeSpec.from_arrays(theta, scale) or from_base")  # fmt: skip
+    return spec.check_head_dim(d)
 
 
 def looks_rotated(k: Any, spec: RopeSpec, positions: Any = None) -> tuple[float, float]:

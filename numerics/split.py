@@ -15,13 +15,13 @@ bounds take the same :math:`\Delta_{ij}`; ``cap`` :math:`L` is the map
 :math:`\min(p_i - p'_j, L)` of LM-Infinite, as matrix products (the pairs beyond
 the cap rotate by :math:`L`: :math:`W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}
 e^{i\theta_l L}\overline{\tilde k_{jl}}`, :math:`f_{ij}` is row ``i``'s value at :math:`L`).
-Under a reference rotation :math:`m_l` (``reference=``, docs/theory.md section 6,
+Under a reference rotation :math:`m_l` (``Measure.reference``, docs/theory.md section 6,
 :mod:`.reference`) ``g`` and ``E`` become
 :math:`g_m = s\,\mathrm{Re}\sum_l \tilde q_l\overline{\tilde\delta_l}m_l` and
 :math:`E_m = W - f - g_m`; ``zero`` (:math:`m_l = 1`) is the split above.
 ``W``, ``f`` and ``g`` are matrix products of rotated pairs; ``E`` and the
 bounds are evaluated term by term (:mod:`.bound`) so that rounding can never
-read as a violation, or, with ``bounds=False`` (a split measured, not
+read as a violation, or, with ``Measure(bounds=False)`` (a split measured, not
 checked), ``E = W - f - g`` by subtraction and no bounds.  Dense
 ``(N, N)`` float64 results, for small ``N`` (figures, experiments); the
 statistics of long sequences come from :mod:`.stats` without them.
@@ -36,14 +36,15 @@ Shapes::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bound import remainder_and_bound
-from ropesplit.numerics.reference import Reference, resolve_reference
+from ropesplit.numerics.measure import EXACT, Measure
+from ropesplit.numerics.reference import resolve_reference
 from ropesplit.numerics.rope import to_pairs
-from ropesplit.numerics.spec import geometry
+from ropesplit.numerics.spec import RopeSpec, as_spec
+from ropesplit.numerics.types import Distances, HeadFeatures, KeyMean, Positions
 
 from ropesplit.core.errors import RopesplitError
 
@@ -69,10 +70,10 @@ class HeadSplit:
     m: np.ndarray  # (P,) complex: the reference rotation m_l
 
 
-def _kbar(kbar: Any, k: np.ndarray) -> np.ndarray:
-    """The reference key: the mean key unless given, ``(d,)``."""
+def _kbar(kbar: KeyMean | None, k: np.ndarray, rule: str) -> np.ndarray:
+    """The reference key: ``kbar`` when given, else the ``rule``'s mean key, ``(d,)``."""
     if kbar is None:
-        return k.mean(axis=0)
+        return k[1:].mean(axis=0) if rule == "mean-skip-first" else k.mean(axis=0)
     kb = _inputs.as_float64("kbar", kbar, 1)
     if kb.shape != k.shape[1:]:
         raise RopesplitError(f"kbar must have shape {k.shape[1:]}, got {kb.shape}")
@@ -80,36 +81,31 @@ def _kbar(kbar: Any, k: np.ndarray) -> np.ndarray:
 
 
 def split_head(
-    q: Any,
-    k: Any,
-    theta: Any,
-    scale: float | None = None,
+    q: HeadFeatures,
+    k: HeadFeatures,
+    spec: RopeSpec,
+    measure: Measure = EXACT,
     *,
-    positions: Any = None,
-    kbar: Any = None,
-    layout: str | None = None,
-    rotary_dim: int | None = None,
-    window: int | None = None,
-    distances: Any = None,
+    positions: Positions = None,
+    kbar: KeyMean | None = None,
+    distances: Distances | None = None,
     cap: float | None = None,
-    reference: str | Reference = "zero",
-    bounds: bool = True,
 ) -> HeadSplit:
     r"""Split one head's logits: :math:`W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij}`.
 
-    ``q, k`` are ``(N, d)`` pre-RoPE (numpy or CPU torch); ``theta`` is a
-    :class:`~.spec.RopeSpec` (frequencies, scale, layout, rotary dim, window
-    in one object) or the loose frequencies ``(d/2,)`` (0 for non-rotating
-    pairs) with ``scale`` the logit scale ``s`` and the keywords; ``positions``
-    is ``(N,)`` or a pair ``(positions_q, positions_k)`` (default ``0..N-1``);
-    ``kbar`` defaults to the mean key.  ``distances`` ``(N, N)`` replaces
-    ``positions`` by an arbitrary distance map :math:`\Delta_{ij}` (``W`` and
-    ``f`` then rotate by :math:`\Delta_{ij}` term by term); ``cap`` :math:`L \ge 0`
+    ``q, k`` are ``(N, d)`` pre-RoPE (numpy or CPU torch); ``spec`` is the
+    head's :class:`~.spec.RopeSpec` (frequencies, scale ``s``, layout, rotary
+    dim, window); ``positions`` is ``(N,)`` or a pair ``(positions_q,
+    positions_k)`` (default ``0..N-1``); ``kbar`` defaults to the mean key
+    (``measure.kbar_rule``).  ``distances`` ``(N, N)`` replaces ``positions``
+    by an arbitrary distance map :math:`\Delta_{ij}` (``W`` and ``f`` then
+    rotate by :math:`\Delta_{ij}` term by term); ``cap`` :math:`L \ge 0`
     measures at the distances :math:`\min(p_i - p'_j, L)` (LM-Infinite's cap)
-    with matrix products.  ``bounds=False`` leaves the bounds out (``None``)
-    and takes ``E = W - f - g`` by subtraction.  The mask is by index.
+    with matrix products.  From ``measure`` (:class:`~.measure.Measure`):
     ``reference`` (``"zero"``, ``"distance:C"``, ``"mean"`` over the masked
-    pairs, or a :class:`~.reference.Reference`) sets :math:`m_l` in ``g`` and ``E``.
+    pairs, or a :class:`~.reference.Reference`) sets :math:`m_l` in ``g`` and
+    ``E``; ``bounds=False`` leaves the bounds out (``None``) and takes
+    ``E = W - f - g`` by subtraction.  The mask is by index.
 
     .. math::
         f_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde{\bar k}_l}\,
@@ -117,23 +113,19 @@ def split_head(
         g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde\delta_{jl}}
 
     >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> q, k = rng.normal(size=(2, 5, 4))
-    >>> sp = split_head(q, k, [1.0, 0.01], 0.5)
+    >>> from ropesplit.numerics.spec import RopeSpec
+    >>> q, k = np.random.default_rng(0).normal(size=(2, 5, 4))
+    >>> sp = split_head(q, k, RopeSpec((1.0, 0.01), 0.5))
     >>> bool(np.allclose(sp.f + sp.g + sp.E, sp.W)), sp.W.shape
     (True, (5, 5))
-    >>> from ropesplit.numerics.spec import RopeSpec
-    >>> spec = RopeSpec((1.0, 0.01), 0.5)
-    >>> bool(np.array_equal(split_head(q, k, spec).W, sp.W))
-    True
     """
     q = _inputs.as_float64("q", q, 2)
     k = _inputs.as_float64("k", k, 2)
     if q.shape != k.shape:
         raise RopesplitError(f"q and k must have one shape (N, d), got {q.shape} and {k.shape}")
     n, d = q.shape
-    geo = geometry(theta, scale, d, layout=layout, rotary_dim=rotary_dim, window=window)
-    th, s, layout, rotary_dim = geo.theta, geo.scale, geo.layout, geo.rotary_dim
+    spec = as_spec(spec, d)
+    th, s, layout, rotary_dim = spec.frequencies, spec.scale, spec.layout, spec.rotary_dim
     if cap is not None and (distances is not None or not cap >= 0):
         raise RopesplitError(f"cap must be a distance >= 0, without distances; got {cap}")
     if distances is None:
@@ -142,13 +134,13 @@ def split_head(
         delta = true if cap is None else np.minimum(true, cap)
     else:
         delta = _inputs.check_distances(distances, n, positions)  # (N, N)
-    kb = _kbar(kbar, k)
+    kb = _kbar(kbar, k, measure.kbar_rule)
     qc = to_pairs(q, layout, rotary_dim)  # (N, P)
     kc = to_pairs(k, layout, rotary_dim)  # (N, P)
     kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
     dc = kc - kbc  # (N, P) key deviations
-    mask = _inputs.causal_mask(n, geo.window)
-    ref = resolve_reference(reference, th, distances=delta, mask=mask)
+    mask = _inputs.causal_mask(n, spec.window)
+    ref = resolve_reference(measure.reference, th, distances=delta, mask=mask)
     if ref.m.shape != th.shape:
         raise RopesplitError(f"reference must have {th.size} pairs, got {ref.m.shape[0]}")
     gap = None if ref.is_zero else ref.one_minus
@@ -173,9 +165,9 @@ def split_head(
             q_block = qc[block, None, :] * rot  # (rows, N, P)  q~_il e^{i theta_l Delta_ij}
             w[block] = s * np.einsum("ijp,jp->ij", q_block, np.conj(kc)).real
             f[block] = s * (q_block @ np.conj(kbc)).real
-    if not bounds:
+    if not measure.bounds:
         return HeadSplit(W=w, f=f, g=g, E=w - f - g, bound=None, bound_loose=None, mask=mask,
-                         kbar=kb, delta=delta, reference=ref.spec, m=ref.m)  # fmt: skip
+                         kbar=kb, delta=delta, reference=ref.name, m=ref.m)  # fmt: skip
     e, bound, loose = np.empty((3, n, n))
     for i0 in range(0, n, rows):
         block = slice(i0, min(n, i0 + rows))
@@ -183,4 +175,4 @@ def split_head(
                                     loose=True, one_minus_m=gap)  # each (rows, N)  # fmt: skip
         e[block], bound[block], loose[block] = (p.numpy() for p in parts)
     return HeadSplit(W=w, f=f, g=g, E=e, bound=bound, bound_loose=loose, mask=mask, kbar=kb,
-                     delta=delta, reference=ref.spec, m=ref.m)  # fmt: skip
+                     delta=delta, reference=ref.name, m=ref.m)  # fmt: skip

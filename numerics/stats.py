@@ -8,10 +8,10 @@ Over the causal pairs :math:`\mathcal M` (``j <= i``, and ``i - j < window``):
     r_\mathrm{3axis} &= \mathrm{corr}_{\mathcal M}(W, \hat a_{i-j} + \hat b_i + \hat c_j),\qquad
     \text{tightness}_{ij} = |E_{ij}| / B_{ij}
 
-Under a reference rotation :math:`m_l` (docs/theory.md section 6, ``reference=``)
+Under a reference rotation :math:`m_l` (docs/theory.md section 6, ``Measure.reference``)
 ``g`` and ``E`` become :math:`g_m`, :math:`E_m` (:mod:`.reference`) and the
 bound :math:`s\sum_l|\tilde q_l||\tilde\delta_l||e^{i\theta_l\Delta} - m_l|`;
-``references=`` adds ``r_split``, ``r_split_rowcentred`` and
+``Measure.references`` adds ``r_split``, ``r_split_rowcentred`` and
 ``remainder_share`` under each further reference (``by_reference``), from the
 same pass (one more block product per reference).
 
@@ -72,18 +72,27 @@ from ropesplit.numerics import _inputs
 from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
-from ropesplit.numerics.pairing import Factors, Moments, pair_indices, pair_plan
+from ropesplit.numerics.measure import EXACT, Measure
+from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
-from ropesplit.numerics.spec import RopeSpec, geometry, repeat_kv_map
+from ropesplit.numerics.spec import RopeSpec, as_spec
+from ropesplit.numerics.types import (
+    HeadFeatures,
+    KeyMean,
+    LayerKeyMeans,
+    LayerKeys,
+    LayerQueries,
+    Positions,
+)
 from ropesplit.numerics.workers import one_blas_thread, serial
 
 from ropesplit.core.errors import RopesplitError
 
 __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
-           "pooled_correlation_ci"]
+           "pooled_correlation_ci", "row_moments", "tightness", "WORK_BYTES"]
 
-_WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's prefix sums
+WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's prefix sums
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
 _BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products
@@ -116,84 +125,61 @@ class HeadStats:
 
 
 def head_statistics(
-    q: Any,
-    k: Any,
-    theta: Any,
-    scale: float | None = None,
+    q: HeadFeatures,
+    k: HeadFeatures,
+    spec: RopeSpec,
+    measure: Measure = EXACT,
     *,
-    positions: Any = None,
-    kbar: Any = None,
-    layout: str | None = None,
-    rotary_dim: int | None = None,
-    window: int | None = None,
-    pair_budget: int | None = None,
-    seed: int = 0,
-    reference: str | Reference = "zero",
-    references: tuple[str, ...] = (),
+    positions: Positions = None,
+    kbar: KeyMean | None = None,
 ) -> HeadStats:
     r"""The section 5 statistics of one head: ``q, k (N, d)``; see :func:`layer_statistics`.
-
-    ``theta`` is a :class:`~.spec.RopeSpec` or loose frequencies with ``scale``.
 
     .. math:: W_{ij} = f(q_i, \Delta_{ij}) + g(q_i, k_j) + E_{ij},\quad
               \Delta_{ij} = p_i - p'_j,\ j \le i
 
     >>> import numpy as np
-    >>> from ropesplit.numerics.rope import frequencies
     >>> q, k = np.random.default_rng(0).normal(size=(2, 64, 8))
-    >>> st = head_statistics(q, k, frequencies(8), 8**-0.5)
+    >>> st = head_statistics(q, k, RopeSpec.from_base(8, 10000.0))
     >>> st.n_pairs, st.violations, st.tightness_max <= 1
     (2080, 0, True)
     """
     q = _inputs.as_float64("q", q, 2)
     k = _inputs.as_float64("k", k, 2)
     kb = None if kbar is None else _inputs.as_float64("kbar", kbar, 1)[None]
-    geo = geometry(theta, scale, q.shape[-1], layout=layout, rotary_dim=rotary_dim, window=window)
-    spec = geo.spec or RopeSpec(tuple(float(t) for t in geo.theta), geo.scale, geo.layout,
-                                geo.rotary_dim, geo.window)  # fmt: skip
-    return layer_statistics(q[None], k[None], replace(spec, kv_map=(0,)), positions=positions,
-                            kbar=kb, pair_budget=pair_budget, seed=seed, reference=reference,
-                            references=references)[0]  # fmt: skip
+    one = replace(as_spec(spec, q.shape[-1]), kv_map=(0,))
+    return layer_statistics(q[None], k[None], one, measure, positions=positions, kbar=kb)[0]
 
 
 def layer_statistics(
-    q: Any,
-    k: Any,
-    kv_map: Any,
-    theta: Any = None,
-    scale: float | None = None,
+    q: LayerQueries,
+    k: LayerKeys,
+    spec: RopeSpec,
+    measure: Measure = EXACT,
     *,
-    positions: Any = None,
-    kbar: Any = None,
-    layout: str | None = None,
-    rotary_dim: int | None = None,
-    window: int | None = None,
-    pair_budget: int | None = None,
-    seed: int = 0,
-    reference: str | Reference = "zero",
-    references: tuple[str, ...] = (),
-    device: Any = None,
+    positions: Positions = None,
+    kbar: LayerKeyMeans | None = None,
 ) -> list[HeadStats]:
     r"""The section 5 statistics of every query head of a layer, batched.
 
-    ``q (H, N, d)`` and ``k (Hkv, N, d)`` are pre-RoPE (numpy or CPU torch).
-    The geometry is one :class:`~.spec.RopeSpec` in place of ``kv_map``
-    (``layer_statistics(q, k, spec)``: frequencies, scale, layout, rotary dim,
-    window and KV map from it), or loose: head ``h`` reads KV head
-    ``kv_map[h]`` (``None``: ``h // (H / Hkv)``, grouped-query attention's
-    layout), ``theta (d/2,)``, ``scale`` and the keywords; ``kbar (Hkv, d)`` defaults to each
-    KV head's mean key; ``positions`` is ``(N,)`` or ``(positions_q,
-    positions_k)``; ``pair_budget`` is the number of causal pairs per head
-    whose bound is checked (None, the default: every pair; a smaller number:
-    a seeded sample of that many, reported as ``sampled_pairs``); ``seed``
-    fixes the pair sample.  ``reference`` (``"zero"``, ``"distance:C"``,
-    ``"mean"`` over this layer's causal pairs, docs/theory.md section 6) sets the
-    split of every field; ``references`` adds ``r_split``,
-    ``r_split_rowcentred`` and ``remainder_share`` under each of those specs
-    (``by_reference``, which also holds ``reference``'s own).  ``device``
-    (None: the compiled CPU path) runs the two ``N^2`` parts, the row moments
-    and the bound check, in torch on that device (:mod:`.stats_torch`: CUDA
-    where the model sits on a GPU; the same numbers to float64 rounding).
+    ``q (H, N, d)`` and ``k (Hkv, N, d)`` are pre-RoPE (numpy or CPU torch);
+    ``spec`` is the layer's geometry (frequencies, scale, layout, rotary dim,
+    window; head ``h`` reads KV head ``spec.kv_heads(H, Hkv)[h]``, grouped-query
+    attention's ``h // (H / Hkv)`` unless the spec maps them); ``positions``
+    is ``(N,)`` or ``(positions_q, positions_k)`` (default ``0..N-1``);
+    ``kbar (Hkv, d)`` is each KV head's reference key (default: the
+    ``measure.kbar_rule`` mean).  ``measure`` (:class:`~.measure.Measure`)
+    holds the options: ``reference`` (``"zero"``, ``"distance:C"``, ``"mean"``
+    over this layer's causal pairs, docs/theory.md section 6) sets the split of
+    every field; ``references`` adds ``r_split``, ``r_split_rowcentred`` and
+    ``remainder_share`` under each of those specs (``by_reference``, which also
+    holds ``reference``'s own); ``pair_budget`` is the number of causal pairs
+    per head whose bound is checked (None: every pair; a smaller number: a
+    sample of that many fixed by ``seed``, reported as ``sampled_pairs``);
+    ``device`` (None: the compiled CPU path) runs the two ``N^2`` parts, the
+    row moments and the bound check, in torch on that device
+    (:mod:`.stats_torch`: CUDA where the model sits on a GPU; the same numbers
+    to float64 rounding).
 
     .. math:: E_{ij} = s\,\big(\langle R(p_i)q_i, R(p'_j)\delta_j\rangle
                                - \langle q_i, \delta_j\rangle\big)
@@ -205,20 +191,17 @@ def layer_statistics(
         raise RopesplitError(f"k must have shape (Hkv, {n}, {d}) like q, got {k.shape}")
     if n < 1:
         raise RopesplitError("need at least one token, got 0")
-    if isinstance(kv_map, RopeSpec):  # the one-object form: (q, k, spec)
-        if theta is not None:
-            raise RopesplitError("give a RopeSpec alone, or kv_map, theta and scale")
-        theta, kv_map = kv_map, kv_map.kv_heads(h, hkv)
-    geo = geometry(theta, scale, d, layout=layout, rotary_dim=rotary_dim, window=window)
-    th, s, layout, rotary_dim, w = geo.theta, geo.scale, geo.layout, geo.rotary_dim, geo.window
-    if kv_map is None:  # grouped queries read KV head h // (H / Hkv): the usual GQA layout
-        kv_map = repeat_kv_map(h, hkv)
-    kv = _inputs.check_kv_map(kv_map, h, hkv)
+    spec = as_spec(spec, d)
+    th, s, layout, rotary_dim, w = (spec.frequencies, spec.scale, spec.layout, spec.rotary_dim,
+                                    spec.window)  # fmt: skip
+    kv = spec.kv_heads(h, hkv)
     pq, pk = _inputs.check_positions(positions, n)
-    if pair_budget is not None and pair_budget < 1:
-        raise RopesplitError(f"pair_budget must be a positive number of pairs, got {pair_budget}")
-    refs = [resolve_reference(spec, th, n=n, window=w, positions=(pq, pk))
-            for spec in _unique([reference, *references])]  # fmt: skip  # primary first
+    reference, references = measure.reference, measure.references
+    pair_budget, seed, device = measure.pair_budget, measure.seed, measure.device
+    if kbar is None and measure.kbar_rule == "mean-skip-first":
+        kbar = k[:, 1:].mean(axis=1)  # (Hkv, d): the mean key without the first token
+    refs = [resolve_reference(name, th, n=n, window=w, positions=(pq, pk))
+            for name in _unique([reference, *references])]  # fmt: skip  # primary first
     qc = np.ascontiguousarray(to_pairs(q, layout, rotary_dim))  # (H, N, P)
     kc = np.ascontiguousarray(to_pairs(k, layout, rotary_dim))  # (Hkv, N, P)
     if kbar is None:
@@ -234,12 +217,13 @@ def layer_statistics(
     sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w, [None if r.is_zero else r.m for r in refs],
                        device)  # fmt: skip
     gap = None if refs[0].is_zero else refs[0].one_minus
+    check = BoundCheck(qc, dc[kv], th, pq, pk, s, w, gap)
     if device is None:
-        tight = _tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap)  # one per head
+        tight = tightness(check, pair_budget, seed)  # one per head
     else:
-        from ropesplit.numerics.stats_torch import tightness
+        from ropesplit.numerics import stats_torch
 
-        tight = tightness(qc, dc[kv], th, pq, pk, s, w, pair_budget, seed, gap, device)
+        tight = stats_torch.tightness(check, pair_budget, seed, device)
     gram = band_gram(n, w)
     # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
     # solved for the unit right side and scaled back (the fit is linear in it): logits near
@@ -252,27 +236,27 @@ def layer_statistics(
     out = []
     for i in range(h):
         tww = sums["tww"][i]
-        split = {ref.spec: _split_stats(sums, r, i, s, gram.pairs) for r, ref in enumerate(refs)}
-        primary = split[refs[0].spec]
+        split = {ref.name: _split_stats(sums, r, i, s, gram.pairs) for r, ref in enumerate(refs)}
+        primary = split[refs[0].name]
         out.append(HeadStats(
             **{key: primary[key] for key in ("r_split", "r_split_rowcentred", "remainder_share")},
             r_3axis=_corr(fit_share[i], tww, fit_share[i]),
             tightness_max=tight[i][0], tightness_median=tight[i][1],
             lowfreq_share_k=float(low_k[i]), lowfreq_share_q=float(low_q[i]),
             n_pairs=gram.pairs, sampled_pairs=tight[i][2], violations=tight[i][3],
-            reference=refs[0].spec, by_reference=split,
+            reference=refs[0].name, by_reference=split,
         ))  # fmt: skip
     return out
 
 
-def _unique(specs: list[str | Reference]) -> list[str | Reference]:
-    """Specs in order, each reference once (``distance:256.0`` is ``distance:256``)."""
+def _unique(names: list[str | Reference]) -> list[str | Reference]:
+    """References in order, each once (``distance:256.0`` is ``distance:256``)."""
     seen, out = set(), []
-    for spec in specs:
-        key = spec.spec if isinstance(spec, Reference) else canonical(spec)
+    for name in names:
+        key = name.name if isinstance(name, Reference) else canonical(name)
         if key not in seen:
             seen.add(key)
-            out.append(spec)
+            out.append(name)
     return out
 
 
@@ -461,7 +445,7 @@ def _logit_sums(
     (pairs with :math:`\theta_l = 0` and every :math:`m_l = 1` have no share
     in ``E`` and are left out of it exactly).  Each row's raw moments
     :math:`S^{WW}_i = \sum_j W_{ij}^2`, :math:`S^{WE}_i`, :math:`S^{EE}_i`
-    come from :func:`_row_moments` (no ``(N, N)`` matrix), and are centred
+    come from :func:`row_moments` (no ``(N, N)`` matrix), and are centred
     with the row sums :math:`R_i` and the masked means:
 
     .. math:: \sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i - \mu_E R^W_i - \mu_W R^E_i
@@ -489,11 +473,11 @@ def _logit_sums(
     whole = window is None or window >= n  # then every row sees all columns before it
     factors, band = Factors(a, y, b, dp, us, kv), None if whole else window
     if device is None:
-        s_ww, s_we, s_ee = _row_moments(factors, band)
+        s_ww, s_we, s_ee = row_moments(factors, band)
     else:
-        from ropesplit.numerics.stats_torch import row_moments
+        from ropesplit.numerics import stats_torch
 
-        s_ww, s_we, s_ee = row_moments(factors, band, device)
+        s_ww, s_we, s_ee = stats_torch.row_moments(factors, band, device)
     nw = count_b * mean_w[:, None]  # (H, N) n_i mu_W
     ww = s_ww - mean_w[:, None] * (2 * row_w - nw)  # per-row products about the masked means
     we = [s - m[:, None] * row_w - mean_w[:, None] * r + nw * m[:, None]
@@ -528,7 +512,7 @@ def _logit_sums(
 
 
 
-def _row_moments(f: Factors, window: int | None) -> Moments:
+def row_moments(f: Factors, window: int | None) -> Moments:
     r"""Raw row moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
     :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2`; no ``(N, N)`` matrix.
 
@@ -575,7 +559,7 @@ def _prefix_moments(f: Factors) -> Moments:
     hkv, block = y.shape[0], _BLOCK_ROWS
     groups = [torch.from_numpy(np.flatnonzero(f.kv == g)) for g in range(hkv)]
     per_block = 8 * (2 * hkv * 6 * c * c + h * block * 6 * c)  # bytes of work
-    span = max(1, _WORK_BYTES // per_block)
+    span = max(1, WORK_BYTES // per_block)
     # the upper blocks of sum z z^T, z = (y, b, delta): rows y (3c columns), b (2c), delta (c)
     carry = [torch.zeros(hkv, 1, c, width, dtype=torch.float64) for width in (3 * c, 2 * c, c)]
     s_ww = torch.empty(h, n, dtype=torch.float64)
@@ -682,22 +666,15 @@ def _band_kernel(parallel: bool = True) -> Any:
     return kernel
 
 
-def _tightness(
-    qc: np.ndarray,
-    dc: np.ndarray,
-    theta: np.ndarray,
-    pq: np.ndarray,
-    pk: np.ndarray,
-    s: float,
-    window: int | None,
-    pair_budget: int | None,
-    seed: int,
-    gap: np.ndarray | None = None,
+def tightness(
+    check: BoundCheck, pair_budget: int | None = None, seed: int = 0
 ) -> list[tuple[float, float, int | None, int]]:
     r"""Per head ``(max, median, sampled_pairs, violations)`` of :math:`|E_{ij}| / B_{ij}`.
 
-    ``qc, dc (H, N, P)``: query pairs and the key-deviation pairs each head
-    reads; ``gap`` is ``1 - m`` of the reference (None: :math:`m_l = 1`).
+    ``check`` (:class:`~.pairing.BoundCheck`) holds ``qc, dc (H, N, P)``: the
+    query pairs and the key-deviation pairs each head reads, the frequencies,
+    positions, scale and window, and ``gap``, ``1 - m`` of the reference
+    (None: :math:`m_l = 1`).
     Exact over every causal pair unless ``pair_budget`` is below the number
     of causal pairs: then on one seeded uniform sample of ``pair_budget``
     pairs shared by every head (the same pairs for a given seed).  The exact
@@ -705,12 +682,14 @@ def _tightness(
     whole numbers of a step (:func:`whole_steps`), else in row chunks with
     all heads at once (the angles are shared).
     """
+    qc, dc, theta, pq, pk = check.qc, check.dc, check.theta, check.pq, check.pk
+    s, window, gap = check.scale, check.window, check.gap
     h, n, p = qc.shape
     n_pairs, flat, whole = pair_plan(n, window, pair_budget, seed, pq, pk)
     if whole is not None:  # every pair, compiled; heads in chunks of bounded memory
         iq, ik, step = whole
         out = []
-        for h0 in range(0, h, chunk := max(1, _WORK_BYTES // (8 * n_pairs))):
+        for h0 in range(0, h, chunk := max(1, WORK_BYTES // (8 * n_pairs))):
             ratio, bad_np = causal_ratios(qc[h0 : h0 + chunk], dc[h0 : h0 + chunk],
                                           theta * step, iq, ik, s, window=window,
                                           one_minus_m=gap)  # fmt: skip

@@ -27,7 +27,7 @@ How: blocks of query rows ``i0 .. i1`` against the columns ``j0 .. i1`` they
 can see, as ``(H, rows, cols)`` matrix products (the moments) or
 ``(H, rows, cols, P)`` terms (the bound), masked to the band; one block's
 temporaries stay within :data:`_BLOCK_BYTES`.  The numbers are those of
-:func:`.stats._row_moments` and :func:`.stats._tightness` (the numba path) up
+:func:`.stats.row_moments` and :func:`.stats.tightness` (the numba path) up
 to the order of the sums: the same pair sample, the same angles (whole-number
 positions counted in steps as :func:`.stats.whole_steps` says), the same
 :math:`u` (:func:`.bound.rotation_gap`).  Every result is gathered to the
@@ -47,7 +47,7 @@ import math
 import numpy as np
 import torch
 from ropesplit.numerics.bound import ATOL, RTOL, rotation_gap
-from ropesplit.numerics.pairing import Factors, Moments, pair_indices, pair_plan
+from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
 
 __all__ = ["row_moments", "tightness"]
 
@@ -59,7 +59,7 @@ _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # real, imaginary, mod
 
 def row_moments(f: Factors, window: int | None, device: torch.device | str) -> Moments:
     r""":math:`S^{WW} (H, N)`, :math:`S^{WE}, S^{EE} (M, H, N)` over the band, as
-    :func:`.stats._row_moments`, computed on ``device`` (returned on the CPU, float64).
+    :func:`.stats.row_moments`, computed on ``device`` (returned on the CPU, float64).
 
     Per block of query rows: :math:`W = A Y^\top`, :math:`E^m = A B^\top - U^m \Delta^\top`
     (``Y, B, Delta`` the columns of the KV head each query head reads), zero
@@ -88,28 +88,21 @@ def row_moments(f: Factors, window: int | None, device: torch.device | str) -> M
 
 
 def tightness(
-    qc: np.ndarray,
-    dc: np.ndarray,
-    theta: np.ndarray,
-    pq: np.ndarray,
-    pk: np.ndarray,
-    s: float,
-    window: int | None,
-    pair_budget: int | None,
-    seed: int,
-    gap: np.ndarray | None,
-    device: torch.device | str,
+    check: BoundCheck, pair_budget: int | None, seed: int, device: torch.device | str
 ) -> list[tuple[float, float, int | None, int]]:
     r"""Per head ``(max, median, sampled_pairs, violations)`` of :math:`|E_{ij}|/B_{ij}`,
-    as :func:`.stats._tightness`, evaluated on ``device``.
+    as :func:`.stats.tightness`, evaluated on ``device``.
 
-    ``qc, dc (H, N, P)`` complex, ``theta (P,)``, positions ``pq, pk (N,)``,
-    ``gap`` :math:`1 - m_l` ``(P,)`` complex (None: :math:`m_l = 1`).  Exact
+    ``check`` (:class:`~.pairing.BoundCheck`): ``qc, dc (H, N, P)`` complex,
+    ``theta (P,)``, positions ``pq, pk (N,)``, the scale and window, ``gap``
+    :math:`1 - m_l` ``(P,)`` complex (None: :math:`m_l = 1`).  Exact
     over every causal pair (blocks of query rows) unless ``pair_budget`` is
-    below their number: then the seeded sample :func:`.stats._tightness`
+    below their number: then the seeded sample :func:`.stats.tightness`
     draws (the same pairs).  Pairs with :math:`B = 0` have no ratio (they
     count as violations only when :math:`|E| > \mathrm{ATOL}`).
     """
+    qc, dc, theta, pq, pk = check.qc, check.dc, check.theta, check.pq, check.pk
+    s, window, gap = check.scale, check.window, check.gap
     dev = torch.device(device)
     h, n, p = qc.shape
     n_pairs, flat, whole = pair_plan(n, window, pair_budget, seed, pq, pk)

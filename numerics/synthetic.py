@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, from_pairs
+from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.core.errors import RopesplitError
 
@@ -51,6 +53,11 @@ class SyntheticQK:
     tokens: int
     seed: int
     high_share: float | None  # share of deviation energy in the faster half (structured)
+
+    @property
+    def spec(self) -> RopeSpec:
+        """The head's geometry: ``theta``, ``scale``, the half layout."""
+        return RopeSpec.from_arrays(self.theta, self.scale)
 
 
 def _deviations(rng: np.random.Generator, tokens: int, weights: np.ndarray) -> np.ndarray:
@@ -133,8 +140,7 @@ def sweep(
     rows = []
     for share in shares:
         qk = make_qk("structured", d=d, base=base, tokens=tokens, seed=seed, high_share=share)
-        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=pair_budget,
-                                seed=seed)  # fmt: skip
+        stats = head_statistics(qk.q, qk.k, qk.spec, Measure(pair_budget=pair_budget, seed=seed))
         rows.append({"high_share": float(share), "d": d, "base": float(base), "tokens": tokens,
                      "seed": seed, **stats.as_dict()})  # fmt: skip
     return rows
@@ -163,8 +169,8 @@ def reference_sweep(
     rows = []
     for pattern in patterns:
         qk = make_qk(pattern, d=d, base=base, tokens=tokens, seed=seed)
-        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=1, seed=seed,
-                                references=tuple(references))  # fmt: skip
+        stats = head_statistics(qk.q, qk.k, qk.spec,
+                                Measure(pair_budget=1, seed=seed, references=tuple(references)))
         spread = _spread_of_w(qk)
         for spec, values in stats.by_reference.items():
             rows.append({"pattern": pattern, "reference": spec, **values,
@@ -203,8 +209,7 @@ def bound_record(
     cases = []
     for pattern in patterns:
         qk = make_qk(pattern, d=d, base=base, tokens=tokens, seed=seed)
-        stats = head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=pair_budget,
-                                seed=seed)  # fmt: skip
+        stats = head_statistics(qk.q, qk.k, qk.spec, Measure(pair_budget=pair_budget, seed=seed))
         cases.append({"pattern": pattern, "d": d, "base": base, "tokens": tokens, "seed": seed,
                       **stats.as_dict()})  # fmt: skip
     references = reference_sweep(patterns=patterns, d=d, base=base, tokens=tokens, seed=seed)

@@ -79,7 +79,8 @@ ALLOWED = {
     "ropesplit.theory": BASE,
     "ropesplit.numerics": BASE | {"ropesplit.theory"},
     "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics"},
-    "ropesplit.figures": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical"},
+    # figures draw from plain data (issue 31): ropesplit.report.figure_data computes it
+    "ropesplit.figures": BASE | {"ropesplit.theory"},
     "ropesplit.report": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
                                 "ropesplit.figures"},
     "ropesplit.commands": BASE | {"ropesplit.theory", "ropesplit.numerics",
@@ -135,8 +136,9 @@ def _edges() -> list[tuple[str, str, str]]:
 
 
 def test_layers_import_only_what_their_place_allows():
-    """theory <- numerics <- empirical <- figures <- report <- commands <- cli: no edge
-    points up (e.g. empirical never imports figures, report or commands)."""
+    """theory <- numerics <- empirical <- report <- commands <- cli, figures beside
+    numerics and empirical, below report: no edge points up (e.g. empirical never imports
+    figures, report or commands) and figures import neither numerics nor empirical."""
     edges = _edges()
     sources = {source for source, _, _ in edges}
     assert sources <= set(ALLOWED), sorted(sources - set(ALLOWED))  # a new layer: add its row
@@ -158,3 +160,73 @@ def test_the_edge_check_sees_a_forbidden_import(tmp_path, monkeypatch):
         monkeypatch.delitem(LAYER_FOLDERS, folder)
     edges = [(s, t) for s, t, where in _edges() if where.endswith("planted.py:1")]
     assert edges == [("ropesplit.numerics", "ropesplit.empirical")]
+
+
+def test_the_edge_check_sees_a_figure_reaching_for_numerics(tmp_path, monkeypatch):
+    """Figures draw only from plain data: a numerics or empirical import planted in a copy of
+    the figures package, at module level or inside a function, is reported and refused."""
+    import shutil
+
+    fake = tmp_path / "ropesplit"
+    shutil.copytree(ROOT / "ropesplit", fake, ignore=shutil.ignore_patterns("__pycache__"))
+    (fake / "figures" / "planted.py").write_text(
+        "from ropesplit.empirical import capture\n\n\n"
+        "def split():\n    from ropesplit.numerics.split import split_head\n"
+    )  # fmt: skip
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path, raising=False)
+    for folder in ("theory", "numerics", "empirical"):
+        monkeypatch.delitem(LAYER_FOLDERS, folder)
+    edges = [(s, t, where.rsplit(":", 1)[1]) for s, t, where in _edges()
+             if "planted.py" in where]  # fmt: skip
+    assert edges == [("ropesplit.figures", "ropesplit.empirical", "1"),
+                     ("ropesplit.figures", "ropesplit.numerics", "5")]  # fmt: skip
+    assert not {target for _, target, _ in edges} & ALLOWED["ropesplit.figures"]
+
+
+def _folder(module: str) -> Path:
+    """Where a ``ropesplit`` module's package lives: ``ropesplit.numerics`` -> numerics/."""
+    top, *rest = module.split(".")[1:] or [""]
+    if top in ("theory", "numerics", "empirical"):
+        return ROOT.joinpath(top, *rest)
+    return ROOT.joinpath("ropesplit", *[part for part in (top, *rest) if part])
+
+
+def _private_imports(folder: Path, package: str) -> list[str]:
+    """``where: module._name`` for each private name imported from another module of the
+    package (a private *module* of the importer's own package, e.g. ``numerics._inputs``, is
+    allowed: that is what a leading underscore on a file means)."""
+    import ast
+
+    bad = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.startswith("ropesplit")):  # fmt: skip
+                continue
+            for alias in node.names:
+                if not alias.name.startswith("_") or alias.name.startswith("__"):
+                    continue
+                sub = _folder(node.module)
+                if (sub / f"{alias.name}.py").is_file() and path.parent == sub:
+                    continue  # a private module of the importer's own package
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}")
+    return bad
+
+
+def test_no_module_imports_another_modules_private_names():
+    """Issue 31: what one module shares with another has a public name (``stats.tightness``,
+    ``rope.check_layout``); a leading underscore means "this module only"."""
+    bad = [line for folder, package in LAYER_FOLDERS.items()
+           for line in _private_imports(ROOT / folder, package)]  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def test_the_numerics_docstring_names_every_module():
+    """``ropesplit.numerics``'s docstring is its map: one line per public module, each there."""
+    import re
+
+    import ropesplit.numerics as numerics
+
+    listed = set(re.findall(r"^    ([a-z_]+) ", numerics.__doc__ or "", flags=re.MULTILINE))
+    modules = {p.stem for p in (ROOT / "numerics").glob("*.py") if not p.stem.startswith("_")}
+    assert modules <= listed, sorted(modules - listed)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from ropesplit.empirical.corpus import default_corpus, passage_ids
 from ropesplit.empirical.experiments.base import Context, Row, Verdict
-from ropesplit.empirical.intervene import Edit, calibrate_kbar, intervened_nll
+from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.numerics.intervals import UnitInterval, decide, paired_interval, t_interval
 from ropesplit.numerics.intervention import log_ratio
@@ -52,15 +52,15 @@ class Corpus:
                                      f"{tuple(ids.shape)}")  # fmt: skip
         self.ids, self.calibration = ids[:PASSAGES], ids[PASSAGES:total]
         self.context = context
-        self._kbar: dict[int, dict[int, np.ndarray]] = {}
+        self._kbars: dict[int, dict[int, np.ndarray]] = {}
 
-    def kbar(self, loaded: LoadedModel) -> dict[int, np.ndarray]:
+    def kbars(self, loaded: LoadedModel) -> dict[int, np.ndarray]:
         """Each layer's mean pre-RoPE key over the calibration passages, for ``loaded``."""
         key = id(loaded)
-        if key not in self._kbar:
-            self._kbar[key] = calibrate_kbar(loaded, self.calibration)
+        if key not in self._kbars:
+            self._kbars[key] = calibrate_kbars(loaded, self.calibration)
             self.context.forwarded(1)
-        return self._kbar[key]
+        return self._kbars[key]
 
     def nll(self, loaded: LoadedModel, edit: Edit | None, positions: Any = None, *,
             ids: Any = None) -> np.ndarray:  # fmt: skip

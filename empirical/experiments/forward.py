@@ -30,6 +30,7 @@ from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "CONTEXT_SHARE",
+    "check_inputs",
     "context_length",
     "continuation_losses",
     "forward_batch",
@@ -74,7 +75,9 @@ def forward_batch(
     return out.logits
 
 
-def _check_inputs(loaded: LoadedModel, ids: np.ndarray, positions: np.ndarray, start: int) -> None:
+def check_inputs(loaded: LoadedModel, ids: np.ndarray, positions: np.ndarray, start: int) -> None:
+    """Refuse, with one line, ``ids``/``positions`` that are not one ``(B, N)`` shape, a
+    continuation ``start`` outside ``[1, N)``, ids outside the vocabulary, negative positions."""
     if ids.ndim != 2 or positions.shape != ids.shape:
         raise RopesplitError(
             f"ids and positions must both be (B, N), got {ids.shape} and {positions.shape}"
@@ -108,7 +111,7 @@ def continuation_losses(
     """
     ids_np = np.asarray(ids, dtype=np.int64)
     pos_np = np.asarray(positions, dtype=np.int64)
-    _check_inputs(loaded, ids_np, pos_np, start)
+    check_inputs(loaded, ids_np, pos_np, start)
     if batch_size < 1:
         raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
     rows = np.concatenate([ids_np, pos_np], axis=1)  # (B, 2N): one key per distinct input

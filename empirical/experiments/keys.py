@@ -82,24 +82,24 @@ def matched_strengths(cost: Any, fast: float, slow: float, steps: int = STEPS
 def _run(context: Context) -> list[Row]:
     data = edits.corpus(context)
     loaded = context.loaded
-    kbar = data.kbar(loaded)
+    kbars = data.kbars(loaded)
     layers = tuple(range(loaded.n_layers))
     calibration = data.calibration
     base = data.nll(loaded, None, ids=calibration)
 
     def cost(kind: str, alpha: float) -> float:  # on the calibration passages only
-        edited = data.nll(loaded, Edit(kind, layers, kbar=kbar, strength=alpha), ids=calibration)
+        edited = data.nll(loaded, Edit(kind, layers, kbars=kbars, strength=alpha), ids=calibration)
         return float(edits.ratios(edited, base).mean())
 
     alphas = matched_strengths(cost, cost("fast_keys", 1.0), cost("slow_keys", 1.0))
     shifted = {t: _positions(context, data.ids, t) for t in (SMALL, LARGE)}
     clean = data.nll(loaded, None)
     made: dict[str, Edit | None] = {"none": None,
-                                    "fast_keys": Edit("fast_keys", layers, kbar=kbar),
-                                    "slow_keys": Edit("slow_keys", layers, kbar=kbar)}
+                                    "fast_keys": Edit("fast_keys", layers, kbars=kbars),
+                                    "slow_keys": Edit("slow_keys", layers, kbars=kbars)}
     for name, kind, alpha in (("fast_matched", "fast_keys", alphas[0]),
                               ("slow_matched", "slow_keys", alphas[1])):
-        made[name] = made[kind] if alpha == 1.0 else Edit(kind, layers, kbar=kbar, strength=alpha)
+        made[name] = made[kind] if alpha == 1.0 else Edit(kind, layers, kbars=kbars, strength=alpha)
     sens: dict[str, np.ndarray] = {}
     lost: dict[str, np.ndarray] = {}
     done: dict[int, tuple[np.ndarray, np.ndarray]] = {}

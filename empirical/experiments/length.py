@@ -52,11 +52,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict, combine
 from ropesplit.empirical.experiments.forward import model_context
 from ropesplit.empirical.lminfinite import (
     SETTINGS,
-    LayerQK,
     SettingRun,
     run_setting,
     settings,
@@ -74,6 +74,7 @@ from ropesplit.numerics.lambda_attention import (
     rank_correlation,
     relative_change,
 )
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.split import split_head
 
 from ropesplit.core.errors import RopesplitError
@@ -87,6 +88,7 @@ CORRELATION = 0.5  # "goes with": Spearman(ratio, f_outside) over the rows beyon
 G_TOL = 0.01  # g "stays within its range": share of pairs outside it <= this, every row beyond L
 CURVE_BINS_PER_L = 8  # points per training length in the loss-against-position curve
 COMPONENTS = ("f", "g", "E")
+SPLIT_ONLY = Measure(bounds=False)  # the components by subtraction: nothing here reads the bound
 
 PREDICTION = (
     f"vanilla's loss rises beyond L (farthest bucket > {1 + RISE:.2f} x the in-length loss of "
@@ -117,22 +119,23 @@ def _reference(run: SettingRun, layer: int, head: int, length: int) -> dict[str,
     The queries of the first ``L + 1`` tokens (positions ``0..L``, the last
     one the cap's distance ``L``), the mean key of the same tokens.
     """
-    qk = run.layers[layer]
-    seen = min(length + 1, qk.q.shape[1])
-    kbar = qk.k[qk.kv_map[head], :seen].mean(axis=0)  # (d,)
-    parts = _split(qk, head, kbar, None, slice(0, seen))  # (L + 1, L + 1) each
+    lc = run.layers[layer]
+    seen = min(length + 1, lc.q.shape[1])
+    k = lc.k[int(lc.kv_map[head]), :seen].double().cpu().numpy()  # (L + 1, d)
+    kbar = k.mean(axis=0)  # (d,)
+    parts = _split(lc, head, kbar, None, slice(0, seen))  # (L + 1, L + 1) each
     causal = lambda_mask(seen)
     ranges = {x: (float(parts[x][causal].min()), float(parts[x][causal].max())) for x in COMPONENTS}
     return {"kbar": kbar, "range": ranges}
 
 
 def _split(
-    qk: LayerQK, head: int, kbar: np.ndarray, cap: int | None, rows: slice
+    lc: LayerCapture, head: int, kbar: np.ndarray, cap: int | None, rows: slice
 ) -> dict[str, np.ndarray]:
     """``W, f, g, E`` of one head at the setting's distances (the cap's, or the true ones)."""
-    sp = split_head(
-        qk.q[head, rows], qk.k[qk.kv_map[head], rows], qk.spec, cap=cap, kbar=kbar, bounds=False,
-    )  # fmt: skip
+    q, k = lc.q[head, rows], lc.k[int(lc.kv_map[head]), rows]  # (N, d) each
+    sp = split_head(q.double().cpu().numpy(), k.double().cpu().numpy(), lc.spec, SPLIT_ONLY,
+                    cap=cap, kbar=kbar)  # fmt: skip
     return {"W": sp.W, "f": sp.f, "g": sp.g, "E": sp.E}
 
 
@@ -153,11 +156,11 @@ def _head_stats(
     i, j = np.indices((n_tokens, n_tokens))
     trained_distance = (i - j) <= length  # (N, N): distances the model met in training
     for name, run in runs.items():  # vanilla first (SETTINGS order)
-        qk = run.layers[layer]
-        parts = _split(qk, head, ref["kbar"], run.spec.cap, every)
+        lc = run.layers[layer]
+        parts = _split(lc, head, ref["kbar"], run.spec.cap, every)
         vanilla = vanilla or parts
-        lo_f, hi_f = positional_range(qk.q[head], ref["kbar"], qk.theta, qk.scale, length,
-                                      layout=qk.layout, rotary_dim=qk.rotary_dim)  # fmt: skip
+        lo_f, hi_f = positional_range(lc.q[head].double().cpu().numpy(), ref["kbar"], lc.spec,
+                                      length)  # fmt: skip
         attended = masks[name]  # (N, N) the pairs this setting attends
         rows = []
         for lo, hi in edges:
@@ -226,7 +229,7 @@ def length_rows(
         run = runs[name]
         losses = bucket_means(run.nll, edges)
         centres, curve = _curve(run.nll, length)
-        rope = max(qk.rope_max_rel_diff for qk in run.layers.values())
+        rope = max(lc.rope_max_rel_diff for lc in run.layers.values())
         for b, (lo, hi) in enumerate(edges):
             stats = {key: float(np.mean([h[name][b][key] for h in per_head]))
                      for key in per_head[0][name][b]}  # fmt: skip

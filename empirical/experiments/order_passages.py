@@ -10,8 +10,8 @@ disjoint adjacent swaps (:func:`~ropesplit.empirical.perturb.nested_adjacent_swa
 at every rate of :data:`RATES` (2.5, 5, 10, 20, 50%): each rate makes every
 swap of the smaller ones and more, so the rates are compared on the same
 draw (paired). The first token (BOS) and special tokens never move. The
-swaps are drawn segment by segment between the lengths of the ``tokens``
-axis (``[0, 256)``, ``[256, 512)``, ...): the first ``L`` tokens of a
+swaps are drawn segment by segment between the ``lengths`` (``[0, 256)``,
+``[256, 512)``, ...): the first ``L`` tokens of a
 perturbed passage are then a perturbation of the passage's first ``L``
 tokens at the same rates, so one forward pass of the longest length gives
 every length (the model is causal: the loss of target ``t`` sees tokens
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.experiments.forward import _check_inputs, forward_batch, special_positions
+from ropesplit.empirical.experiments.forward import check_inputs, forward_batch, special_positions
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
 
@@ -100,7 +100,7 @@ def token_losses(
     if ids_np.ndim != 2:
         raise RopesplitError(f"ids must be (B, N), got shape {ids_np.shape}")
     positions = np.broadcast_to(np.arange(ids_np.shape[1]), ids_np.shape)  # (B, N)
-    _check_inputs(loaded, ids_np, positions, 1)
+    check_inputs(loaded, ids_np, positions, 1)
     if batch_size < 1:
         raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
     (_, n_tokens) = ids_np.shape
@@ -212,7 +212,7 @@ def order_passage(
     ids: Any,
     *,
     seed: int,
-    tokens: Sequence[int] | None = None,
+    lengths: Sequence[int] | None = None,
     draws: int = DRAWS,
     rates: Sequence[float] = RATES,
     near: int = NEAR,
@@ -220,7 +220,7 @@ def order_passage(
     losses: Callable[[np.ndarray], np.ndarray] | None = None,
     on_forward: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
-    r"""One passage ``ids (N,)`` at every length of ``tokens`` (default: ``N``; each at most
+    r"""One passage ``ids (N,)`` at every one of ``lengths`` (default: ``N``; each at most
     ``N``): the module docstring's statistics, JSON-ready.
 
     Runs ``1 + len(rates) * draws`` rows of ``N`` tokens (the original passage, then each
@@ -240,7 +240,7 @@ def order_passage(
         raise RopesplitError(f"near must be a positive integer, got {near}")
     clean = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
     n = clean.size
-    lengths = sorted({int(t) for t in (tokens or (n,))})
+    lengths = sorted({int(t) for t in (lengths or (n,))})
     if n < 3 or lengths[0] < 3 or lengths[-1] > n:
         raise RopesplitError(f"lengths must lie in [3, {n}] tokens, got {lengths}")
     fixed = special_positions(loaded, clean).tolist() if loaded is not None else []

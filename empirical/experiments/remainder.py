@@ -48,11 +48,11 @@ def _run(context: Context) -> list[Row]:
     models = (("trained", context.loaded),
               ("random-init", random_init_twin(context.loaded, seed=context.settings.seed)))
     for run, loaded in models:
-        kbar = data.kbar(loaded)
+        kbars = data.kbars(loaded)
         layers = tuple(range(loaded.n_layers))
         clean = data.nll(loaded, None)
         for reference in REFERENCES if run == "trained" else REFERENCES[:1]:
-            lr = {kind: edits.ratios(data.nll(loaded, Edit(kind, layers, kbar=kbar,
+            lr = {kind: edits.ratios(data.nll(loaded, Edit(kind, layers, kbars=kbars,
                                                             reference=reference,
                                                             seed=context.settings.seed)), clean)
                   for kind in KINDS}  # fmt: skip

@@ -53,13 +53,13 @@ def _run(context: Context) -> list[Row]:
         return []
     data = edits.corpus(context)
     loaded = context.loaded
-    kbar = data.kbar(loaded)
+    kbars = data.kbars(loaded)
     layers = tuple(range(loaded.n_layers))
     inside = np.stack([windowed_nll(loaded, ids, length) for ids in data.ids])  # (P, N - 1)
     context.forwarded(1)
     nll = {"vanilla": data.nll(loaded, None)}
     for kind in ("cap_f", "cap_rest", "cap_all"):
-        nll[kind] = data.nll(loaded, Edit(kind, layers, kbar=kbar, length=length))
+        nll[kind] = data.nll(loaded, Edit(kind, layers, kbars=kbars, length=length))
     spec = settings(length)["LM-Infinite"]
     nll["LM-Infinite"] = np.stack([run_setting(loaded, ids, spec).nll for ids in data.ids])
     context.forwarded(1)

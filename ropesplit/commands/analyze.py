@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.json, args.csv):
         if path:
             output_path(path)  # a bad output folder fails now, not after the model ran
-    from ropesplit.empirical.analyze import DEFAULT_REFERENCE
+    from dataclasses import replace
+
+    from ropesplit.empirical.analyze import ANALYSIS, DEFAULT_REFERENCE
     from ropesplit.numerics.reference import canonical
 
     reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
@@ -121,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
     twin = random_init_twin(loaded, args.seed) if args.control != "none" else None
     with tqdm(total=loaded.n_layers * (1 + (twin is not None)), desc="layers", unit="layer",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
-        record, trained, control = analyze_pair(
-            loaded, twin, ids, seed=args.seed, pair_budget=args.pair_budget,
-            reference=reference, on_layer=bar.update)  # fmt: skip
+        measure = replace(ANALYSIS, reference=reference, seed=args.seed,
+                          pair_budget=args.pair_budget)  # fmt: skip
+        record, trained, control = analyze_pair(loaded, twin, ids, measure, on_layer=bar.update)
     print(_table(trained, control, PAPER_R_SPLIT))
     print(_reference_table(record))
     if args.protocol:
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         steps = len(counts) + len(CONTROL_SEEDS) + 1  # captures: counts, random inits, code
         with tqdm(total=steps, desc="protocol", unit="capture", file=sys.stderr,
                   disable=None) as bar:  # fmt: skip
-            record["protocol"] = protocol(loaded, long_ids, tokens=counts, baseline=args.tokens,
+            record["protocol"] = protocol(loaded, long_ids, lengths=counts, baseline=args.tokens,
                                           code_ids=code_ids, seed=args.seed,
                                           on_step=lambda _: bar.update())  # fmt: skip
         print(protocol_table(record["protocol"]))

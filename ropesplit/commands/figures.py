@@ -48,7 +48,7 @@ def prepare_out(path: str, what: str) -> Path:
 def settings_from(args: argparse.Namespace) -> RunSettings:
     """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags, checked."""
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.figures.gather import parse_head
+    from ropesplit.report.figure_data import parse_head
     from ropesplit.report.pipeline import RunSettings
 
     if args.tokens < 16:

@@ -2,7 +2,7 @@ r"""ropesplit.figures: the twenty figures, each a pure function of plain data.
 
 Every figure function takes arrays or the JSON rows of the other commands
 and returns a :class:`matplotlib.figure.Figure` (no pyplot state), so it is
-testable on tiny synthetic inputs; :mod:`ropesplit.figures.gather` collects
+testable on tiny synthetic inputs; :mod:`ropesplit.report.figure_data` builds
 their data from the layers' APIs, and :func:`write_figures` writes each as
 PDF and PNG at one-column (3.3 in) and two-column (6.9 in) width, byte-
 identical on re-runs.

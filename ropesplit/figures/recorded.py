@@ -1,7 +1,7 @@
 r"""The gallery from a recorded run: each figure's data kept as JSON, and the figures drawn from it.
 
 A figure is a pure function of its keyword arguments (what
-:mod:`ropesplit.figures.gather` builds), so the data one run drew from is all
+:mod:`ropesplit.report.figure_data` builds), so the data one run drew from is all
 a reader needs to redraw its figures. :func:`write_records` keeps that data,
 one JSON record per figure (``NAME.json``), through :func:`ropesplit.core.io.write_json`;
 :func:`read_records` gives it back exactly and :func:`draw_recorded` draws every

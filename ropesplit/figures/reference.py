@@ -87,7 +87,7 @@ def reference_pairs_figure(
 
     ``theta (P,)`` frequencies, ``m_abs (P,)`` the mean rotation's modulus over
     the analysed causal pairs, ``energy_k (L, P)`` per-layer key-deviation
-    energy (``gather.pair_energy``) and optionally the control's.
+    energy (``report.figure_data.pair_energy``) and optionally the control's.
     """
     th = as_array("theta", theta, 1)
     m = as_array("m_abs", m_abs, 1)

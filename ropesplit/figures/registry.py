@@ -1,7 +1,7 @@
 """The twenty figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
-(plain arrays and JSON rows, as :mod:`ropesplit.figures.gather` returns
+(plain arrays and JSON rows, as :mod:`ropesplit.report.figure_data` returns
 them); :func:`write_figures` draws each at each width and saves it in each
 format as ``fig{number}-{name}-{width}.{format}``.
 """

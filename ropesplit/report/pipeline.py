@@ -62,7 +62,7 @@ from typing import Any
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.report.context import RunContext, RunSettings, Stage
-from ropesplit.report.stages import FIGURE_STAGES, MAKERS, STAGES, _text_header
+from ropesplit.report.stages import FIGURE_STAGES, MAKERS, STAGES, text_header
 
 __all__ = [
     "FIGURE_STAGES",
@@ -252,7 +252,7 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
     progress = _run_stages(ctx, STAGES)
     with progress.stage("render", "run.json, index.html and report.md"):
         blocks = figure_blocks(ctx)
-        run = _text_header(settings, ctx.loaded, ctx.ids, ctx.text)
+        run = text_header(settings, ctx.loaded, ctx.ids, ctx.text)
         run["stage_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in progress.seconds.items())
         run["run_seconds"] = round(time.perf_counter() - start, 1)
         run["versions"] = _versions()

@@ -16,7 +16,7 @@ from typing import Any
 from ropesplit.core.errors import RopesplitError
 from ropesplit.report.context import RunContext, RunSettings, Stage
 
-__all__ = ["FIGURE_STAGES", "MAKERS", "STAGES"]
+__all__ = ["FIGURE_STAGES", "MAKERS", "STAGES", "text_header"]
 
 
 def _derive(ctx: RunContext) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def _protocol_stage(ctx: RunContext) -> dict[str, Any]:
         counts, ids, code_ids = [c for c in counts if c <= len(ctx.ids)], ctx.ids, None
     else:
         ids, code_ids = text_ids(ctx.loaded, ctx.text, counts, n)
-    return protocol(ctx.loaded, ids, tokens=counts, baseline=n, code_ids=code_ids,
+    return protocol(ctx.loaded, ids, lengths=counts, baseline=n, code_ids=code_ids,
                     seed=ctx.settings.seed)  # fmt: skip
 
 
@@ -258,11 +258,14 @@ def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str,
     (``empirical.analyze.analyze_pair``)."""
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import analyze_pair
+    from dataclasses import replace
+
+    from ropesplit.empirical.analyze import ANALYSIS, analyze_pair
 
     with tqdm(total=loaded.n_layers * (1 + (control is not None)), desc="layers",
               unit="layer", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return analyze_pair(loaded, control, ids, seed=seed, on_layer=bar.update)[0]
+        return analyze_pair(loaded, control, ids, replace(ANALYSIS, seed=seed),
+                            on_layer=bar.update)[0]  # fmt: skip
 
 
 def _perturb(
@@ -289,7 +292,9 @@ def _perturb(
                                passages=passages)  # fmt: skip
 
 
-def _text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict[str, Any]:
+def text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict[str, Any]:
+    """The ``run.json`` header: the model, the text and digests of it and of its token ids,
+    the tokens, the seed and the perturbation seeds."""
     import numpy as np
 
     token_ids = [int(t) for t in ids]

@@ -142,13 +142,13 @@ def test_beyond_memory_is_a_one_line_error(folders, capsys, monkeypatch):
 
 
 def test_failed_validation_exits_1(folders, capsys, monkeypatch):
-    capture_module = importlib.import_module("ropesplit.empirical.capture")
-    original = capture_module.rebuild_logits
+    validate = importlib.import_module("ropesplit.empirical.validate")
+    original = validate.rebuild_logits
 
     def wrong_scale(q, k, cos, sin, kv_map, attn_scale, **kw):
         return original(q, k, cos, sin, kv_map, 1.5 * attn_scale, **kw)
 
-    monkeypatch.setattr(capture_module, "rebuild_logits", wrong_scale)
+    monkeypatch.setattr(validate, "rebuild_logits", wrong_scale)
     argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "32"]
     code, out, err = run_cli(capsys, *argv)
     assert code == 1

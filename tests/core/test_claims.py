@@ -343,13 +343,14 @@ def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
     # pooled over passages from the additive moments, against one concatenated correlation
     assert len(merged["pooled"]["r_split"]) == 2 * 4
     from ropesplit.empirical import capture
+    from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.split import split_head
 
     w, fg = [], []
     for p in range(8):  # layer 0, head 0 of each passage, dense, under the default split
         layer = capture(tiny_run.loaded, tiny_run.ids[p]).layers[0]
         sp = split_head(layer.q[0].double().numpy(), layer.k[layer.kv_map[0]].double().numpy(),
-                        layer.spec, bounds=False)  # fmt: skip
+                        layer.spec, Measure(bounds=False))  # fmt: skip
         w.append(sp.W[sp.mask])
         fg.append((sp.f + sp.g)[sp.mask])
     direct = np.corrcoef(np.concatenate(w), np.concatenate(fg))[0, 1]
@@ -447,7 +448,7 @@ def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     from ropesplit.empirical.models import load_model
 
     from ropesplit.figures import draw
-    from ropesplit.figures.gather import forest_data
+    from ropesplit.report.figure_data import forest_data
 
     cfg = tiny_config("qwen2")
     qwen = load_model(cfg, seed=1)

@@ -9,12 +9,14 @@ ropesplit cannot read fail with one line.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import transformers as T
 from conftest import TEXT, TINY, llama_config, save_model
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
-from ropesplit.empirical.analyze import STATISTICS
+from ropesplit.empirical.analyze import ANALYSIS, STATISTICS
 from ropesplit.empirical.models import from_model, random_init_twin
 
 from ropesplit.core.errors import RopesplitError
@@ -38,14 +40,16 @@ def test_object_and_path_give_the_same_per_head_numbers(folder):
     assert model.config._attn_implementation == "eager"  # switched in place for the capture
     ids_path, ids_object = tokenize(by_path, TEXT, 40), tokenize(by_object, TEXT, 40)
     assert ids_path.tolist() == ids_object.tolist()
-    a, b = analyze(by_path, ids_path, seed=3), analyze(by_object, ids_object, seed=3)
+    measure = replace(ANALYSIS, seed=3)
+    a = analyze(by_path, ids_path, measure=measure)
+    b = analyze(by_object, ids_object, measure=measure)
     assert len(a.heads) == len(b.heads) == TINY["num_hidden_layers"] * TINY["num_attention_heads"]
     for row_a, row_b in zip(a.heads, b.heads, strict=True):
         assert (row_a["layer"], row_a["head"]) == (row_b["layer"], row_b["head"])
         for name in STATISTICS:
             assert row_a[name] == pytest.approx(row_b[name], rel=1e-9, abs=1e-12, nan_ok=True)
     # a different model is not "equal": the comparison can fail
-    other = analyze(random_init_twin(by_path, seed=5), ids_path, seed=3)
+    other = analyze(random_init_twin(by_path, seed=5), ids_path, measure=measure)
     pairs = zip(a.heads, other.heads, strict=True)
     assert any(abs(x["r_split"] - y["r_split"]) > 1e-6 for x, y in pairs)
 

@@ -9,6 +9,7 @@ a per-row constant, the softmax's blind spot: docs/theory.md section 4).
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import transformers as T
 from conftest import llama_config
 from ropesplit.empirical import capture, default_text, load_model, tokenize
 from ropesplit.empirical.analyze import (
+    ANALYSIS,
     STATISTICS,
     analysis_record,
     analyze,
@@ -27,7 +29,9 @@ from ropesplit.empirical.analyze import (
     paired_difference,
 )
 from ropesplit.empirical.models import random_init_twin
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import COMPARED
+from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.core.errors import RopesplitError
 
@@ -61,15 +65,14 @@ def test_numerics_logits_are_the_models_logits(arch):
     for layer in range(2):
         for head in (0, 3):
             kv = int(cache["kv_map", layer][head])
+            spec = RopeSpec.from_arrays(cache["theta", layer], cache["scale", layer],
+                                        cache["layout", layer], cache["rotary_dim", layer],
+                                        cache["window", layer])  # fmt: skip
             split = split_head(
                 cache["q", layer][head].double().numpy(),
                 cache["k", layer][kv].double().numpy(),
-                cache["theta", layer],
-                cache["scale", layer],
+                spec,
                 positions=positions.numpy(),
-                layout=cache["layout", layer],
-                rotary_dim=cache["rotary_dim", layer],
-                window=cache["window", layer],
             )
             mask = np.asarray(split.mask, dtype=bool)  # (N, N) causal (and windowed)
             with np.errstate(divide="ignore"):  # masked pairs: p = 0 -> log p = -inf, checked
@@ -85,7 +88,7 @@ def test_numerics_logits_are_the_models_logits(arch):
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 def test_analyze_gives_finite_statistics_per_head(arch):
     loaded = load_model(CONFIGS[arch], seed=0)
-    result = analyze(loaded, IDS, seed=0)
+    result = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
     heads = 4 * 2
     assert len(result.heads) == heads
     assert [(r["layer"], r["head"]) for r in result.heads] == [
@@ -97,14 +100,15 @@ def test_analyze_gives_finite_statistics_per_head(arch):
         assert 0.0 <= row["lowfreq_share_k"] <= 1.0
     for name in STATISTICS:
         assert result.summary[name] == pytest.approx(np.mean([r[name] for r in result.heads]))
-    again = analyze(loaded, IDS, seed=0)
+    again = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
     assert again.heads == result.heads  # deterministic for a seed
 
 
 def test_every_head_under_every_reference():
     loaded = load_model(CONFIGS["llama"], seed=1)
-    zero = analyze(loaded, IDS, seed=0)  # the default: the paper's split (issue 18)
-    mean = analyze(loaded, IDS, seed=0, reference="mean")
+    # the default: the paper's split (issue 18)
+    zero = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
+    mean = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0, reference="mean"))
     for a, b in zip(zero.heads, mean.heads, strict=True):
         assert list(a["by_reference"]) == list(COMPARED) and a["reference"] == "zero"
         assert list(b["by_reference"]) == ["mean", *[c for c in COMPARED if c != "mean"]]
@@ -131,25 +135,29 @@ def test_controls_are_the_numerics_with_permuted_frequencies_and_other_kbar():
 
     loaded = load_model(CONFIGS["llama"], seed=4)
     cache = capture(loaded, IDS)
-    shuffled = analyze_capture(cache, shuffle_frequencies=7, reference="mean",
-                               references=("mean",), layers=[1])  # fmt: skip
-    skip = analyze_capture(cache, kbar="mean-skip-first", reference="mean", references=(),
-                           layers=[1])  # fmt: skip
-    plain = analyze_capture(cache, reference="mean", references=(), layers=[1])
+    mean = replace(ANALYSIS, reference="mean", references=())
+    shuffled = analyze_capture(cache, replace(mean, references=("mean",)), shuffle_frequencies=7,
+                               layers=[1])  # fmt: skip
+    skip = analyze_capture(cache, replace(mean, kbar_rule="mean-skip-first"), layers=[1])
+    plain = analyze_capture(cache, mean, layers=[1])
     layer = cache.layers[1]
     q, k = layer.q.double().numpy(), layer.k.double().numpy()
     order = np.random.default_rng([7, 1]).permutation(len(layer.theta))
-    common = dict(positions=cache.positions.numpy(), layout=layer.layout, reference="mean")
-    want = layer_statistics(q, k, layer.kv_map, np.asarray(layer.theta)[order], layer.scale,
-                            references=("mean",), **common)  # fmt: skip
-    want_skip = layer_statistics(q, k, layer.kv_map, layer.theta, layer.scale,
-                                 kbar=k[:, 1:].mean(1), **common)  # fmt: skip
+    positions = cache.positions.numpy()
+    permuted = RopeSpec.from_arrays(np.asarray(layer.theta)[order], layer.scale, layer.layout,
+                                    kv_map=layer.kv_map)  # fmt: skip
+    want = layer_statistics(q, k, permuted, Measure(reference="mean", references=("mean",)),
+                            positions=positions)  # fmt: skip
+    spec = RopeSpec.from_arrays(layer.theta, layer.scale, layer.layout, kv_map=layer.kv_map)
+    want_skip = layer_statistics(q, k, spec, Measure(reference="mean"), positions=positions,
+                                 kbar=k[:, 1:].mean(1))  # fmt: skip
     for row, w, rs, ws, rp in zip(shuffled, want, skip, want_skip, plain, strict=True):
         assert row["layer"] == 1 and row["by_reference"] == w.by_reference
         assert rs["r_split"] == ws.r_split != rp["r_split"]
         assert row["r_split"] != rp["r_split"]  # the frequency order matters to the split
-    with pytest.raises(RopesplitError, match="kbar must be one of mean, mean-skip-first"):
-        analyze_capture(cache, kbar="median")
+    with pytest.raises(RopesplitError,
+                       match="^kbar_rule must be one of mean, mean-skip-first, got 'median'$"):
+        analyze_capture(cache, replace(ANALYSIS, kbar_rule="median"))
 
 
 def test_second_default_text_is_python_source():
@@ -165,10 +173,11 @@ def test_a_batch_is_its_sequences_one_by_one(tiny_model):
     from ropesplit.empirical.capture import capture_batch
 
     ids = torch.randint(0, 128, (3, 40), generator=torch.Generator().manual_seed(1))
-    batch = analyze_batch(tiny_model, ids, pair_budget=None)
+    every = replace(ANALYSIS, pair_budget=None)  # every pair's bound checked
+    batch = analyze_batch(tiny_model, ids, measure=every)
     assert len(batch) == 3 and batch[0].seconds == batch[2].seconds
     for b in range(3):
-        one = analyze(tiny_model, ids[b], pair_budget=None)
+        one = analyze(tiny_model, ids[b], measure=every)
         assert batch[b].token_ids == ids[b].tolist()
         for x, y in zip(batch[b].heads, one.heads, strict=True):
             assert (x["layer"], x["head"]) == (y["layer"], y["head"])
@@ -257,7 +266,7 @@ def smollm2():
 def test_default_model_capture_and_statistics(smollm2):
     ids = tokenize(smollm2, default_text(), 48)
     assert ids.tolist() == tokenize(smollm2, default_text(), 64)[:48].tolist()
-    result = analyze(smollm2, ids, seed=0)
+    result = analyze(smollm2, ids, measure=replace(ANALYSIS, seed=0))
     assert len(result.heads) == 270  # 30 layers x 9 query heads
     assert result.reconstruction_max_abs_diff <= 1e-4
     assert {r["kv_head"] for r in result.heads if r["layer"] == 7} == {0, 1, 2}
@@ -268,23 +277,27 @@ def test_default_model_capture_and_statistics(smollm2):
 
 def test_reprs_are_one_line_and_kv_map_none_is_grouped_query_attention():
     """Issue 19: repr(LoadedModel) printed the module tree twice, repr(Analysis) every head;
-    layer_statistics(kv_map=None) raised a raw TypeError."""
+    layer_statistics(kv_map=None) raised a raw TypeError. A RopeSpec without a kv_map groups
+    the query heads as grouped-query attention does, h // (H / Hkv), and refuses an uneven
+    grouping in one line."""
     from ropesplit.numerics.stats import layer_statistics
 
     loaded = load_model(CONFIGS["llama"], seed=1)
     text = repr(loaded)
     assert "\n" not in text and text.startswith("LoadedModel(") and "layers=" in text
-    result = analyze(loaded, IDS, seed=0)
+    result = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
     text = repr(result)
     assert "\n" not in text and f"heads={len(result.heads)}" in text and "r_split" in text
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=(4, 12, 8)), rng.normal(size=(2, 12, 8))
     theta = 10.0 ** -np.arange(4)
-    implicit = layer_statistics(q, k, None, theta, 0.3)
-    explicit = layer_statistics(q, k, [0, 0, 1, 1], theta, 0.3)
+    grouped = RopeSpec.from_arrays(theta, 0.3)  # no kv_map: h // (H / Hkv)
+    assert grouped.kv_map is None and grouped.kv_heads(4, 2).tolist() == [0, 0, 1, 1]
+    implicit = layer_statistics(q, k, grouped)
+    explicit = layer_statistics(q, k, RopeSpec.from_arrays(theta, 0.3, kv_map=[0, 0, 1, 1]))
     assert [s.r_split for s in implicit] == [s.r_split for s in explicit]
     with pytest.raises(RopesplitError, match="^4 query heads cannot share 3 KV heads evenly"):
-        layer_statistics(q, rng.normal(size=(3, 12, 8)), None, theta, 0.3)
+        layer_statistics(q, rng.normal(size=(3, 12, 8)), RopeSpec.from_arrays(theta, 0.3))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

@@ -20,8 +20,8 @@ from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
-from ropesplit.empirical.capture import rebuild_probs
 from ropesplit.empirical.geometry import derive_theta
+from ropesplit.empirical.validate import rebuild_probs
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 
@@ -214,24 +214,24 @@ def test_a_wrong_mask_or_scale_fails_the_reconstruction():
 def test_validation_in_row_blocks_gives_the_same_numbers(name, monkeypatch):
     """Blocks of 3 query rows (against only the keys they may attend) = one block of all,
     up to float32 rounding (the matmul sums in another order)."""
-    cap = importlib.import_module("ropesplit.empirical.capture")
+    val = importlib.import_module("ropesplit.empirical.validate")
     loaded = load_model(ARCHS[name][0], seed=0)
-    whole = cap.capture(loaded, token_ids()).validation()
-    monkeypatch.setattr(cap, "BLOCK_ELEMENTS", 4 * N_TOKENS * 3)
-    blocks = cap.capture(loaded, token_ids()).validation()
+    whole = capture(loaded, token_ids()).validation()
+    monkeypatch.setattr(val, "BLOCK_ELEMENTS", 4 * N_TOKENS * 3)
+    blocks = capture(loaded, token_ids()).validation()
     assert blocks == pytest.approx(whole, rel=1e-5, abs=1e-6)  # float32 matmul order
 
 
 def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypatch):
     """The blocks hold only the pairs the capture thinks attended; a model that
     puts mass beyond them (a window read too narrow) is caught by row mass."""
-    cap = importlib.import_module("ropesplit.empirical.capture")
-    original = cap.allowed_pairs
-    monkeypatch.setattr(cap, "allowed_pairs",
+    val = importlib.import_module("ropesplit.empirical.validate")
+    original = val.allowed_pairs
+    monkeypatch.setattr(val, "allowed_pairs",
                         lambda n, window=None, device=None: original(n, (window or n) - 3, device))
     loaded = load_model(ARCHS["mistral"][0], seed=0)  # window 8
     with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001"):
-        cap.capture(loaded, token_ids())
+        capture(loaded, token_ids())
 
 
 def test_rebuild_matches_a_float64_loop_twin():
@@ -378,17 +378,17 @@ def test_positions_beyond_the_context_are_refused():
 
 def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
     """A capture that misreads the scale must be refused at the real tolerance, 1e-4."""
-    cap = importlib.import_module("ropesplit.empirical.capture")  # the module, not the function
-    original = cap.rebuild_logits
+    val = importlib.import_module("ropesplit.empirical.validate")  # where the capture rebuilds
+    original = val.rebuild_logits
 
     def wrong_scale(q, k, cos, sin, kv_map, attn_scale, **kw):
         return original(q, k, cos, sin, kv_map, 1.5 * attn_scale, **kw)
 
-    monkeypatch.setattr(cap, "rebuild_logits", wrong_scale)
+    monkeypatch.setattr(val, "rebuild_logits", wrong_scale)
     loaded = load_model(ARCHS["llama"][0], seed=0)
     with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001, "
                        r"logit_max_rel_diff .* exceeds 1e-05") as info:  # fmt: skip
-        cap.capture(loaded, token_ids())
+        capture(loaded, token_ids())
     assert "\n" not in str(info.value)
 
 
@@ -398,8 +398,8 @@ def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeyp
     on logits. Rebuilt logits lowered by 30 wherever they already sit 20 below
     their row's largest (p < e^-20) pass the probability check and fail the
     logit check."""
-    cap = importlib.import_module("ropesplit.empirical.capture")
-    original = cap.rebuild_logits
+    val = importlib.import_module("ropesplit.empirical.validate")  # where the capture rebuilds
+    original = val.rebuild_logits
 
     def low_pairs_wrong(*args, rows=None, cols=None, **kw):
         logits = original(*args, rows=rows, cols=cols, **kw)  # (h, n, c): rows x cols
@@ -415,16 +415,16 @@ def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeyp
         for module in loaded.attn:
             module.q_proj.weight.mul_(30.0)
             module.k_proj.weight.mul_(30.0)
-    honest = cap.capture(loaded, token_ids())
+    honest = capture(loaded, token_ids())
     assert honest.validation()["logit_scale"] > 40
     assert honest.logit_max_rel_diff <= 1e-6 and honest.reconstruction_max_abs_diff <= 1e-6
-    monkeypatch.setattr(cap, "rebuild_logits", low_pairs_wrong)
-    wrong = cap.capture(loaded, token_ids(), validate=False)
+    monkeypatch.setattr(val, "rebuild_logits", low_pairs_wrong)
+    wrong = capture(loaded, token_ids(), validate=False)
     note_ = (wrong.reconstruction_max_abs_diff, wrong.logit_max_rel_diff)
-    assert wrong.reconstruction_max_abs_diff <= cap.RECONSTRUCTION_TOL, note_  # let through
-    assert wrong.logit_max_rel_diff > 100 * cap.LOGIT_TOL, note_  # caught
+    assert wrong.reconstruction_max_abs_diff <= val.RECONSTRUCTION_TOL, note_  # let through
+    assert wrong.logit_max_rel_diff > 100 * val.LOGIT_TOL, note_  # caught
     with pytest.raises(ValidationError, match=r"within 0\.0001, logit_max_rel_diff .* exceeds"):
-        cap.check_reconstruction(wrong)
+        val.check_reconstruction(wrong)
 
 
 def test_jumping_position_ids_keep_the_mask_causal_by_index():
@@ -468,7 +468,7 @@ def test_half_precision_models_capture_and_match_their_float32_twin(dtype):
     import copy
 
     from ropesplit.empirical.analyze import analyze
-    from ropesplit.empirical.capture import THETA_TOL, tolerances
+    from ropesplit.empirical.validate import THETA_TOL, tolerances
 
     config = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=2, intermediate_size=64, vocab_size=128,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_VOCAB, tiny_llama
-from ropesplit.empirical.intervene import Edit, calibrate_kbar, intervened_nll
+from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 
 from ropesplit.core.errors import RopesplitError
 
@@ -38,10 +38,10 @@ def _sharp(seed=0):
 
 def test_an_edit_on_no_heads_is_bit_identical():
     model = _sharp()
-    kbar = calibrate_kbar(model, CALIBRATION)
+    kbars = calibrate_kbars(model, CALIBRATION)
     clean = intervened_nll(model, IDS, None)
-    for edit in (Edit("remainder", (0, 1), heads=(), kbar=kbar), Edit("remainder", (), kbar=kbar),
-                 Edit("shuffle", ())):  # fmt: skip
+    for edit in (Edit("remainder", (0, 1), heads=(), kbars=kbars),
+                 Edit("remainder", (), kbars=kbars), Edit("shuffle", ())):  # fmt: skip
         assert np.array_equal(intervened_nll(model, IDS, edit), clean)
 
 
@@ -49,26 +49,26 @@ def test_dropping_the_remainder_changes_nothing_where_logits_are_f_plus_g():
     """Known truth: constant keys make E = 0 (and g = 0); dropping E, or capping g + E, leaves
     the loss to float rounding, while the same edits on a model with large E move it."""
     exact = _constant_keys()
-    kbar = calibrate_kbar(exact, CALIBRATION)
+    kbars = calibrate_kbars(exact, CALIBRATION)
     clean = intervened_nll(exact, IDS, None)
     for kind in ("remainder", "semantic", "cap_rest"):
-        edited = intervened_nll(exact, IDS, Edit(kind, (0, 1), kbar=kbar, length=8))
+        edited = intervened_nll(exact, IDS, Edit(kind, (0, 1), kbars=kbars, length=8))
         assert np.abs(edited - clean).max() < 1e-5, kind
-    moved = intervened_nll(exact, IDS, Edit("cap_f", (0, 1), kbar=kbar, length=8))
+    moved = intervened_nll(exact, IDS, Edit("cap_f", (0, 1), kbars=kbars, length=8))
     assert np.abs(moved - clean).mean() > 1e-3  # f is all it has: capping f moves the loss
     # a split with kbar = 0 has f = 0: all of W is g + E, and capping f alone is no edit
     sharp = _sharp()
-    zero = {layer: np.zeros_like(k) for layer, k in calibrate_kbar(sharp, CALIBRATION).items()}
+    zero = {layer: np.zeros_like(k) for layer, k in calibrate_kbars(sharp, CALIBRATION).items()}
     clean_sharp = intervened_nll(sharp, IDS, None)
-    assert np.array_equal(intervened_nll(sharp, IDS, Edit("cap_f", (0, 1), kbar=zero, length=8)),
+    assert np.array_equal(intervened_nll(sharp, IDS, Edit("cap_f", (0, 1), kbars=zero, length=8)),
                           clean_sharp)  # fmt: skip
-    rest = intervened_nll(sharp, IDS, Edit("cap_rest", (0, 1), kbar=zero, length=8))
+    rest = intervened_nll(sharp, IDS, Edit("cap_rest", (0, 1), kbars=zero, length=8))
     assert np.abs(rest - clean_sharp).mean() > 1e-3
     sharp = _sharp()
-    kbar = calibrate_kbar(sharp, CALIBRATION)
+    kbars = calibrate_kbars(sharp, CALIBRATION)
     clean = intervened_nll(sharp, IDS, None)
     for kind in ("remainder", "noise", "fast_keys", "shuffle"):
-        edited = intervened_nll(sharp, IDS, Edit(kind, (0, 1), kbar=kbar))
+        edited = intervened_nll(sharp, IDS, Edit(kind, (0, 1), kbars=kbars))
         assert np.abs(edited - clean).mean() > 1e-3, kind
 
 
@@ -76,9 +76,9 @@ def test_one_head_edits_only_that_head():
     """The edit reaches the heads named and no other: editing head 0 of layer 1 differs
     from editing head 1, and each differs from the clean run only downstream of layer 1."""
     model = _sharp()
-    kbar = calibrate_kbar(model, CALIBRATION)
-    a = intervened_nll(model, IDS, Edit("remainder", (1,), heads=(0,), kbar=kbar))
-    b = intervened_nll(model, IDS, Edit("remainder", (1,), heads=(1,), kbar=kbar))
+    kbars = calibrate_kbars(model, CALIBRATION)
+    a = intervened_nll(model, IDS, Edit("remainder", (1,), heads=(0,), kbars=kbars))
+    b = intervened_nll(model, IDS, Edit("remainder", (1,), heads=(1,), kbars=kbars))
     assert not np.array_equal(a, b)
 
 

@@ -47,7 +47,9 @@ from ropesplit.numerics.lambda_attention import (
     rank_correlation,
     relative_change,
 )
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 
 from ropesplit.core.errors import RopesplitError
@@ -117,8 +119,8 @@ def attention_cases(draw):
 def test_lambda_attention_matches_dense_float64_loop(case):
     q, k, v, n_local, n_global, cap, q_far, k_far, pos = case
     t = [torch.as_tensor(x) for x in (q, k, v, q_far, k_far)]
-    got = lambda_attention(t[0], t[1], t[2], 0.7, n_local=n_local, n_global=n_global, cap=cap,
-                           query_far=t[3], key_far=t[4], positions=pos)  # fmt: skip
+    got = lambda_attention(t[0], t[1], t[2], 0.7, LambdaSpec(n_local, n_global, cap),
+                           far=(t[3], t[4]), positions=pos)  # fmt: skip
     want = loop_attention(q, k, v, 0.7, n_local, n_global, cap, q_far, k_far, pos)
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
 
@@ -128,8 +130,9 @@ def test_lambda_attention_float32_within_1e5_of_the_float64_loop():
     q, k, v, qf, kf = (rng.normal(size=(1, 2, 70, 8)) for _ in range(5))
     pos = np.arange(70)[None]
     got = lambda_attention(*(torch.as_tensor(x, dtype=torch.float32) for x in (q, k, v)), 0.35,
-                           n_local=16, n_global=10, cap=16, query_far=torch.as_tensor(qf).float(),
-                           key_far=torch.as_tensor(kf).float(), positions=pos)  # fmt: skip
+                           LambdaSpec(n_local=16, n_global=10, cap=16),
+                           far=(torch.as_tensor(qf).float(), torch.as_tensor(kf).float()),
+                           positions=pos)  # fmt: skip
     want = loop_attention(q, k, v, 0.35, 16, 10, 16, qf, kf, pos)
     assert np.abs(got.numpy() - want).max() <= 1e-5
 
@@ -176,16 +179,15 @@ def test_the_cap_as_products_is_split_head_at_the_capped_distances(cap, spacing)
     kbar = rng.normal(size=d)
     theta = np.concatenate([100.0 ** (-np.arange(4) * 2.0 / 8), [0.0]])
     pos = spacing * np.arange(n) + 2
-    got = split_head(q, k, theta, 0.4, positions=pos, cap=cap, kbar=kbar, rotary_dim=8,
-                     bounds=False)  # fmt: skip
-    want = split_head(q, k, theta, 0.4, distances=capped_distances(pos, cap), kbar=kbar,
-                      rotary_dim=8)  # fmt: skip
+    spec = RopeSpec.from_arrays(theta, 0.4, rotary_dim=8)
+    got = split_head(q, k, spec, Measure(bounds=False), positions=pos, cap=cap, kbar=kbar)
+    want = split_head(q, k, spec, distances=capped_distances(pos, cap), kbar=kbar)
     assert got.bound is None and got.bound_loose is None
     np.testing.assert_array_equal(got.delta, want.delta)
     for x in "WfgE":
         np.testing.assert_allclose(getattr(got, x), getattr(want, x), atol=1e-11)
     if cap is not None and spacing * (n - 1) > cap:  # the cap moves W: not the true distances
-        true = split_head(q, k, theta, 0.4, positions=pos, kbar=kbar, rotary_dim=8)
+        true = split_head(q, k, spec, positions=pos, kbar=kbar)
         assert np.abs(true.W - got.W)[got.mask].max() > 0.1
 
 
@@ -193,7 +195,7 @@ def test_the_cap_as_products_is_split_head_at_the_capped_distances(cap, spacing)
 def test_a_cap_is_a_distance_and_not_a_second_map(kwargs):
     q = np.ones((4, 2))
     with pytest.raises(RopesplitError, match="cap must be a distance >= 0, without distances"):
-        split_head(q, q, [1.0], 1.0, **kwargs)
+        split_head(q, q, RopeSpec.from_arrays([1.0], 1.0), **kwargs)
 
 
 def test_capped_distances_and_buckets():
@@ -235,7 +237,8 @@ def test_rank_correlation_ignores_monotone_maps(ints):
         (lambda: lambda_mask(4, 0), "n_local must be at least 1"),
         (lambda: capped_distances([0, 1], -1), "distance cap must be >= 0"),
         (lambda: lambda_attention(torch.zeros(1, 2, 4, 2), torch.zeros(1, 2, 4, 2),
-                                  torch.zeros(1, 2, 4, 2), 1.0, cap=3), "a distance cap needs"),
+                                  torch.zeros(1, 2, 4, 2), 1.0, LambdaSpec(cap=3)),
+         r"a distance cap needs far=\(query_far, key_far\)"),
         (lambda: lambda_attention(torch.zeros(1, 3, 4, 2), torch.zeros(1, 2, 4, 2),
                                   torch.zeros(1, 2, 4, 2), 1.0), "3 query heads do not divide"),
         (lambda: bucket_edges(8, (2, 4)), "multiples must start at 1"),
@@ -305,9 +308,11 @@ def test_capture_under_lm_infinite_is_the_settings_own(tiny64):
     spec = lm_settings(16, 4)
     vanilla = run_setting(tiny64, IDS, spec["vanilla"], layers=[0, 1])
     lminf = run_setting(tiny64, IDS, spec["LM-Infinite"], layers=[0, 1])
-    assert np.array_equal(vanilla.layers[0].q, lminf.layers[0].q)
-    early = np.abs(vanilla.layers[1].q[:, :16] - lminf.layers[1].q[:, :16]).max()  # causal
-    late = np.abs(vanilla.layers[1].q[:, 16:] - lminf.layers[1].q[:, 16:]).max()
+    (q0, q1), (r0, r1) = ([run.layers[i].q.double().numpy() for i in (0, 1)]
+                          for run in (vanilla, lminf))  # fmt: skip  # float64 pre-RoPE queries
+    assert np.array_equal(q0, r0)
+    early = np.abs(q1[:, :16] - r1[:, :16]).max()  # causal
+    late = np.abs(q1[:, 16:] - r1[:, 16:]).max()
     assert early <= 1e-6 < 1e-3 < late  # (eager's float32 softmax is the 1e-7 in early)
     for run in (vanilla, lminf):
         assert all(qk.rope_max_rel_diff <= 1e-5 for qk in run.layers.values())  # float32 tables
@@ -456,7 +461,7 @@ def test_positional_range_is_each_querys_own_range_over_trained_distances():
     d, n, length = 8, 5, 6
     theta = 1.0 / 10.0 ** (np.arange(d // 2) / 2)
     q, kbar = rng.normal(size=(n, d)), rng.normal(size=d)
-    lo, hi = positional_range(q, kbar, theta, 0.5, length)
+    lo, hi = positional_range(q, kbar, RopeSpec.from_arrays(theta, 0.5), length)
     for i in range(n):  # float64 loop twin over (Delta, l), half layout
         values = []
         for delta in range(length + 1):

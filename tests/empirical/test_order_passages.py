@@ -217,7 +217,7 @@ def _successor_damage(clean: np.ndarray, y: np.ndarray, start: int, vocab: int, 
 def test_successor_model_gives_the_closed_form_and_the_positive_control_hurts():
     loaded = fake()
     ids = np.arange(N_PASSAGE)
-    out = order_passage(loaded, ids, seed=7, tokens=(200, N_PASSAGE))
+    out = order_passage(loaded, ids, seed=7, lengths=(200, N_PASSAGE))
     json.dumps(out)  # JSON-ready
     assert set(out) == {"cells", "draws", "baseline_loss"}
     assert KEYS == ["2.5", "5", "10", "20", "50"] and list(out["cells"]) == ["tokens=200",
@@ -286,7 +286,7 @@ def test_a_dose_response_exactly_linear_gives_a_curvature_interval_holding_zero(
     the relative damage sits at the chord, 0.05 / 0.5 = 0.1."""
     from ropesplit.numerics.intervals import t_interval
 
-    rows = [order_passage(None, np.arange(512), seed=s, tokens=(512,), losses=_linear_losses())
+    rows = [order_passage(None, np.arange(512), seed=s, lengths=(512,), losses=_linear_losses())
             ["cells"]["tokens=512"] for s in range(24)]  # fmt: skip
     curvature = t_interval([r["curvature"] for r in rows])
     assert curvature.low < 0.0 < curvature.high, curvature
@@ -349,7 +349,7 @@ def test_same_seed_same_dict_on_a_tiny_llama(tiny):
         ({"rates": (0.05, 0.2, 0.5)}, "rates must be ascending"),
         ({"draws": 0}, "draws must be"),
         ({"near": 0}, "near must be"),
-        ({"tokens": (500,)}, "lengths must lie in"),
+        ({"lengths": (500,)}, "lengths must lie in"),
     ],
 )
 def test_bad_passage_settings_are_one_line(kwargs, message):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import transformers as T
 from conftest import llama_config, tiny_llama
-from ropesplit.empirical.analyze import analyze_capture
+from ropesplit.empirical.analyze import ANALYSIS, analyze_capture
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.raw import analyze_qk
 from ropesplit.numerics.rope import from_pairs, rotate, to_pairs
@@ -43,8 +44,9 @@ SPEC = RopeSpec(theta=(1.0, 0.3, 0.05, 0.01, 0.002, 0.0005, 0.0, 0.0), scale=0.2
 
 def test_the_rows_are_numerics_layer_statistics_and_exact_when_keys_deviate_only_in_still_pairs():
     q, k = _qk(1)
-    rows = analyze_qk(q, k, SPEC, reference="zero", references=("zero",)).heads
-    want = layer_statistics(q, k, [0, 0, 1, 1], SPEC.frequencies, SPEC.scale)
+    rows = analyze_qk(q, k, SPEC, replace(ANALYSIS, reference="zero", references=("zero",))).heads
+    want = layer_statistics(q, k, RopeSpec.from_arrays(SPEC.frequencies, SPEC.scale,
+                                                       kv_map=[0, 0, 1, 1]))  # fmt: skip
     for row, w in zip(rows, want, strict=True):
         for stat in STATS:
             assert row[stat] == pytest.approx(getattr(w, stat), rel=1e-12, abs=1e-15)
@@ -93,8 +95,8 @@ def test_a_captured_layer_through_analyze_qk_is_the_same_analysis_as_analyze():
     cache = capture(loaded, ids)
     want = [r for r in analyze_capture(cache) if r["layer"] == 1]
     layer = cache.layers[1]
-    spec = RopeSpec(tuple(float(t) for t in layer.theta), layer.scale, layer.layout,
-                    layer.rotary_dim, layer.window, tuple(int(h) for h in layer.kv_map))
+    spec = RopeSpec.from_arrays(layer.theta, layer.scale, layer.layout, layer.rotary_dim,
+                                layer.window, layer.kv_map)  # fmt: skip
     got = analyze_qk(layer.q, layer.k, spec, layer=1).heads
     for a, b in zip(got, want, strict=True):
         assert (a["layer"], a["head"], a["kv_head"]) == (b["layer"], b["head"], b["kv_head"])
@@ -123,7 +125,7 @@ def test_rope_spec_from_configs():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda q, k: (q[..., :15], k[..., :15]), "q and k have head dim 15, the RopeSpec 16"),
+        (lambda q, k: (q[..., :15], k[..., :15]), "the RopeSpec has head dim 16, the tensors 15"),
         (lambda q, k: (np.stack([q, q]), np.stack([k, k])), "analyze_qk takes one sequence"),
         (lambda q, k: (q[0], k[0]), "q must be (batch, head, pos, d) or without the batch"),
         (lambda q, k: (np.where(q > 2, np.nan, q), k), "q holds"),

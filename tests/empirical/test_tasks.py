@@ -5,6 +5,7 @@ import pytest
 from ropesplit.empirical.tasks import MIN_DISTANCE, OFFSET, pairs_in, task_batch, task_vocab
 from ropesplit.numerics.emergence import weighted_slow_share
 from ropesplit.numerics.rope import to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.stats import head_statistics
 
 from ropesplit.core.errors import RopesplitError
@@ -68,7 +69,7 @@ def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
     content in the rotating pairs has neither."""
     for where, want in (("slow", True), ("fast", False)):
         q, k, ids, labels, _ = _recall_head(where)
-        stats = head_statistics(q, k, THETA, 0.5, kbar=k[1:].mean(0))
+        stats = head_statistics(q, k, RopeSpec.from_arrays(THETA, 0.5), kbar=k[1:].mean(0))
         delta = k - k[1:].mean(0)  # BOS left out of kbar
         share = weighted_slow_share(to_pairs(q)[None], to_pairs(delta)[None], THETA)[0]
         assert bool(stats.r_split > 1 - 1e-9) is want, where

@@ -190,10 +190,11 @@ def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> 
     assert json.loads(js.read_text())["token_ids"] == held_out_ids(cfg)[0].tolist()
     # the record: each head's mean over every held-out window, kbar without BOS (issue 21)
     from ropesplit.empirical import analyze, load_model
+    from ropesplit.empirical.analyze import ANALYSIS
 
     loaded = load_model(str(out / "step-000004"))
-    runs = [analyze(loaded, w, kbar="mean-skip-first", pair_budget=None).heads
-            for w in held_out_ids(cfg)]  # fmt: skip
+    measure = dataclasses.replace(ANALYSIS, kbar_rule="mean-skip-first", pair_budget=None)
+    runs = [analyze(loaded, w, measure=measure).heads for w in held_out_ids(cfg)]
     assert records[-1]["heads"][0]["windows"] == len(runs) == cfg.val_windows
     for h, want in enumerate(records[-1]["heads"]):
         for name in ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k"):

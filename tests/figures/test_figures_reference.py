@@ -9,9 +9,9 @@ from ropesplit.numerics.reference import mean_rotation
 from ropesplit.numerics.rope import frequencies
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.figures import gather
 from ropesplit.figures.reference import reference_figure, reference_pairs_figure
 from ropesplit.figures.registry import FIGURES
+from ropesplit.report import figure_data
 
 SPECS = ("zero", "distance:256", "distance:1000", "mean")
 
@@ -25,7 +25,7 @@ def test_reference_figure_draws_every_model_and_reference():
               "control": {"by_reference": {s: {"r_split": _ci(0.5)} for s in SPECS}},
               "protocol": {"controls": {"shuffled-theta": {"runs": 3, "by_reference": {
                   s: {"control": _ci(0.6)} for s in SPECS}}}}}  # fmt: skip
-    data = gather.reference_data(record)
+    data = figure_data.reference_data(record)
     assert list(data["series"]) == ["trained", "random init", "shuffled-theta (3 run(s))"]
     fig = reference_figure(**data, width="single")
     ax = fig.axes[0]
@@ -64,7 +64,7 @@ def test_reference_pairs_data_from_a_capture():
                            max_position_embeddings=64)  # fmt: skip
     loaded = load_model(config, seed=0)
     cache = capture(loaded, torch.arange(20) % 64)
-    data = gather.reference_pairs_data(cache, cache)
+    data = figure_data.reference_pairs_data(cache, cache)
     theta = cache.layers[0].theta
     np.testing.assert_allclose(data["m_abs"], np.abs(mean_rotation(theta, 20).m))
     assert data["energy_k"].shape == (2, len(theta))

@@ -20,6 +20,7 @@ from ropesplit.numerics.emergence import (
     unigram_entropy,
 )
 from ropesplit.numerics.rope import frequencies
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.stats import head_statistics
 from ropesplit.theory import get_step
 
@@ -52,7 +53,8 @@ def test_pair_energy_low_half_is_lowfreq_share() -> None:
     theta = frequencies(8)
     energy = pair_energy(q[None])[0]  # (P,)
     share = energy[np.argsort(theta)[:2]].sum() / energy.sum()
-    assert share == pytest.approx(head_statistics(q, k, theta, 0.3).lowfreq_share_q, rel=1e-12)
+    stats = head_statistics(q, k, RopeSpec.from_arrays(theta, 0.3))
+    assert share == pytest.approx(stats.lowfreq_share_q, rel=1e-12)
 
 
 def test_pair_energy_zero_for_constant_features() -> None:

@@ -7,13 +7,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ropesplit.numerics import intervention
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 
 from ropesplit.core.errors import RopesplitError
 
 N, D = 10, 8
 THETA = frequencies(D, 20.0)  # (4,): 1, 0.47, 0.22, 0.106
+SPLIT_ONLY = Measure(bounds=False)  # the components by subtraction, no bounds
 _X = hnp.arrays(np.float64, (N, D), elements=st.floats(-2, 2, allow_nan=False, width=64))
 
 
@@ -41,24 +44,25 @@ def test_edits_match_the_dense_split(q, k, kbar, c):
     qc, kc, kb = _pairs(q, k, kbar)
     mask = np.tril(np.ones((N, N), dtype=bool))
     for ref in ("zero", f"distance:{c}"):
-        sp = split_head(q, k, THETA, s, kbar=kbar, reference=ref, bounds=False)
+        sp = split_head(q, k, RopeSpec.from_arrays(THETA, s), Measure(reference=ref, bounds=False),
+                        kbar=kbar)  # fmt: skip
         m = None if ref == "zero" else sp.m
         np.testing.assert_allclose(iv.drop_remainder(qc, kc, kb, THETA, pos, s, m)[0],
                                    np.where(mask, -sp.E, 0.0), atol=1e-10)  # fmt: skip
         np.testing.assert_allclose(iv.drop_semantic(qc, kc, kb, s, m)[0],
                                    np.where(mask, -sp.g, 0.0), atol=1e-10)  # fmt: skip
-    sp = split_head(q, k, THETA, s, kbar=kbar, bounds=False)
+    sp = split_head(q, k, RopeSpec.from_arrays(THETA, s), SPLIT_ONLY, kbar=kbar)
     every = np.ones(THETA.size)
     np.testing.assert_allclose(iv.drop_pair_deviation(qc, kc, kb, THETA, pos, s, every)[0],
                                np.where(mask, -(sp.g + sp.E), 0.0), atol=1e-10)  # fmt: skip
-    capped = split_head(q, k, THETA, s, kbar=kbar, cap=c, bounds=False)
+    capped = split_head(q, k, RopeSpec.from_arrays(THETA, s), SPLIT_ONLY, kbar=kbar, cap=c)
     f_only = iv.cap_positional(qc, kc, kb, THETA, pos, s, c)[0]
     rest = iv.cap_rest(qc, kc, kb, THETA, pos, s, c)[0]
     far = mask & (pos[:, None] - pos[None, :] > c)
     np.testing.assert_allclose(f_only, np.where(far, capped.f - sp.f, 0.0), atol=1e-10)
     np.testing.assert_allclose(f_only + rest, np.where(mask, capped.W - sp.W, 0.0), atol=1e-10)
     order = np.roll(np.arange(THETA.size), 1)
-    shuffled = split_head(q, k, THETA[order], s, bounds=False)
+    shuffled = split_head(q, k, RopeSpec.from_arrays(THETA[order], s), SPLIT_ONLY)
     np.testing.assert_allclose(iv.shuffle_frequencies(qc, kc, THETA, pos, s, order)[0],
                                np.where(mask, shuffled.W - sp.W, 0.0), atol=1e-10)  # fmt: skip
 
@@ -133,8 +137,8 @@ def test_the_structured_null_is_the_shuffled_remainder_at_the_rows_of_e(q, k, kb
     qc, kc, kb = _pairs(q, k, kbar)
     order = np.random.default_rng(seed).permutation(THETA.size)
     got = -iv.structured_remainder(qc, kc, kb, THETA, pos, s, order)[0]  # (N, N)
-    e = split_head(q, k, THETA, s, kbar=kbar, bounds=False).E
-    e_pi = split_head(q, k, THETA[order], s, kbar=kbar, bounds=False).E
+    e = split_head(q, k, RopeSpec.from_arrays(THETA, s), SPLIT_ONLY, kbar=kbar).E
+    e_pi = split_head(q, k, RopeSpec.from_arrays(THETA[order], s), SPLIT_ONLY, kbar=kbar).E
     mask = np.tril(np.ones((N, N), dtype=bool))
     for i in range(N):
         row, want = got[i][mask[i]], e[i][mask[i]]

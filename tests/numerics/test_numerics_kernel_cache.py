@@ -10,14 +10,17 @@ _CHILD = """
 import gc, json
 import numpy as np
 from numba.core.registry import CPUDispatcher
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.stats import layer_statistics
 from ropesplit.numerics.workers import map_each
 
 rng = np.random.default_rng(0)
 q, k = rng.normal(size=(4, 40, 8)), rng.normal(size=(2, 40, 8))
 def run(_):
-    return layer_statistics(q, k, None, frequencies(8), 0.35, references=("mean",))
+    return layer_statistics(q, k, RopeSpec.from_arrays(frequencies(8), 0.35),
+                            Measure(references=("mean",)))
 run(0)  # the parallel builds
 map_each(run, [0, 1], workers=2)  # the serial builds, in workers
 kernels = [d for d in gc.get_objects() if type(d) is CPUDispatcher and d.signatures

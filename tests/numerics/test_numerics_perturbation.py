@@ -16,6 +16,7 @@ from ropesplit.numerics.perturbation import (
     shift_change,
     weighted_key_corr,
 )
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 
 from ropesplit.core.errors import RopesplitError
@@ -191,7 +192,7 @@ def test_pair_logits_agree_with_split_head(q, k, positions):
     from ropesplit.numerics.rope import to_pairs
 
     theta = np.array([1.0, 0.05])
-    split = split_head(q, k, theta, 0.5, positions=positions.astype(float))
+    split = split_head(q, k, RopeSpec.from_arrays(theta, 0.5), positions=positions.astype(float))
     i, j = np.tril_indices(5)
     out = pair_logits(to_pairs(q)[None], to_pairs(k)[None], theta, 0.5, positions, (i, j))
     np.testing.assert_allclose(out["W"][0], split.W[i, j], atol=1e-9)

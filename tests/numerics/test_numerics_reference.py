@@ -22,6 +22,7 @@ import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import (
     canonical,
     mean_rotation,
@@ -30,6 +31,7 @@ from ropesplit.numerics.reference import (
     resolve_reference,
 )
 from ropesplit.numerics.rope import frequencies, to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 from ropesplit.numerics.synthetic import PATTERNS, make_qk
 
@@ -195,7 +197,7 @@ def test_over_causal_pairs_the_mean_can_lose_to_zero():
     k[-1] = [1.0, 0.0]  # one token's key deviates; kbar = k / n
     mean_square = {}
     for spec in ("zero", "mean"):
-        sp = split_head(q, k, theta, 1.0, reference=spec)
+        sp = split_head(q, k, RopeSpec.from_arrays(theta, 1.0), Measure(reference=spec))
         mean_square[spec] = (sp.E[sp.mask] ** 2).mean()
     assert mean_square["mean"] > 2 * mean_square["zero"]
 

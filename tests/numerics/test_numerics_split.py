@@ -11,12 +11,22 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from ropesplit.numerics import bound as bound_module
 from ropesplit.numerics.bound import ATOL, RTOL, causal_ratios, remainder_and_bound
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 
 from ropesplit.core.errors import RopesplitError
 
 LAYOUTS = ("half", "interleaved")
+
+
+def geometry(head, **options):
+    """The RopeSpec of a head's loose keys (theta, scale and, where given, layout, rotary_dim,
+    window, kv_map) and the Measure of ``options``: ``(spec, measure)``."""
+    spec = RopeSpec.from_arrays(head["theta"], head["scale"], head.get("layout", "half"),
+                                head.get("rotary_dim"), head.get("window"), head.get("kv_map"))
+    return spec, Measure(**options)
 
 
 def loop_split(q, k, theta, s, pq, pk, kbar, layout="half", rotary_dim=None, distances=None,
@@ -68,7 +78,8 @@ def heads(draw, max_n=6):
 @settings(max_examples=40, deadline=None)
 @given(head=heads())
 def test_split_head_matches_the_loop_twin(head):
-    sp = split_head(**head)
+    spec, measure = geometry(head)
+    sp = split_head(head["q"], head["k"], spec, measure, positions=head["positions"])
     pq, pk = head["positions"]
     want = loop_split(head["q"], head["k"], head["theta"], head["scale"], pq, pk,
                       head["k"].mean(0), head["layout"], head["rotary_dim"])  # fmt: skip
@@ -93,7 +104,8 @@ def test_split_head_under_a_distance_map_matches_the_loop_twin(head, cap, seed, 
     else:
         dist = np.random.default_rng(seed).uniform(-1e4, 1e4, size=(n, n))
     head = head | {"positions": None}
-    sp = split_head(**head, distances=dist)
+    spec, measure = geometry(head)
+    sp = split_head(head["q"], head["k"], spec, measure, distances=dist)
     want = loop_split(head["q"], head["k"], head["theta"], head["scale"], None, None,
                       head["k"].mean(0), head["layout"], head["rotary_dim"],
                       distances=dist)  # fmt: skip
@@ -106,20 +118,21 @@ def test_split_head_under_a_distance_map_matches_the_loop_twin(head, cap, seed, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(head=heads(), spec=st.one_of(st.sampled_from(["mean", "zero"]),
-                                    st.floats(-2e3, 2e3).map(lambda c: f"distance:{c!r}")),
+@given(head=heads(), ref=st.one_of(st.sampled_from(["mean", "zero"]),
+                                   st.floats(-2e3, 2e3).map(lambda c: f"distance:{c!r}")),
        window=st.one_of(st.none(), st.integers(1, 6)))  # fmt: skip
-def test_split_under_a_reference_matches_the_loop_twin(head, spec, window):
+def test_split_under_a_reference_matches_the_loop_twin(head, ref, window):
     n = head["q"].shape[0]
     head = head | {"positions": tuple(np.round(p / 1e3) for p in head["positions"])}
-    sp = split_head(**head, reference=spec, window=window)
+    spec, measure = geometry(head | {"window": window}, reference=ref)
+    sp = split_head(head["q"], head["k"], spec, measure, positions=head["positions"])
     pq, pk = head["positions"]
     dist = pq[:, None] - pk[None, :]
     th = head["theta"]
     want_m = {"zero": np.ones(th.size),
-              "mean": np.exp(1j * dist[sp.mask][:, None] * th).mean(0)}.get(spec)  # fmt: skip
+              "mean": np.exp(1j * dist[sp.mask][:, None] * th).mean(0)}.get(ref)  # fmt: skip
     if want_m is None:
-        want_m = np.exp(1j * th * float(spec.split(":")[1]))
+        want_m = np.exp(1j * th * float(ref.split(":")[1]))
     np.testing.assert_allclose(sp.m, want_m, rtol=0, atol=1e-12)
     want = loop_split(head["q"], head["k"], th, head["scale"], pq, pk, head["k"].mean(0),
                       head["layout"], head["rotary_dim"], m=sp.m)  # fmt: skip
@@ -134,8 +147,9 @@ def test_split_under_a_reference_matches_the_loop_twin(head, spec, window):
 def test_zero_reference_is_the_section_3_split_bit_for_bit():
     rng = np.random.default_rng(5)
     q, k = rng.normal(size=(2, 9, 8))
-    a = split_head(q, k, frequencies(8), 0.3)
-    b = split_head(q, k, frequencies(8), 0.3, reference="zero")
+    spec, zero = geometry({"theta": frequencies(8), "scale": 0.3}, reference="zero")
+    a = split_head(q, k, spec)
+    b = split_head(q, k, spec, zero)
     for name in ("W", "f", "g", "E", "bound", "bound_loose"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     assert a.reference == "zero" and (a.m == 1).all()
@@ -145,8 +159,9 @@ def test_distance_map_of_the_positions_gives_the_positions_split():
     rng = np.random.default_rng(3)
     q, k = rng.normal(size=(2, 7, 6))
     pos = np.arange(7.0)
-    a = split_head(q, k, frequencies(6), 0.4, positions=pos)
-    b = split_head(q, k, frequencies(6), 0.4, distances=pos[:, None] - pos[None, :])
+    spec, measure = geometry({"theta": frequencies(6), "scale": 0.4})
+    a = split_head(q, k, spec, measure, positions=pos)
+    b = split_head(q, k, spec, measure, distances=pos[:, None] - pos[None, :])
     for name in ("W", "f", "g", "E", "bound", "bound_loose"):
         np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-12, atol=1e-12)
 
@@ -188,8 +203,9 @@ def test_bound_is_never_violated(case):
 def test_f_does_not_depend_on_the_key(head, seed):
     kbar = head["k"].mean(0)
     other = np.random.default_rng(seed).normal(size=head["k"].shape)
-    a = split_head(**head, kbar=kbar)
-    b = split_head(**(head | {"k": other}), kbar=kbar)
+    spec, measure = geometry(head)
+    a = split_head(head["q"], head["k"], spec, measure, positions=head["positions"], kbar=kbar)
+    b = split_head(head["q"], other, spec, measure, positions=head["positions"], kbar=kbar)
     np.testing.assert_array_equal(a.f, b.f)
     assert not np.array_equal(a.g, b.g)
 
@@ -199,8 +215,9 @@ def test_f_does_not_depend_on_the_key(head, seed):
 def test_g_does_not_depend_on_delta(head, shift, seed):
     n = head["q"].shape[0]
     jitter = np.random.default_rng(seed).uniform(-1e3, 1e3, size=n)
-    a = split_head(**head)
-    b = split_head(**(head | {"positions": (jitter + shift, jitter)}))
+    spec, measure = geometry(head)
+    a = split_head(head["q"], head["k"], spec, measure, positions=head["positions"])
+    b = split_head(head["q"], head["k"], spec, measure, positions=(jitter + shift, jitter))
     np.testing.assert_array_equal(a.g, b.g)
 
 
@@ -212,14 +229,17 @@ def test_remainder_vanishes_when_deviations_sit_in_non_rotating_pairs(head, seed
     n = head["q"].shape[0]
     k = np.tile(head["k"][0], (n, 1))  # constant in the rotating coordinates ...
     k[:, r:] += np.random.default_rng(seed).normal(size=(n, d - r)) * 5  # ... varying elsewhere
-    sp = split_head(**(head | {"k": k}), kbar=k[0])  # the mean is the constant only up to rounding
+    spec, measure = geometry(head)
+    # the mean is the constant only up to rounding
+    sp = split_head(head["q"], k, spec, measure, positions=head["positions"], kbar=k[0])
     np.testing.assert_array_equal(sp.bound, 0.0)
     np.testing.assert_array_equal(sp.E, 0.0)
 
 
 def test_mask_is_by_index_and_windowed():
     q = np.ones((5, 2))
-    sp = split_head(q, q, [1.0], 1.0, positions=(np.zeros(5), np.arange(5.0)), window=2)
+    spec, measure = geometry({"theta": [1.0], "scale": 1.0, "window": 2})
+    sp = split_head(q, q, spec, measure, positions=(np.zeros(5), np.arange(5.0)))
     i, j = np.indices((5, 5))
     np.testing.assert_array_equal(sp.mask, (j <= i) & (i - j < 2))
     np.testing.assert_array_equal(sp.delta, -j.astype(float))
@@ -230,30 +250,43 @@ def test_mask_is_by_index_and_windowed():
     [
         ({"q": np.zeros((3, 4)), "k": np.zeros((2, 4))}, "q and k must have one shape"),
         ({"q": np.zeros(4), "k": np.zeros(4)}, "q must have 2 dimensions"),
-        ({"theta": [1.0]}, r"theta must have shape \(2,\) for head_dim 4"),
-        ({"theta": [1.0, -1.0]}, "theta must be non-negative"),
-        ({"scale": 0.0}, "scale must be a finite positive number"),
+        ({"theta": [1.0]}, "the RopeSpec has head dim 2, the tensors 4"),
+        ({"theta": [1.0, -1.0]}, r"theta must be P >= 1 finite frequencies >= 0, got \(2,\)"),
+        ({"scale": 0.0}, "scale must be a finite number > 0, got 0.0"),
         ({"positions": np.arange(2.0)}, r"positions must have shape \(3,\)"),
-        ({"window": 0}, "window must be a positive integer"),
+        ({"window": 0}, "window must be at least 1, got 0"),
         ({"kbar": np.zeros(3)}, r"kbar must have shape \(4,\)"),
         ({"q": np.full((3, 4), np.nan)}, "q must be finite"),
         ({"layout": "gptj"}, "layout must be 'half' or 'interleaved'"),
         ({"distances": np.zeros((3, 2))}, r"distances must have shape \(3, 3\)"),
-        ({"distances": np.zeros((3, 3)), "positions": np.arange(3.0)}, "positions or distances"),
+        ({"distances": np.zeros((3, 3)), "positions": np.arange(3.0)},
+         "give positions or distances, not both"),
+        # the old call split_head(q, k, theta, scale): loose frequencies where the spec goes
+        ({"loose": (np.array([1.0, 0.1]), 1.0)}, "the geometry is one RopeSpec, got ndarray"),
+        ({"loose": ([1.0, 0.1],)}, "the geometry is one RopeSpec, got list"),
+        ({"pair_budget": 0}, "pair_budget must be a positive number of pairs, got 0"),
+        ({"kbar_rule": "median"}, "kbar_rule must be one of mean, mean-skip-first, got 'median'"),
     ],
-)
+)  # fmt: skip
 def test_split_head_errors(kwargs, message):
     args = {"q": np.ones((3, 4)), "k": np.ones((3, 4)), "theta": [1.0, 0.1], "scale": 1.0}
-    with pytest.raises(RopesplitError, match=message):
-        split_head(**(args | kwargs))
+    args |= kwargs
+    options = {key: args.pop(key) for key in ("pair_budget", "kbar_rule") if key in args}
+    with pytest.raises(RopesplitError, match=f"^{message}") as refused:
+        spec, measure = geometry(args, **options)  # a refusal here counts
+        loose = args.get("loose", (spec, measure))
+        keywords = {key: args[key] for key in ("positions", "kbar", "distances") if key in args}
+        split_head(args["q"], args["k"], *loose, **keywords)
+    assert "\n" not in str(refused.value)  # one line
 
 
 def test_accepts_torch_tensors():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=(2, 4, 6))
-    a = split_head(q, k, frequencies(6), 0.5)
-    b = split_head(torch.from_numpy(q).float(), torch.from_numpy(k).float(), frequencies(6), 0.5)
+    spec, measure = geometry({"theta": frequencies(6), "scale": 0.5})
+    a = split_head(q, k, spec, measure)
+    b = split_head(torch.from_numpy(q).float(), torch.from_numpy(k).float(), spec, measure)
     np.testing.assert_allclose(a.W, b.W, atol=1e-5)
 
 

@@ -11,7 +11,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from ropesplit.numerics.fit import three_axis_fit
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, from_pairs, to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 from ropesplit.numerics.stats import (
     HeadStats,
@@ -30,11 +32,18 @@ FLOATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightn
           "tightness_median", "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip
 
 
+def geometry(theta, s, layout="half", rotary_dim=None, window=None, kv_map=None, **options):
+    """The RopeSpec of loose geometry (``RopeSpec.from_arrays``) and the Measure of
+    ``options``: ``(spec, measure)``."""
+    spec = RopeSpec.from_arrays(theta, s, layout, rotary_dim, window, kv_map)
+    return spec, Measure(**options)
+
+
 def reference_stats(q, k, theta, s, positions=None, window=None, layout="half", rotary_dim=None,
                     reference="zero"):  # fmt: skip
     """Reference twin: docs/theory.md sections 5-6 from the dense split, pair by pair, float64."""
-    sp = split_head(q, k, theta, s, positions=positions, window=window, layout=layout,
-                    rotary_dim=rotary_dim, reference=reference)  # fmt: skip
+    spec, measure = geometry(theta, s, layout, rotary_dim, window, reference=reference)
+    sp = split_head(q, k, spec, measure, positions=positions)
     m = sp.mask
     w, fg, e = sp.W[m], (sp.f + sp.g)[m], sp.E[m]
     rows = [(sp.W[i, m[i]], (sp.f + sp.g)[i, m[i]]) for i in range(len(m))]
@@ -90,7 +99,7 @@ def test_layouts_give_the_same_statistics(seed, rotary):
     qc, kc = rng.normal(size=(2, 30, 4)) + 1j * rng.normal(size=(2, 30, 4))
     theta = frequencies(8, 100.0, rotary_dim=rotary)
     stats = [head_statistics(from_pairs(qc, layout, rotary), from_pairs(kc, layout, rotary),
-                             theta, 0.3, layout=layout, rotary_dim=rotary, pair_budget=None)
+                             *geometry(theta, 0.3, layout, rotary, pair_budget=None))
              for layout in ("half", "interleaved")]  # fmt: skip
     for name in FLOATS:
         assert getattr(stats[0], name) == pytest.approx(getattr(stats[1], name), abs=1e-12)
@@ -101,22 +110,22 @@ def test_layer_statistics_equal_per_head_statistics():
     q, k = rng.normal(size=(4, 50, 8)), rng.normal(size=(2, 50, 8)) + 1.0
     kv_map = [0, 0, 1, 1]
     theta = frequencies(8, 1e4)
-    batched = layer_statistics(q, k, kv_map, theta, 0.35, window=20, pair_budget=600, seed=5)
+    spec, measure = geometry(theta, 0.35, window=20, kv_map=kv_map, pair_budget=600, seed=5)
+    batched = layer_statistics(q, k, spec, measure)
     for h, stats in enumerate(batched):
-        alone = head_statistics(q[h], k[kv_map[h]], theta, 0.35, window=20, pair_budget=600,
-                                seed=5)  # fmt: skip
+        alone = head_statistics(q[h], k[kv_map[h]], spec, measure)
         for name in FLOATS:
             assert getattr(stats, name) == pytest.approx(getattr(alone, name), abs=1e-12)
 
 
 def test_sampling_is_seeded_reported_and_close_to_exact():
     qk = make_qk("random", d=16, base=1e4, tokens=200, seed=1)
-    args = (qk.q, qk.k, qk.theta, qk.scale)
-    exact = head_statistics(*args, pair_budget=None)
-    a = head_statistics(*args, pair_budget=2000, seed=3)  # pairs, not terms
-    b = head_statistics(*args, pair_budget=2000, seed=3)
-    c = head_statistics(*args, pair_budget=2000, seed=4)
-    assert head_statistics(*args, pair_budget=exact.n_pairs).sampled_pairs is None
+    args = (qk.q, qk.k, qk.spec)
+    exact = head_statistics(*args, Measure(pair_budget=None))
+    a = head_statistics(*args, Measure(pair_budget=2000, seed=3))  # pairs, not terms
+    b = head_statistics(*args, Measure(pair_budget=2000, seed=3))
+    c = head_statistics(*args, Measure(pair_budget=2000, seed=4))
+    assert head_statistics(*args, Measure(pair_budget=exact.n_pairs)).sampled_pairs is None
     assert a == b and a.sampled_pairs == 2000 and exact.sampled_pairs is None
     assert a.tightness_median != c.tightness_median
     assert a.tightness_max <= exact.tightness_max
@@ -134,7 +143,7 @@ def test_three_axis_is_one_on_a_head_with_additive_logits():
     q = np.tile(rng.normal(size=d), (n, 1))
     k = np.tile(rng.normal(size=d), (n, 1))
     k[:, 4:] += rng.normal(size=(n, 2))
-    stats = head_statistics(q, k, theta, 1.0, rotary_dim=4, pair_budget=None)
+    stats = head_statistics(q, k, *geometry(theta, 1.0, rotary_dim=4, pair_budget=None))
     assert stats.r_3axis == pytest.approx(1.0, abs=1e-10)
     assert stats.r_split == pytest.approx(1.0, abs=1e-10)
     assert stats.remainder_share < 1e-12 and stats.violations == 0
@@ -144,8 +153,8 @@ def test_three_axis_is_one_on_a_head_with_additive_logits():
 def test_torch_inputs_and_plain_python_fields():
     torch = pytest.importorskip("torch")
     qk = make_qk("structured", d=8, tokens=30, seed=0)
-    a = head_statistics(qk.q, qk.k, qk.theta, qk.scale)
-    b = head_statistics(torch.from_numpy(qk.q), torch.from_numpy(qk.k), qk.theta, qk.scale)
+    a = head_statistics(qk.q, qk.k, qk.spec)
+    b = head_statistics(torch.from_numpy(qk.q), torch.from_numpy(qk.k), qk.spec)
     assert a == b
     for field in dataclasses.fields(HeadStats):
         value = getattr(a, field.name)
@@ -164,31 +173,41 @@ def test_torch_inputs_and_plain_python_fields():
         ({"k": np.zeros((2, 5, 6))}, r"k must have shape \(Hkv, 5, 4\) like q"),
         ({"kv_map": [0, 2]}, r"kv_map must be 2 indices into 2 KV heads"),
         ({"kv_map": [0]}, r"kv_map must be 2 indices"),
-        ({"pair_budget": 0}, "pair_budget must be a positive number of pairs"),
+        ({"pair_budget": 0}, "pair_budget must be a positive number of pairs, got 0"),
         ({"reference": "distance:x"}, "reference must be zero, distance:C"),
         ({"kbar": np.zeros((2, 3))}, r"kbar must have shape \(2, 4\)"),
-        ({"scale": -1.0}, "scale must be a finite positive number"),
+        ({"scale": -1.0}, "scale must be a finite number > 0, got -1.0"),
         ({"positions": (np.zeros(5), np.zeros(4))}, r"positions_k must have shape \(5,\)"),
+        # loose frequencies (and a scale) where the spec goes
+        ({"loose": ([1.0, 0.1], 1.0)}, "the geometry is one RopeSpec, got list"),
+        ({"loose": (np.array([1.0, 0.1]),)}, "the geometry is one RopeSpec, got ndarray"),
+        ({"kbar_rule": "median"}, "kbar_rule must be one of mean, mean-skip-first, got 'median'"),
     ],
-)
+)  # fmt: skip
 def test_layer_statistics_errors(kwargs, message):
     args = {"q": np.ones((2, 5, 4)), "k": np.ones((2, 5, 4)), "kv_map": [0, 1],
-            "theta": [1.0, 0.1], "scale": 1.0}  # fmt: skip
-    with pytest.raises(RopesplitError, match=message):
-        layer_statistics(**(args | kwargs))
+            "theta": [1.0, 0.1], "scale": 1.0} | kwargs  # fmt: skip
+    options = {key: args.pop(key) for key in ("pair_budget", "reference", "kbar_rule")
+               if key in args}  # fmt: skip
+    with pytest.raises(RopesplitError, match=f"^{message}") as refused:
+        spec, measure = geometry(args["theta"], args["scale"], kv_map=args["kv_map"], **options)
+        loose = args.get("loose", (spec, measure))
+        keywords = {key: args[key] for key in ("positions", "kbar") if key in args}
+        layer_statistics(args["q"], args["k"], *loose, **keywords)
+    assert "\n" not in str(refused.value)  # one line
 
 
 @settings(max_examples=60, deadline=None)
-@given(head=heads(), spec=st.one_of(st.sampled_from(["zero", "mean"]),
-                                    st.integers(-50, 5000).map(lambda c: f"distance:{c}")))
-def test_head_statistics_match_the_reference_twin(head, spec):
-    got = head_statistics(head["q"], head["k"], head["theta"], head["s"],
-                          positions=head["positions"], window=head["window"],
-                          layout=head["layout"], rotary_dim=head["rotary_dim"],
-                          reference=spec)  # fmt: skip  # pair_budget None: every pair
-    want = reference_stats(**head, reference=spec)
+@given(head=heads(), ref=st.one_of(st.sampled_from(["zero", "mean"]),
+                                   st.integers(-50, 5000).map(lambda c: f"distance:{c}")))
+def test_head_statistics_match_the_reference_twin(head, ref):
+    spec, measure = geometry(head["theta"], head["s"], head["layout"], head["rotary_dim"],
+                             head["window"], reference=ref)  # fmt: skip
+    got = head_statistics(head["q"], head["k"], spec, measure,
+                          positions=head["positions"])  # fmt: skip  # pair_budget None: every pair
+    want = reference_stats(**head, reference=ref)
     assert got.n_pairs == want["n_pairs"] and got.sampled_pairs is None and got.violations == 0
-    assert got.reference == spec
+    assert got.reference == ref
     for name in FLOATS:
         a, b = getattr(got, name), want[name]
         if math.isnan(b):
@@ -196,9 +215,9 @@ def test_head_statistics_match_the_reference_twin(head, spec):
         else:
             assert a == pytest.approx(b, abs=1e-8), name
         assert isinstance(a, float)
-    assert list(got.by_reference) == [spec]
+    assert list(got.by_reference) == [ref]
     for name in ("r_split", "remainder_share", "r_split_rowcentred"):
-        assert got.by_reference[spec][name] is getattr(got, name)  # the same float (or NaN)
+        assert got.by_reference[ref][name] is getattr(got, name)  # the same float (or NaN)
 
 
 def spread(x, rows):
@@ -212,8 +231,8 @@ def spread(x, rows):
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), block=st.sampled_from([1, 3, 8]), spans=st.booleans(),
-       spec=st.sampled_from(["zero", "mean", "distance:7"]))  # fmt: skip
-def test_prefix_blocks_match_the_reference_twin(data, block, spans, spec):
+       ref=st.sampled_from(["zero", "mean", "distance:7"]))  # fmt: skip
+def test_prefix_blocks_match_the_reference_twin(data, block, spans, ref):
     # rows in blocks of a few tokens send most pairs through the prefix sums of the keys' outer
     # products; with a working memory of a few bytes every block is its own span (the prefix
     # carried across spans).  window = N has the same pairs as no window and the same path.
@@ -225,13 +244,13 @@ def test_prefix_blocks_match_the_reference_twin(data, block, spans, spec):
     r = data.draw(st.sampled_from([d, 2]))
     theta = frequencies(d, 50.0, rotary_dim=r)
     window = data.draw(st.sampled_from([None, n]))
+    spec, measure = geometry(theta, 0.5, rotary_dim=r, window=window, reference=ref)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(stats, "_BLOCK_ROWS", block)
         if spans:
-            patch.setattr(stats, "_WORK_BYTES", 64)
-        got = head_statistics(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec,
-                              references=("zero", "mean"))  # fmt: skip
-    sp = split_head(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec)
+            patch.setattr(stats, "WORK_BYTES", 64)
+        got = head_statistics(q, k, spec, dataclasses.replace(measure, references=("zero", "mean")))
+    sp = split_head(q, k, spec, measure)
     fg = sp.f + sp.g
     rows = range(n)
     scale = d * np.abs(q).max() * np.abs(k).max()  # of each product's rounding, over 1e-16
@@ -243,7 +262,7 @@ def test_prefix_blocks_match_the_reference_twin(data, block, spans, spec):
         if np.ptp(sp.W[sp.mask]) == 0:
             assert math.isnan(got.r_split) and math.isnan(got.r_3axis)
         assume(False)  # the comparison below cannot judge it: not a counted example
-    want = reference_stats(q, k, theta, 0.5, window=window, rotary_dim=r, reference=spec)
+    want = reference_stats(q, k, theta, 0.5, window=window, rotary_dim=r, reference=ref)
     for name in ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share"):
         assert getattr(got, name) == pytest.approx(want[name], abs=1e-8), name
 
@@ -260,43 +279,44 @@ def test_keys_deviating_in_still_pairs_leave_no_remainder_through_the_prefix(mon
     q = rng.normal(size=(n, d))
     k = np.tile(rng.normal(size=d), (n, 1))
     k[:, 4:] += rng.normal(size=(n, 2))
-    got = head_statistics(q, k, theta, 1.0, rotary_dim=4, reference="mean",
-                          references=("zero", "distance:9"))  # fmt: skip
-    for spec, split in got.by_reference.items():
-        assert split["remainder_share"] < 1e-12, spec
-        assert split["r_split"] == pytest.approx(1.0, abs=1e-12), spec
+    got = head_statistics(q, k, *geometry(theta, 1.0, rotary_dim=4, reference="mean",
+                                          references=("zero", "distance:9")))  # fmt: skip
+    for ref, split in got.by_reference.items():
+        assert split["remainder_share"] < 1e-12, ref
+        assert split["r_split"] == pytest.approx(1.0, abs=1e-12), ref
 
 
 def test_references_ride_along_without_changing_the_primary_numbers():
     rng = np.random.default_rng(4)
     q, k = rng.normal(size=(3, 60, 8)), rng.normal(size=(1, 60, 8)) + 0.5
     theta = frequencies(8, 1e4)
-    alone = layer_statistics(q, k, [0, 0, 0], theta, 0.3, window=40)
-    both = layer_statistics(q, k, [0, 0, 0], theta, 0.3, window=40,
-                            references=("mean", "distance:256.0", "zero"))  # fmt: skip
+    spec, measure = geometry(theta, 0.3, window=40, kv_map=[0, 0, 0])
+    alone = layer_statistics(q, k, spec, measure)
+    both = layer_statistics(q, k, spec, Measure(references=("mean", "distance:256.0", "zero")))
     for a, b in zip(alone, both, strict=True):
         assert dataclasses.replace(b, by_reference={}) == dataclasses.replace(a, by_reference={})
         assert list(b.by_reference) == ["zero", "mean", "distance:256"]
-        for spec in ("mean", "distance:256"):
-            own = layer_statistics(q, k, [0, 0, 0], theta, 0.3, window=40, reference=spec)
+        for ref in ("mean", "distance:256"):
+            own = layer_statistics(q, k, spec, Measure(reference=ref))
             for name in ("r_split", "r_split_rowcentred", "remainder_share"):
                 want = getattr(own[alone.index(a)], name)
-                assert b.by_reference[spec][name] == pytest.approx(want, abs=1e-12)
+                assert b.by_reference[ref][name] == pytest.approx(want, abs=1e-12)
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), spec=st.sampled_from(["zero", "mean", "distance:40"]),
+@given(seed=st.integers(0, 2**32 - 1), ref=st.sampled_from(["zero", "mean", "distance:40"]),
        window=st.one_of(st.none(), st.integers(1, 30)))  # fmt: skip
-def test_pooled_correlation_matches_the_concatenated_pairs(seed, spec, window):
+def test_pooled_correlation_matches_the_concatenated_pairs(seed, ref, window):
     rng = np.random.default_rng(seed)
     q = rng.normal(size=(3, 25, 6)) + rng.normal(size=(3, 1, 6)) * 2
     k = rng.normal(size=(3, 25, 6)) + rng.normal(size=(3, 1, 6)) * 2
     theta = frequencies(6, 300.0)
-    stats = layer_statistics(q, k, [0, 1, 2], theta, 0.4, window=window, reference=spec)
-    splits = [split_head(q[h], k[h], theta, 0.4, window=window, reference=spec) for h in range(3)]
+    spec, measure = geometry(theta, 0.4, window=window, kv_map=[0, 1, 2], reference=ref)
+    stats = layer_statistics(q, k, spec, measure)
+    splits = [split_head(q[h], k[h], spec, measure) for h in range(3)]
     w = np.concatenate([sp.W[sp.mask] for sp in splits])
     fg = np.concatenate([(sp.f + sp.g)[sp.mask] for sp in splits])
-    moments = [st_.by_reference[spec] for st_ in stats]
+    moments = [st_.by_reference[ref] for st_ in stats]
     counts = [st_.n_pairs for st_ in stats]
     assert pooled_correlation(moments, counts) == pytest.approx(np.corrcoef(w, fg)[0, 1], abs=1e-9)
     one = pooled_correlation(moments[:1], counts[:1])
@@ -312,7 +332,8 @@ def test_pooled_correlation_ci_resamples_heads_like_a_loop_twin():
     """The interval is the percentile interval of the pooled correlation over head resamples."""
     rng = np.random.default_rng(5)
     q, k = rng.normal(size=(2, 4, 20, 6))
-    stats = layer_statistics(q, k, [0, 1, 2, 3], frequencies(6, 100.0), 0.5, reference="zero")
+    stats = layer_statistics(q, k, *geometry(frequencies(6, 100.0), 0.5, kv_map=[0, 1, 2, 3],
+                                             reference="zero"))  # fmt: skip
     moments = [st_.by_reference["zero"] for st_ in stats]
     counts = [st_.n_pairs for st_ in stats]
     ci = pooled_correlation_ci(moments, counts, n_boot=300, seed=7, level=0.9)
@@ -361,10 +382,11 @@ def test_memory_chunks_change_no_statistic(monkeypatch):
 
     rng = np.random.default_rng(4)
     q, k = rng.normal(size=(3, 40, 8)), rng.normal(size=(1, 40, 8)) + 0.5
-    args = (q, k, [0, 0, 0], frequencies(8, 1e4), 0.35)
-    whole = layer_statistics(*args, reference="mean", references=("zero",))
-    monkeypatch.setattr(stats, "_WORK_BYTES", 64)
-    chunked = layer_statistics(*args, reference="mean", references=("zero",))
+    args = (q, k, *geometry(frequencies(8, 1e4), 0.35, kv_map=[0, 0, 0], reference="mean",
+                            references=("zero",)))  # fmt: skip
+    whole = layer_statistics(*args)
+    monkeypatch.setattr(stats, "WORK_BYTES", 64)
+    chunked = layer_statistics(*args)
     for a, b in zip(whole, chunked, strict=True):
         assert (a.tightness_max, a.tightness_median, a.violations) == (
             b.tightness_max, b.tightness_median, b.violations)  # fmt: skip

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.stats import head_statistics
 from ropesplit.numerics.synthetic import PATTERNS, make_qk, sweep
@@ -15,7 +16,7 @@ from ropesplit.core.errors import RopesplitError
 
 def r_split(pattern, **kw):
     qk = make_qk(pattern, **kw)
-    return head_statistics(qk.q, qk.k, qk.theta, qk.scale, pair_budget=2**14).r_split
+    return head_statistics(qk.q, qk.k, qk.spec, Measure(pair_budget=2**14)).r_split
 
 
 # The acceptance ordering over a table of bases and sizes, several seeds each (not a lucky one).

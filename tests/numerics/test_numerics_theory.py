@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ropesplit.numerics.bound import remainder_and_bound
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import mean_rotation, mean_rotation_of
 from ropesplit.numerics.rope import frequencies, to_pairs
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 from ropesplit.theory import get_step
 
@@ -31,7 +33,7 @@ def heads(draw):
 @given(head=heads())
 def test_split_head_equals_the_theory_per_pair_functions(head):
     q, k, theta, s, (pq, pk) = head
-    sp = split_head(q, k, theta, s, positions=(pq, pk))
+    sp = split_head(q, k, RopeSpec.from_arrays(theta, s), positions=(pq, pk))
     qc, kc, kb = to_pairs(q), to_pairs(k), to_pairs(sp.kbar)
     expand = get_step("logit_expansion").numeric
     split = get_step("split_exact").numeric
@@ -78,7 +80,8 @@ def test_remainder_kernel_equals_the_theory_on_one_pair(a, b, dc, de, theta, del
                                     st.floats(-500, 500).map(lambda c: f"distance:{c!r}")))
 def test_split_under_a_reference_equals_the_theory_per_pair_functions(head, spec):
     q, k, theta, s, (pq, pk) = head
-    sp = split_head(q, k, theta, s, positions=(pq, pk), reference=spec)
+    sp = split_head(q, k, RopeSpec.from_arrays(theta, s), Measure(reference=spec),
+                    positions=(pq, pk))  # fmt: skip
     qc, kc, kb = to_pairs(q), to_pairs(k), to_pairs(sp.kbar)
     split = get_step("split_reference").numeric
     bound = get_step("reference_bound").numeric
@@ -130,7 +133,7 @@ def test_mean_square_remainder_equals_the_theory_sum_over_pair_couples(seed, p, 
 
 def test_mean_key_is_the_theory_weighted_mean():
     k = np.random.default_rng(2).normal(size=(7, 6))
-    sp = split_head(k, k, frequencies(6), 1.0)
+    sp = split_head(k, k, RopeSpec.from_arrays(frequencies(6), 1.0))
     kc, kb = to_pairs(k), to_pairs(sp.kbar)
     for l in range(3):
         want = get_step("mean_key_optimum").numeric(list(kc[:, l].real), list(kc[:, l].imag),

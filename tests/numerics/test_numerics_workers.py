@@ -10,7 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.stats import layer_statistics
 from ropesplit.numerics.workers import map_each, serial
 
@@ -68,8 +70,8 @@ def test_statistics_in_a_worker_are_those_computed_alone(q, k):
     theta = frequencies(8, 100.0)
 
     def stats(b):
-        return layer_statistics(q[b], k[b], None, theta, 8**-0.5,
-                                references=("distance:4", "mean"))  # fmt: skip
+        return layer_statistics(q[b], k[b], RopeSpec.from_arrays(theta, 8**-0.5),
+                                Measure(references=("distance:4", "mean")))  # fmt: skip
 
     alone = [stats(b) for b in range(2)]
     side_by_side = map_each(stats, range(2), workers=2)

@@ -9,6 +9,7 @@ ratios, which lie in ``[0, 1]``), and exactly in every count.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_row_moments_match_the_compiled_path(layer, two_refs):
     gaps = [None, layer["gap"]] if two_refs else [layer["gap"]]
     f = factors(layer["qc"], layer["kc"], layer["kv"], layer["theta"], pq, pk, gaps)
     got = stats_torch.row_moments(f, layer["window"], CPU)
-    assert_moments_equal(got, stats._row_moments(f, layer["window"]), f)
+    assert_moments_equal(got, stats.row_moments(f, layer["window"]), f)
 
 
 @settings(deadline=None, max_examples=80)
@@ -112,8 +113,9 @@ def test_tightness_matches_the_compiled_path(layer, s, seed, data):
     dc = (layer["kc"] - layer["kc"].mean(axis=1, keepdims=True))[kv]
     pairs = band_gram(qc.shape[1], window).pairs
     budget = data.draw(st.none() | st.integers(1, pairs + 3), label="pair_budget")
-    args = (qc, dc, theta, *layer["pos"], s, window, budget, seed, gap)
-    assert_tightness_equal(stats_torch.tightness(*args, CPU), stats._tightness(*args))
+    check = pairing.BoundCheck(qc, dc, theta, *layer["pos"], s, window, gap)
+    assert_tightness_equal(stats_torch.tightness(check, budget, seed, CPU),
+                           stats.tightness(check, budget, seed))  # fmt: skip
 
 
 def test_the_window_is_honoured():
@@ -126,17 +128,17 @@ def test_the_window_is_honoured():
     kv = np.zeros(1, dtype=np.int64)
     f = factors(qc, kc, kv, theta, pos, pos, [gap])
     banded = stats_torch.row_moments(f, window, CPU)
-    assert_moments_equal(banded, stats._row_moments(f, window), f)
+    assert_moments_equal(banded, stats.row_moments(f, window), f)
     full = stats_torch.row_moments(f, None, CPU)
     for a, b in zip(banded, full, strict=True):  # the first rows see every column
         torch.testing.assert_close(a[..., :window], b[..., :window], rtol=RTOL, atol=1e-12)
     assert (banded[0][:, window:] < full[0][:, window:]).all()  # fewer squares past the window
     dc = kc - kc.mean(axis=1, keepdims=True)
+    check = pairing.BoundCheck(qc, dc, theta, pos, pos, 0.5, window, gap)
     for budget in (None, 20):  # exact, and the sample of pairs (numbered within the band)
-        args = (qc, dc, theta, pos, pos, 0.5, window, budget, 0, gap)
-        got = stats_torch.tightness(*args, CPU)
-        assert_tightness_equal(got, stats._tightness(*args))
-        unbanded = stats_torch.tightness(*args[:6], None, *args[7:], CPU)
+        got = stats_torch.tightness(check, budget, 0, CPU)
+        assert_tightness_equal(got, stats.tightness(check, budget, 0))
+        unbanded = stats_torch.tightness(replace(check, window=None), budget, 0, CPU)
         assert got[0][:2] != unbanded[0][:2]
 
 
@@ -150,8 +152,9 @@ def test_every_step_stays_on_the_device():
     f = factors(qc, qc, np.zeros(1, dtype=np.int64), theta, pos, pos, [None, gap])
     dc = qc - qc.mean(axis=1, keepdims=True)
     calls = [lambda: stats_torch.row_moments(f, 3, "meta")] + [
-        lambda budget=budget: stats_torch.tightness(qc, dc, theta, pos + 0.5 * np.sin(pos), pos,
-                                                    1.0, 4, budget, 0, gap, "meta")
+        lambda budget=budget: stats_torch.tightness(
+            pairing.BoundCheck(qc, dc, theta, pos + 0.5 * np.sin(pos), pos, 1.0, 4, gap),
+            budget, 0, "meta")
         for budget in (None, 7)
     ]  # fmt: skip
     for call in calls:
@@ -160,7 +163,9 @@ def test_every_step_stays_on_the_device():
 
 
 def test_layer_statistics_on_a_torch_device_equals_the_compiled_path():
-    """The dispatch (issue 19): ``device=`` runs both N^2 parts in torch, same statistics."""
+    """The dispatch (issue 19): ``Measure(device=...)`` runs both N^2 parts in torch, same
+    statistics."""
+    from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.spec import RopeSpec
     from ropesplit.numerics.stats import layer_statistics
 
@@ -168,9 +173,9 @@ def test_layer_statistics_on_a_torch_device_equals_the_compiled_path():
     q, k = rng.normal(size=(4, 40, 8)), rng.normal(size=(2, 40, 8)) + 1.0
     spec = RopeSpec.from_base(8, 100.0)
     for budget in (None, 300):
-        cpu = layer_statistics(q, k, spec, pair_budget=budget, references=("mean",))
-        dev = layer_statistics(q, k, spec, pair_budget=budget, references=("mean",),
-                               device=torch.device("cpu"))  # fmt: skip
+        measure = Measure(pair_budget=budget, references=("mean",))
+        cpu = layer_statistics(q, k, spec, measure)
+        dev = layer_statistics(q, k, spec, replace(measure, device=torch.device("cpu")))
         for a, b in zip(cpu, dev, strict=True):
             for key, value in a.as_dict().items():
                 if isinstance(value, float):

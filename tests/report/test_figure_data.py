@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ropesplit.empirical import capture, load_model
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.figures import gather
+from ropesplit.report import figure_data
 
 COMMON = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=32,
               vocab_size=64, max_position_embeddings=64)  # fmt: skip
@@ -61,12 +61,12 @@ def _energy_loop(cache, which):
 def test_pair_energy_matches_loop_twin(model, which, request):
     cache = request.getfixturevalue(model)
     assert cache.layers[0].layout == "half"
-    fast = gather.pair_energy(cache, which)
+    fast = figure_data.pair_energy(cache, which)
     np.testing.assert_allclose(fast, _energy_loop(cache, which), rtol=1e-10, atol=1e-12)
 
 
 def test_pair_energy_data_has_control_and_typical_distances(llama):
-    data = gather.pair_energy_data(llama, llama)
+    data = figure_data.pair_energy_data(llama, llama)
     L, P = len(llama.layers), llama.layers[0].theta.shape[0]
     assert data["energy_k"].shape == data["energy_q_control"].shape == (L, P)
     np.testing.assert_array_equal(data["theta"], llama.layers[0].theta)
@@ -77,7 +77,7 @@ def test_pair_energy_data_has_control_and_typical_distances(llama):
 
 def test_pair_energy_rejects_unknown_side(llama):
     with pytest.raises(RopesplitError, match="^which must be 'k' or 'q', got 'v'"):
-        gather.pair_energy(llama, "v")
+        figure_data.pair_energy(llama, "v")
 
 
 ROWS = st.lists(st.floats(-1, 1, allow_nan=False), min_size=1, max_size=30)
@@ -88,7 +88,7 @@ ROWS = st.lists(st.floats(-1, 1, allow_nan=False), min_size=1, max_size=30)
 @example(values=[0.5, 0.1, 0.9, 0.3])  # even count: the lower middle, 0.3
 def test_median_head_has_as_many_heads_below_as_above(values):
     heads = [{"layer": k // 3, "head": k % 3, "r_split": v} for k, v in enumerate(values)]
-    layer, head = gather.median_head(heads)
+    layer, head = figure_data.median_head(heads)
     chosen = next(r["r_split"] for r in heads if (r["layer"], r["head"]) == (layer, head))
     below = sum(v < chosen for v in values)
     above = sum(v > chosen for v in values)
@@ -100,26 +100,26 @@ def test_median_head_has_as_many_heads_below_as_above(values):
 def test_median_head_skips_undefined_values():
     heads = [{"layer": 0, "head": 0, "r_split": None}, {"layer": 0, "head": 1, "r_split": 0.2},
              {"layer": 1, "head": 0, "r_split": float("nan")}]  # fmt: skip
-    assert gather.median_head(heads) == (0, 1)
+    assert figure_data.median_head(heads) == (0, 1)
     with pytest.raises(RopesplitError, match="^no head has a finite r_split"):
-        gather.median_head(heads[:1])
+        figure_data.median_head(heads[:1])
 
 
 @pytest.mark.parametrize(
     ("text", "expected"), [("3.1", (3, 1)), ("0.0", (0, 0)), ("12.8", (12, 8))]
 )
 def test_parse_head(text, expected):
-    assert gather.parse_head(text) == expected
+    assert figure_data.parse_head(text) == expected
 
 
 @pytest.mark.parametrize("text", ["3", "3.", ".1", "a.b", "-1.2", "3.1.2"])
 def test_parse_head_rejects(text):
     with pytest.raises(RopesplitError, match="^head must be LAYER.HEAD"):
-        gather.parse_head(text)
+        figure_data.parse_head(text)
 
 
 def test_head_split_reads_its_kv_head_and_rejects_bad_indices(llama):
-    split = gather.head_split(llama, 1, 3)  # query head 3 reads KV head kv_map[3] = 1
+    split = figure_data.head_split(llama, 1, 3)  # query head 3 reads KV head kv_map[3] = 1
     layer = llama.layers[1]
     q = layer.q[3].double().numpy()
     k = layer.k[int(layer.kv_map[3])].double().numpy()
@@ -129,6 +129,17 @@ def test_head_split_reads_its_kv_head_and_rejects_bad_indices(llama):
     W = layer.scale * rotate(q, pos, layer.theta) @ rotate(k, pos, layer.theta).T  # (N, N)
     np.testing.assert_allclose(np.where(split.mask, split.W, 0), np.tril(W), atol=1e-10)
     with pytest.raises(RopesplitError, match=r"^head must lie in \[0, 4\) for layer 1, got 4"):
-        gather.head_split(llama, 1, 4)
+        figure_data.head_split(llama, 1, 4)
     with pytest.raises(RopesplitError, match=r"^layer must lie in \[0, 2\), got 2"):
-        gather.head_split(llama, 2, 0)
+        figure_data.head_split(llama, 2, 0)
+
+
+def test_bound_data_samples_real_and_synthetic_heads_under_their_bound(llama):
+    """Figure 4's samples: each real head and each synthetic pattern (split under its own
+    RopeSpec), at most ``points`` causal pairs each, every |E| within its bound."""
+    data = figure_data.bound_data(llama, [(0, 1), (1, 3)], seed=0, points=20)
+    assert list(data["samples"]) == ["layer 0 head 1", "layer 1 head 3", "synthetic: random",
+                                     "synthetic: structured", "synthetic: adversarial"]  # fmt: skip
+    for bound, abs_e in data["samples"].values():
+        assert bound.shape == abs_e.shape and 0 < bound.size <= 20
+        assert (abs_e <= bound + 1e-12).all()

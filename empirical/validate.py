@@ -1,0 +1,310 @@
+r"""Validation of a capture: each layer rebuilt from the captured tensors alone.
+
+What it checks, and no more: from the captured tensors alone, the capture
+rebuilds, per layer, (1) the rotated queries and keys, compared
+with the tensors the model's RoPE produced, relative to their largest entry
+(:data:`ROPE_TOL`); (2) the pre-softmax logits ``W`` of docs/theory.md section 2
+(then soft-cap), compared with the model's own on every attended pair,
+relative to the largest logit (:data:`LOGIT_TOL`); (3) the probabilities
+after mask and softmax, compared absolutely (:data:`RECONSTRUCTION_TOL`).
+Passing says the captured ``q``, ``k``, ``cos``/``sin``, scale, soft-cap and
+mask reproduce this forward pass's logits to float32 rounding; it does not
+say the model's other parts, or other inputs, behave alike. A failure is a
+:class:`~ropesplit.core.errors.ValidationError`.
+
+Shapes (one layer of one sequence)::
+
+    q       (H, N, d)     pre-RoPE queries
+    k       (Hkv, N, d)   pre-RoPE keys; head h reads kv_map[h]
+    cos/sin (N, r)        as applied
+    W, A    (H, N, N)     rebuilt logits and probabilities
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ropesplit.core.errors import ValidationError
+
+if TYPE_CHECKING:
+    from ropesplit.empirical.capture import Capture
+
+__all__ = [
+    "BLOCK_ELEMENTS",
+    "LOGIT_TOL",
+    "RECONSTRUCTION_TOL",
+    "ROPE_TOL",
+    "THETA_TOL",
+    "Reconstruction",
+    "Tolerances",
+    "allowed_pairs",
+    "check_reconstruction",
+    "max_abs",
+    "max_rel",
+    "rebuild_logits",
+    "rebuild_probs",
+    "reconstruct",
+    "rotate_applied",
+    "tolerances",
+]
+
+RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
+LOGIT_TOL = 1e-5  # max |W - W_model| / max |W_model| over attended pairs (float32: ~1e-7)
+ROPE_TOL = 1e-5  # max |R q - (R q)_model| / max |(R q)_model|, queries and keys
+THETA_TOL = 1e-4  # max relative difference of the derived theta from the config's rope_theta
+HALF_TOL_EPS = 4.0  # half precision: RoPE and logit checks within this many of the dtype's eps
+HALF_PROBS_EPS = 16.0  # and the probabilities within this many (softmax amplifies the rounding)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What the capture's checks accept, for one model dtype (recorded in every JSON record).
+
+    float32 and float64 models: the constants above (float32 rounding is about
+    1e-7). float16 and bfloat16 models round q, k, the cos/sin tables and the
+    logits to 2^-11 and 2^-8: the RoPE and logit checks accept
+    :data:`HALF_TOL_EPS` times the dtype's eps (bfloat16: 3.1e-2, float16:
+    3.9e-3; SmolLM2-135M in bfloat16 at 512 tokens measured 7.1e-3 and
+    6.9e-3), the probabilities :data:`HALF_PROBS_EPS` times (measured 2.5e-2:
+    the softmax amplifies the logits' rounding), theta the larger of
+    :data:`THETA_TOL` and one eps. The statistics never run in the
+    model's dtype: captures are read in float64 (numerics), and where the
+    config states the base of a default RoPE its exact frequencies replace
+    the ones derived from a half-precision table.
+    """
+
+    rope: float = ROPE_TOL
+    logit: float = LOGIT_TOL
+    probs: float = RECONSTRUCTION_TOL
+    theta: float = THETA_TOL
+
+    @property
+    def half(self) -> bool:
+        """Whether these are a half-precision model's (looser than float32's)."""
+        return self.theta > THETA_TOL
+
+    def as_dict(self) -> dict[str, float]:
+        """``tolerance_rope``, ``tolerance_logit``, ``tolerance_probs``, ``tolerance_theta``."""
+        return {f"tolerance_{f.name}": float(getattr(self, f.name)) for f in fields(self)}
+
+
+def tolerances(dtype: Any) -> Tolerances:
+    """The :class:`Tolerances` of a model whose weights are ``dtype`` (a torch dtype or name).
+
+    >>> tolerances("float32").rope, round(tolerances("bfloat16").rope, 4)
+    (1e-05, 0.0312)
+    """
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dt not in (torch.float16, torch.bfloat16):
+        return Tolerances()
+    eps = float(torch.finfo(dt).eps)
+    return Tolerances(rope=HALF_TOL_EPS * eps, logit=HALF_TOL_EPS * eps,
+                      probs=HALF_PROBS_EPS * eps, theta=max(THETA_TOL, eps))  # fmt: skip
+BLOCK_ELEMENTS = 2**19  # logits rebuilt at once during validation (2 MiB float32)
+
+
+# --------------------------------------------------------------------------- rebuild
+
+
+def rotate_applied(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   layout: str) -> torch.Tensor:  # fmt: skip
+    """Apply RoPE as the model does: ``x (..., N, d)`` with ``cos``/``sin`` ``(N, r)``."""
+    (_, r) = cos.shape
+    rot, rest = x[..., :r], x[..., r:]
+    if layout == "half":
+        turned = torch.cat((-rot[..., r // 2 :], rot[..., : r // 2]), dim=-1)  # rotate_half
+    else:
+        turned = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)  # (..., N, r)
+    return torch.cat((rot * cos + turned * sin, rest), dim=-1)
+
+
+def allowed_pairs(n_tokens: int, window: int | None = None, device: Any = None) -> torch.Tensor:
+    """``(N, N)`` bool: ``j <= i`` (causal by index) and ``i - j < window`` when windowed."""
+    i = torch.arange(n_tokens, device=device)
+    allowed = i[None, :] <= i[:, None]  # (N, N)
+    if window is not None:
+        allowed &= (i[:, None] - i[None, :]) < window
+    return allowed
+
+
+def rebuild_logits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv_map: np.ndarray,
+    attn_scale: float,
+    *,
+    softcap: float | None = None,
+    layout: str = "half",
+    heads: slice | list[int] | None = None,
+    rows: slice | None = None,
+    cols: slice | None = None,
+    dtype: torch.dtype = torch.float64,
+    rotated: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    r"""Pre-softmax logits rebuilt from the captured tensors, in ``dtype``, every pair.
+
+    .. math:: W_{ij} = c \tanh\big(s\, (R_i q_i)^\top (R_j k_j) / c\big)
+
+    (docs/theory.md section 2; no ``tanh`` without a soft-cap ``c``); returns
+    ``(len(heads), len(rows), len(cols))`` for the query heads, query rows
+    and key columns selected (default all). The mask is not applied: see
+    :func:`allowed_pairs`. ``rotated`` = ``(R q (H, N, d), R k (H, N, d))``
+    already rotated (keys repeated per query head) skips the rotation.
+    """
+    select = slice(None) if heads is None else heads
+    rows, cols = rows or slice(None), cols or slice(None)
+    if rotated is None:
+        cos, sin = cos.to(dtype), sin.to(dtype)
+        qr = rotate_applied(q[select][:, rows].to(dtype), cos[rows], sin[rows], layout)  # (h, n, d)
+        keys = k[torch.as_tensor(kv_map)[select]][:, cols].to(dtype)  # (h, c, d)
+        kr = rotate_applied(keys, cos[cols], sin[cols], layout)  # (h, c, d)
+    else:
+        qr, kr = rotated[0][select][:, rows], rotated[1][select][:, cols]  # (h, n, d), (h, c, d)
+    logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attn_scale)  # (h, n, c)
+    if softcap is not None:
+        logits = logits.div_(softcap).tanh_().mul_(softcap)
+    return logits
+
+
+def rebuild_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv_map: np.ndarray,
+    attn_scale: float,
+    *,
+    window: int | None = None,
+    softcap: float | None = None,
+    layout: str = "half",
+    heads: slice | list[int] | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    r"""Attention probabilities rebuilt from the captured tensors, in ``dtype``.
+
+    .. math:: A_{ij} = \mathrm{softmax}_j\big(c \tanh(s\, (R_i q_i)^\top (R_j k_j) / c)\big),
+              \quad j \le i,\ i - j < w
+
+    (no ``tanh`` without a soft-cap ``c``); returns ``(len(heads), N, N)``
+    for the query heads selected (default all).
+    """
+    logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap, layout=layout,
+                            heads=heads, dtype=dtype)  # fmt: skip
+    allowed = allowed_pairs(q.shape[1], window, q.device)  # (N, N)
+    return torch.softmax(logits.masked_fill_(~allowed, -math.inf), dim=-1)
+
+
+@dataclass
+class Reconstruction:
+    """How far the capture's rebuild is from the model's own tensors, one layer.
+
+    ``rope_max_rel_diff``: ``max |R q - (R q)_model| / max |(R q)_model|``
+    (queries and keys); ``logit_max_abs_diff``: ``max |W - W_model|`` over
+    the attended pairs, ``logit_scale``: ``max |W_model|`` there;
+    ``probs_max_abs_diff``: ``max |A - A_model|``.
+    """
+
+    rope_max_rel_diff: float
+    logit_max_abs_diff: float
+    logit_scale: float
+    probs_max_abs_diff: float
+
+    @property
+    def logit_max_rel_diff(self) -> float:
+        return self.logit_max_abs_diff / max(self.logit_scale, _TINY)
+
+
+_TINY = 1e-30
+
+
+def max_abs(x: torch.Tensor) -> float:
+    """``max |x|`` without a temporary (``max(amax, -amin)``; 0 for an empty tensor)."""
+    if not x.numel():
+        return 0.0
+    low, high = torch.aminmax(x)  # one pass
+    return max(float(high), -float(low))
+
+
+def max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
+    """``max |rebuilt - model| / max |model|`` (0 when both vanish)."""
+    return max_abs(rebuilt - model) / max(max_abs(model), _TINY) if model.numel() else 0.0
+
+
+def reconstruct(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv_map: np.ndarray,
+    attn_scale: float,
+    *,
+    window: int | None,
+    softcap: float | None,
+    layout: str,
+    model_logits: torch.Tensor | None,
+    probs: torch.Tensor,
+    rotated: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[float, float, float]:
+    """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads.
+
+    Logits are rebuilt in float32 (the model's precision), in blocks of query
+    rows ``[r0, r1)`` against the keys they may attend (``[r0 - w + 1, r1)``,
+    the causal part only), about :data:`BLOCK_ELEMENTS` elements each (of
+    2^17 to 2^21, 2^19 validated 16 x 512 tokens of the default model
+    fastest: 0.90 times 2^17's time, in fewer and larger operations). On the
+    attended pairs they are compared with the model's
+    pre-softmax logits ``model_logits`` ``(H, N, N)`` (when tapped); their
+    softmax is compared with ``probs``, and each row of ``probs`` must put
+    all its mass inside its block (a model attending beyond the mask fails).
+    ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``.
+    """
+    (n_heads, n_tokens) = q.shape[:2]
+    qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
+    allowed = allowed_pairs(n_tokens, window, q.device)  # (N, N)
+    step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
+    logit_diff = logit_scale = prob_diff = 0.0
+    for r0 in range(0, n_tokens, step):
+        r1 = min(r0 + step, n_tokens)
+        c0 = 0 if window is None else max(0, r0 - window + 1)
+        rows, cols = slice(r0, r1), slice(c0, r1)
+        logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
+                                layout=layout, rows=rows, cols=cols, dtype=torch.float32,
+                                rotated=(qr, kr))  # fmt: skip  # (H, n, c)
+        attended = allowed[rows, cols]  # (n, c)
+        keep = attended.to(logits.dtype)  # (n, c): 1 attended, 0 masked
+        if model_logits is not None:  # its masked entries may be -inf: where, not a product
+            model = torch.where(attended, model_logits[:, rows, cols], 0.0)  # (H, n, c)
+            logit_scale = max(logit_scale, max_abs(model))
+            logits.mul_(keep)  # the attended pairs only (rebuilt logits are finite)
+            logit_diff = max(logit_diff, max_abs(model.sub_(logits)))
+            del model
+        model_probs = probs[:, rows, cols].float()  # (H, n, c)
+        outside = max_abs(1.0 - model_probs.sum(-1))  # mass beyond the block
+        masked = torch.zeros_like(keep).masked_fill_(~attended, -math.inf)  # (n, c)
+        rebuilt = torch.softmax(logits.add_(masked), dim=-1)  # (H, n, c)
+        prob_diff = max(prob_diff, outside, max_abs(rebuilt.sub_(model_probs)))
+    return logit_diff, logit_scale, prob_diff
+
+
+def check_reconstruction(cache: Capture) -> None:
+    """Raise ``ValidationError`` when any rebuild misses its tolerance (one line, all numbers)."""
+    tol = cache.tolerances
+    checks = (
+        ("reconstruction_max_abs_diff", cache.reconstruction_max_abs_diff, tol.probs),
+        ("logit_max_rel_diff", cache.logit_max_rel_diff, tol.logit),
+        ("rope_max_rel_diff", cache.rope_max_rel_diff, tol.rope),
+    )
+    if all(value <= tol for _, value, tol in checks):
+        return
+    raise ValidationError(
+        ", ".join(f"{name} {value:.2e} {'exceeds' if not value <= tol else 'within'} {tol:g}"
+                  for name, value, tol in checks)
+        + ": the capture does not reproduce the model's attention"
+    )  # fmt: skip
