@@ -64,11 +64,12 @@ def plant_slow_keys(loaded: LoadedModel, seed: int) -> LoadedModel:
     """Every layer's keys made constant in the fast half of the pairs (in place): the rows of
     ``k_proj`` for those coordinates zeroed, its bias there a seeded constant. The model
     needs a key bias (Qwen2, or Llama with ``attention_bias=True``)."""
-    from ropesplit.numerics.rope import frequencies, low_half
+    from ropesplit.numerics.rope import low_half
+    from ropesplit.numerics.spec import RopeSpec
 
     cfg = loaded.config
-    d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-    theta = frequencies(d, float(cfg.rope_parameters["rope_theta"]))  # (d/2,)
+    spec = RopeSpec.from_config(cfg)  # the config's RoPE, read where every reader reads it
+    d, theta = spec.head_dim, spec.frequencies  # (d/2,)
     fast = np.flatnonzero(low_half(theta) == 0.0)  # the half that turns fastest
     rows = np.concatenate([fast, fast + d // 2])  # half layout: pair l is (l, l + d/2)
     rng = np.random.default_rng([seed, 30])

@@ -285,10 +285,10 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     and origin, the paper's own number where it gives one, and the first null's interval.
     Models of the same name are numbered apart."""
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.core.paper import PAPER_R_SPLIT
 
     if not records:
         raise RopesplitError("compare needs at least 1 claims record, got 0")
+    paper = {test.claim: test.paper_value for test in CLAIMS}
     names = [str(r["header"]["model"]) for r in records]
     shown = [n if names.count(n) == 1 else f"{n} [{k + 1}]" for k, n in enumerate(names)]
     rows = []
@@ -304,7 +304,7 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "measure": first["measure"], "estimate": first["interval"],
                 "threshold": first["threshold"], "direction": first["direction"],
                 "origin": first["origin"], "n": first["n"],
-                "paper": PAPER_R_SPLIT if claim["claim"] == 2 else None,
+                "paper": paper.get(claim["claim"]),
                 "null": None if null is None else {"measure": null["measure"],
                                                    "interval": null["interval"]},
                 "corpus": head["corpus"], "tokens": head["tokens"],

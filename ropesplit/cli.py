@@ -65,6 +65,7 @@ class _Parser(argparse.ArgumentParser):
 
     def _check_conflicts(self, argv: list[str]) -> None:
         by_string = {s: a for a in self._actions for s in a.option_strings}
+        subcommands = self._subcommands()
         given: dict[str, list[str]] = {}  # dest -> the option strings given, in order
         seen: dict[argparse.Action, str] = {}
         for token in argv:
@@ -74,7 +75,7 @@ class _Parser(argparse.ArgumentParser):
                 break
             action = by_string.get(token.split("=", 1)[0]) if token.startswith("-") else None
             if action is None or action.dest in ("help", "version"):
-                if token in self._subcommands():
+                if token in subcommands:
                     break  # the subcommand's own parser checks the rest
                 continue
             if action in seen and not isinstance(action, REPEATABLE):

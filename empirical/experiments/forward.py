@@ -48,9 +48,10 @@ def model_context(loaded: LoadedModel) -> int | None:
 
     Falls back to ``max_position_embeddings``; ``None`` when the config states neither.
     """
+    from ropesplit.numerics.rope import hf_rope_parameters
+
     config = loaded.config
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
+    original = hf_rope_parameters(config).get("original_max_position_embeddings")
     original = original or getattr(config, "original_max_position_embeddings", None)
     return int(original) if original else loaded.max_positions
 

@@ -66,6 +66,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ropesplit.core.paper import PAPER_R_SPLIT
+
 __all__ = [
     "CLAIMS",
     "CONTROL_SEEDS",
@@ -206,6 +208,7 @@ class PrimaryTest:
     quotes: tuple[str, ...] = ()  # the paper's words for the claim (ropesplit.core.paper.QUOTES)
     gate: Condition | None = None  # a validity check (positive control): failing it -> inconclusive
     secondary: tuple[Secondary, ...] = ()
+    paper_value: float | None = None  # the paper's own number for the statistic, where it gives one
 
 
 _CHORD = ("the toolkit's bound: damage that stays flat up to ~5% and rises past ~10% lies "
@@ -269,6 +272,7 @@ CLAIMS: tuple[PrimaryTest, ...] = (
         "interval over passages) and above the random-init twin (the paper: it is learned; "
         "95% interval over the twin seeds)",
         quotes=("disentangle",),
+        paper_value=PAPER_R_SPLIT,
         secondary=(
             Secondary("r_split", "paired", "above", 0.0, null="r_split_shuffled",
                       what="above the trained model with shuffled frequencies"),

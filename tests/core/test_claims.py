@@ -76,6 +76,9 @@ def test_the_registry_is_pinned_field_by_field():
         assert got == conditions
     assert primary(1).gate is not None and primary(1).gate.measure == "damage_50"
     assert all(t.gate is None for t in CLAIMS if t.claim != 1)
+    # the paper's own number for a primary statistic: only claim 2's r_split has one
+    assert {t.claim: t.paper_value for t in CLAIMS} == {1: None, 2: 0.959, 3: None, 4: None,
+                                                         5: None}  # fmt: skip
     assert {a.name: (a.values, a.default) for a in GRID} == GRID_PINNED
     assert len(CONTROL_SEEDS) >= 5 and MIN_SEEDS == len(CONTROL_SEEDS)
 
