@@ -49,7 +49,10 @@ def solve(count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, inv_diag
     """Preconditioned CG on ``G x = rhs``, ``x (K, H)`` zeros on entry, solved in place.
 
     :meth:`.fit._Gram._cg` step for step; returns the iterations, 0 when
-    stalled at the rounding floor, -1 when not converged.
+    stalled at the rounding floor, -1 when not converged. Each column stops
+    at the iteration it converges (the columns are independent systems:
+    iterating a converged one on rounding noise can blow it up), so a column
+    solved beside others is the column solved alone.
     """
     k, h = rhs.shape
     res = rhs.copy()
@@ -61,6 +64,7 @@ def solve(count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, inv_diag
     rz = (res * z).sum(0)
     gp = np.empty((k, h))
     pgp, norm, rz_new = np.empty(h), np.empty(h), np.empty(h)
+    done = np.zeros(h, dtype=np.bool_)  # a column stops where it converged: its own CG
     for it in range(1, 10 * k + 1):
         apply(p, count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, gp)
         pgp[:] = 0.0
@@ -70,11 +74,16 @@ def solve(count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, inv_diag
         norm[:] = 0.0
         for r in range(k):
             for c in range(h):
+                if done[c]:
+                    continue
                 alpha = rz[c] / pgp[c] if pgp[c] > 0 else 0.0
                 x[r, c] += alpha * p[r, c]
                 res[r, c] -= alpha * gp[r, c]
                 norm[c] += res[r, c] * res[r, c]
-        if (np.sqrt(norm) <= target).all():
+        for c in range(h):
+            if not done[c] and np.sqrt(norm[c]) <= target[c]:
+                done[c] = True
+        if done.all():
             return it
         rz_new[:] = 0.0
         for r in range(k):
@@ -83,6 +92,7 @@ def solve(count_a, count_b, count_c, first_col, last_row, a_to, a_to_c, inv_diag
                 rz_new[c] += res[r, c] * z[r, c]
         for r in range(k):
             for c in range(h):
-                p[r, c] = z[r, c] + (rz_new[c] / rz[c] if rz[c] > 0 else 0.0) * p[r, c]
+                p[r, c] = 0.0 if done[c] else (
+                    z[r, c] + (rz_new[c] / rz[c] if rz[c] > 0 else 0.0) * p[r, c])
         rz[:] = rz_new
     return 0 if (np.sqrt((res * res).sum(0)) <= floor).all() else -1

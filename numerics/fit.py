@@ -96,6 +96,9 @@ class _Gram:
     def _cg(self, rhs: np.ndarray, inv_diag: np.ndarray, tol: float) -> tuple[np.ndarray, int]:
         """CG from 0 with the diagonal preconditioner ``inv_diag (K,)``: ``(x, iterations)``,
         iterations 0 when stalled at the rounding floor (``sqrt(tol)``), -1 when not converged.
+        Each column stops at the iteration it converges: the columns are independent
+        systems, and iterating a converged one on its rounding noise can blow it up (a
+        column solved beside others is then the column solved alone).
         """
         k, h = rhs.shape
         inv_diag = inv_diag[:, None]
@@ -105,17 +108,21 @@ class _Gram:
         z = inv_diag * res
         p = z.copy()
         rz = (res * z).sum(0)  # (H,)
+        done = np.zeros(h, dtype=bool)  # each column stops where it converged: its own CG
         for it in range(1, 10 * k + 1):
             gp = self.apply(p)  # (K, H)
             pgp = (p * gp).sum(0)
             alpha = np.where(pgp > 0, rz / np.where(pgp > 0, pgp, 1.0), 0.0)
+            alpha = np.where(done, 0.0, alpha)
             x += alpha * p
             res -= alpha * gp
-            if (np.linalg.norm(res, axis=0) <= target).all():
+            done |= np.linalg.norm(res, axis=0) <= target
+            if done.all():
                 return x, it
             z = inv_diag * res
             rz_new = (res * z).sum(0)
             p = z + np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0) * p
+            p = np.where(done, 0.0, p)
             rz = rz_new
         stalled = (np.linalg.norm(res, axis=0) <= np.sqrt(tol) * np.linalg.norm(rhs, axis=0)).all()
         return x, 0 if stalled else -1
