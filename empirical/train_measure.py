@@ -85,7 +85,7 @@ def _window_heads(
         shares, scores = [], []
         for b, one in enumerate(layers):
             k = one.k.double().numpy()  # (Hkv, N, d)
-            delta = k - k[:, 1:].mean(axis=1, keepdims=True)  # BOS left out of kbar
+            delta = k - watched.rule_kbar(k)[:, None]  # BOS left out of kbar
             qc = to_pairs(one.q.double().numpy(), one.layout, one.rotary_dim)  # (H, N, P)
             dc = to_pairs(delta, one.layout, one.rotary_dim)[first.kv_map]  # (H, N, P)
             shares.append(weighted_slow_share(qc, dc, one.theta))  # (H,)

@@ -26,18 +26,6 @@ def as_float64(name: str, x: Any, ndim: int) -> np.ndarray:
     return arr
 
 
-def check_theta(theta: Any, d: int) -> np.ndarray:
-    """Frequencies ``(d/2,)``, finite and non-negative."""
-    if d % 2:
-        raise RopesplitError(f"head_dim must be even, got {d}")
-    th = as_float64("theta", theta, 1)
-    if th.shape != (d // 2,):
-        raise RopesplitError(f"theta must have shape ({d // 2},) for head_dim {d}, got {th.shape}")
-    if (th < 0).any():
-        raise RopesplitError(f"theta must be non-negative, got min {th.min()}")
-    return th
-
-
 def check_kv_map(kv_map: Any, n_heads: int, n_kv: int) -> np.ndarray:
     """``(H,)`` int64: the KV head each of ``n_heads`` query heads reads, each in ``[0, n_kv)``."""
     kv = np.asarray(kv_map, dtype=np.int64)

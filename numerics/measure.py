@@ -75,5 +75,11 @@ class Measure:
                 parse_reference(name)
         object.__setattr__(self, "references", tuple(self.references))
 
+    def rule_kbar(self, k: np.ndarray) -> np.ndarray | None:
+        """The reference key ``kbar_rule`` fixes for keys ``k (..., N, d)``: the mean over the
+        tokens but the first for ``"mean-skip-first"``, ``(..., d)``; None for ``"mean"``
+        (each caller takes the plain mean on its own path)."""
+        return k[..., 1:, :].mean(axis=-2) if self.kbar_rule == "mean-skip-first" else None
+
 
 EXACT = Measure()  # the defaults: every pair checked, the zero reference, bounds evaluated

@@ -70,10 +70,10 @@ class HeadSplit:
     m: np.ndarray  # (P,) complex: the reference rotation m_l
 
 
-def _kbar(kbar: KeyMean | None, k: np.ndarray, rule: str) -> np.ndarray:
-    """The reference key: ``kbar`` when given, else the ``rule``'s mean key, ``(d,)``."""
+def _kbar(kbar: KeyMean | None, k: np.ndarray) -> np.ndarray:
+    """The reference key: the mean key unless given, ``(d,)``."""
     if kbar is None:
-        return k[1:].mean(axis=0) if rule == "mean-skip-first" else k.mean(axis=0)
+        return k.mean(axis=0)
     kb = _inputs.as_float64("kbar", kbar, 1)
     if kb.shape != k.shape[1:]:
         raise RopesplitError(f"kbar must have shape {k.shape[1:]}, got {kb.shape}")
@@ -134,7 +134,7 @@ def split_head(
         delta = true if cap is None else np.minimum(true, cap)
     else:
         delta = _inputs.check_distances(distances, n, positions)  # (N, N)
-    kb = _kbar(kbar, k, measure.kbar_rule)
+    kb = _kbar(measure.rule_kbar(k) if kbar is None else kbar, k)
     qc = to_pairs(q, layout, rotary_dim)  # (N, P)
     kc = to_pairs(k, layout, rotary_dim)  # (N, P)
     kbc = to_pairs(kb, layout, rotary_dim)  # (P,)

@@ -198,8 +198,8 @@ def layer_statistics(
     pq, pk = _inputs.check_positions(positions, n)
     reference, references = measure.reference, measure.references
     pair_budget, seed, device = measure.pair_budget, measure.seed, measure.device
-    if kbar is None and measure.kbar_rule == "mean-skip-first":
-        kbar = k[:, 1:].mean(axis=1)  # (Hkv, d): the mean key without the first token
+    if kbar is None:
+        kbar = measure.rule_kbar(k)  # (Hkv, d), or None: each KV head's mean key below
     refs = [resolve_reference(name, th, n=n, window=w, positions=(pq, pk))
             for name in _unique([reference, *references])]  # fmt: skip  # primary first
     qc = np.ascontiguousarray(to_pairs(q, layout, rotary_dim))  # (H, N, P)

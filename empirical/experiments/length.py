@@ -75,6 +75,7 @@ from ropesplit.numerics.lambda_attention import (
     relative_change,
 )
 from ropesplit.numerics.measure import Measure
+from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 
 from ropesplit.core.errors import RopesplitError
@@ -120,22 +121,26 @@ def _reference(run: SettingRun, layer: int, head: int, length: int) -> dict[str,
     one the cap's distance ``L``), the mean key of the same tokens.
     """
     lc = run.layers[layer]
-    seen = min(length + 1, lc.q.shape[1])
-    k = lc.k[int(lc.kv_map[head]), :seen].double().cpu().numpy()  # (L + 1, d)
-    kbar = k.mean(axis=0)  # (d,)
-    parts = _split(lc, head, kbar, None, slice(0, seen))  # (L + 1, L + 1) each
+    q, k = _head(lc, head)
+    seen = min(length + 1, q.shape[0])
+    kbar = k[:seen].mean(axis=0)  # (d,)
+    parts = _split(q[:seen], k[:seen], lc.spec, kbar, None)  # (L + 1, L + 1) each
     causal = lambda_mask(seen)
     ranges = {x: (float(parts[x][causal].min()), float(parts[x][causal].max())) for x in COMPONENTS}
     return {"kbar": kbar, "range": ranges}
 
 
+def _head(lc: LayerCapture, head: int) -> tuple[np.ndarray, np.ndarray]:
+    """Query head ``head``'s pre-RoPE ``q`` and the keys it reads, float64 ``(N, d)`` each."""
+    q, k = lc.q[head], lc.k[int(lc.kv_map[head])]
+    return q.double().cpu().numpy(), k.double().cpu().numpy()
+
+
 def _split(
-    lc: LayerCapture, head: int, kbar: np.ndarray, cap: int | None, rows: slice
+    q: np.ndarray, k: np.ndarray, spec: RopeSpec, kbar: np.ndarray, cap: int | None
 ) -> dict[str, np.ndarray]:
     """``W, f, g, E`` of one head at the setting's distances (the cap's, or the true ones)."""
-    q, k = lc.q[head, rows], lc.k[int(lc.kv_map[head]), rows]  # (N, d) each
-    sp = split_head(q.double().cpu().numpy(), k.double().cpu().numpy(), lc.spec, SPLIT_ONLY,
-                    cap=cap, kbar=kbar)  # fmt: skip
+    sp = split_head(q, k, spec, SPLIT_ONLY, cap=cap, kbar=kbar)
     return {"W": sp.W, "f": sp.f, "g": sp.g, "E": sp.E}
 
 
@@ -150,17 +155,16 @@ def _head_stats(
     """Per setting, per bucket: the component ranges and g's shift for one head."""
     ref = _reference(runs["vanilla"], layer, head, length)
     n_tokens = len(runs["vanilla"].positions)
-    every = slice(0, n_tokens)
     out: dict[str, list[dict[str, float]]] = {}
     vanilla: dict[str, np.ndarray] = {}
     i, j = np.indices((n_tokens, n_tokens))
     trained_distance = (i - j) <= length  # (N, N): distances the model met in training
     for name, run in runs.items():  # vanilla first (SETTINGS order)
         lc = run.layers[layer]
-        parts = _split(lc, head, ref["kbar"], run.spec.cap, every)
+        q, k = _head(lc, head)
+        parts = _split(q, k, lc.spec, ref["kbar"], run.spec.cap)
         vanilla = vanilla or parts
-        lo_f, hi_f = positional_range(lc.q[head].double().cpu().numpy(), ref["kbar"], lc.spec,
-                                      length)  # fmt: skip
+        lo_f, hi_f = positional_range(q, ref["kbar"], lc.spec, length)
         attended = masks[name]  # (N, N) the pairs this setting attends
         rows = []
         for lo, hi in edges:
