@@ -1,10 +1,10 @@
 r"""Capture pre-RoPE queries and keys where the model applies rotary embeddings.
 
-Through :func:`ropesplit.empirical.taps.taps` (the one patching module) the
-capture sees every layer's ``apply_rotary_pos_emb(q, k, cos, sin)`` (its
-arguments and the model's own result ``(R q, R k)``), the pre-softmax logits
-the eager attention hands to ``softmax`` and the attention function's
-arguments and probabilities. So it records exactly what the model rotates
+Through :func:`ropesplit.empirical.adapter.taps` (the one adapter between
+transformers and ropesplit) the capture sees every layer's RoPE call (the
+pre-RoPE ``q``, ``k``, the tables and the model's own result ``(R q, R k)``),
+the pre-softmax logits the eager attention hands to ``softmax`` and the
+attention function's arguments and probabilities. So it records exactly what the model rotates
 (after any q/k norm), the ``cos``/``sin`` it applies (every RoPE scaling
 included), and the scale, soft-cap and window it uses, without
 re-implementing any model.
@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 import torch
+from ropesplit.empirical.adapter import AttentionCall, StopForward, record_pre_rope, taps
 from ropesplit.empirical.geometry import (
     cached_geometry,
     config_theta,
@@ -46,7 +47,6 @@ from ropesplit.empirical.geometry import (
 )
 from ropesplit.empirical.memory import release_growth
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
-from ropesplit.empirical.taps import record_pre_rope, taps
 from ropesplit.empirical.validate import (
     Tolerances,
     check_reconstruction,
@@ -193,7 +193,7 @@ class _CaptureState:
     resident: int | None = None  # streamed: bytes resident after the first layer
 
 
-class _LastAttention(Exception):
+class _LastAttention(StopForward):
     """Raised after the last layer's attention is captured: the rest of the forward pass
     (that layer's output projection and MLP, the final norm) is not needed."""
 
@@ -207,10 +207,11 @@ def _on_logits(state: _CaptureState) -> Any:
 
 
 def _on_attention(state: _CaptureState) -> Any:
-    def finish(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
+    def finish(call: AttentionCall, result: Any) -> None:
+        layer = call.layer
         if layer not in state.raw:
             return
-        done = [_finish_layer(state, layer, arguments, result[1], b)
+        done = [_finish_layer(state, call, result[1], b)
                 for b in range(state.positions.shape[0])]  # fmt: skip
         if state.on_layer is not None:  # streamed: checked, handed on, only the numbers kept
             if state.check:
@@ -237,13 +238,12 @@ def _released(layer: LayerCapture) -> LayerCapture:
 
 
 
-def _finish_layer(
-    state: _CaptureState, layer: int, arguments: Mapping[str, Any], weights: Any, b: int
-) -> LayerCapture:
-    """Assemble, check and validate sequence ``b`` of one layer from what the taps saw."""
-    raw, module = state.raw[layer], arguments["module"]
-    extra = arguments.get("kwargs", {})
-    query, key = arguments["query"].detach()[b], arguments["key"].detach()[b]  # (H|Hkv, N, d)
+def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: int
+                  ) -> LayerCapture:  # fmt: skip
+    """Assemble, check and validate sequence ``b`` of one layer from what the adapter saw."""
+    layer, module = call.layer, call.module
+    raw = state.raw[layer]
+    query, key = call.query.detach()[b], call.key.detach()[b]  # (H|Hkv, N, d)
     (d,) = query.shape[-1:]
     q, k = raw["q"][b], raw["k"][b]
     q, k = with_rest(q, query), with_rest(k, key)  # (H, N, d), (Hkv, N, d)
@@ -279,13 +279,10 @@ def _finish_layer(
         if state.tol.half:  # a half-precision table: the config's exact frequencies
             theta_r = expected
     theta = full_theta(theta_r, d)  # (d/2,)
-    attn_scale = arguments.get("scaling")
+    attn_scale = call.scaling
     if attn_scale is None:
         attn_scale = getattr(module, "scaling", None) or d**-0.5
-    window = extra.get("sliding_window", getattr(module, "sliding_window", None))
-    window = int(window) if window else None
-    softcap = arguments.get("softcap", extra.get("softcap"))
-    softcap = float(softcap) if softcap else None
+    window, softcap = call.window, call.softcap
     probs = weights.detach()[b]  # (H, N, N)
     qr = rotate_applied(q, cos, sin, layout)  # (H, N, d)
     kr = rotate_applied(k, cos, sin, layout)  # (Hkv, N, d)
@@ -382,16 +379,16 @@ def _run(
                           stop_after=None if keep_logits else loaded.n_layers - 1)  # fmt: skip
     out = None
     on_rope = record_pre_rope(state.raw, dtype=torch.float32)  # (B, H, N, .) float32 copies
-    with taps(loaded, on_rope=on_rope, on_attention=_on_attention(state),
-              on_logits=_on_logits(state)), torch.no_grad():  # fmt: skip
+    with taps(loaded.model, loaded.attn, on_rope=on_rope, on_attention=_on_attention(state),
+              on_logits=_on_logits(state)) as block, torch.no_grad():  # fmt: skip
         # an explicit all-ones mask keeps the mask causal by index: without it,
         # transformers reads non-+1 steps in position_ids as packed sequences;
         # without kept logits the base model runs (no (B, N, vocab) output head) and stops
         # after the last attention (_LastAttention)
         model = loaded.model if keep_logits else loaded.model.base_model
         try:
-            out = model(input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids),
-                        use_cache=False)  # fmt: skip
+            out = block.run(model, input_ids=ids, position_ids=pos,
+                            attention_mask=torch.ones_like(ids), use_cache=False)  # fmt: skip
         except _LastAttention:
             pass
     missing = [i for i in range(loaded.n_layers) if i not in state.done]

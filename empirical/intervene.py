@@ -3,7 +3,7 @@ r"""Edit the split inside the forward pass: attention from ``W + Delta W`` on ch
 The interventions of issue 20 (the changes :math:`\Delta W` are the formulas
 of :mod:`ropesplit.numerics.intervention`; nothing is computed here but the
 arrays they take). Through the one patching module
-(:func:`ropesplit.empirical.taps.taps`, as LM-Infinite):
+(:func:`ropesplit.empirical.adapter.taps`, as LM-Infinite):
 
 - ``on_rope`` keeps each layer's pre-RoPE ``q``/``k`` and ``cos``/``sin``
   table (the frequencies, layout and RoPE amplitude come from the table:
@@ -29,26 +29,25 @@ attention function; no logit soft-capping).
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
+from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
-from ropesplit.empirical.taps import TapState, record_pre_rope, taps
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
 from ropesplit.numerics.spec import repeat_kv_map
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["EDITS", "NAME", "Edit", "calibrate_kbars", "install", "intervened_nll"]
+__all__ = ["EDITS", "Edit", "calibrate_kbars", "install", "intervened_nll"]
 
-NAME = "ropesplit_edit"  # the attention name registered for the block
 EDITS = {
     "remainder": "attention from f + g (E dropped)",
     "semantic": "attention from f + E (g dropped)",
@@ -114,7 +113,7 @@ def calibrate_kbars(loaded: LoadedModel, input_ids: Any) -> dict[int, np.ndarray
 class _State:
     edit: Edit
     positions: np.ndarray  # (B, N)
-    tap: TapState | None = None
+    run: Any = None  # the adapter block's run: the forward pass, its errors in one line
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(default_factory=dict)
 
@@ -175,24 +174,21 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
 
 
 def _attention(state: _State) -> Any:
-    def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                  attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
-                  **kwargs: Any) -> Any:  # fmt: skip
-        eager = sys.modules[type(module).__module__].eager_attention_forward
-        assert state.tap is not None
-        layer = state.tap.running()
+    def attention(call: AttentionCall) -> Any:
+        layer, query, key = call.layer, call.query, call.key
         if layer not in state.edit.layers or state.edit.heads == ():
             state.raw.pop(layer, None)
-            return eager(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
-        if kwargs.get("softcap"):
+            return call.eager()
+        if call.softcap:
             raise RopesplitError(f"edits need attention without logit soft-capping (layer {layer})")
+        scaling = call.scaling if call.scaling is not None else query.shape[-1] ** -0.5
         delta = _delta(state, layer, query, key, scaling).to(query.dtype)  # (B, H, N, N)
         n = key.shape[-2]
-        if attention_mask is None:
+        mask = call.mask
+        if mask is None:
             causal = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
-            attention_mask = torch.zeros_like(delta[:1, :1]).masked_fill_(~causal, -torch.inf)
-        mask = attention_mask[:, :, :, :n] + delta  # the eager code adds the mask to W
-        return eager(module, query, key, value, mask, scaling, dropout, **kwargs)
+            mask = torch.zeros_like(delta[:1, :1]).masked_fill_(~causal, -torch.inf)
+        return call.eager(mask[:, :, :, :n] + delta)  # the eager code adds the mask to W
 
     return attention
 
@@ -208,8 +204,8 @@ def install(loaded: LoadedModel, edit: Edit, positions: np.ndarray) -> Iterator[
         raise RopesplitError(f"edit layers must lie in [0, {loaded.n_layers}), got {bad}")
     state = _State(edit, np.asarray(positions))
     on_rope = record_pre_rope(state.raw, state.edit.layers)
-    with taps(loaded, on_rope=on_rope, attention=(NAME, _attention(state))) as tap:
-        state.tap = tap
+    with taps(loaded.model, loaded.attn, on_rope=on_rope, attention=_attention(state)) as block:
+        state.run = block.run
         yield state
 
 
@@ -225,10 +221,12 @@ def intervened_nll(
     pos = as_position_ids(ids, position_ids)  # (B, N)
     check_positions(loaded, pos)
     with contextlib.ExitStack() as stack, torch.no_grad():
+        run = loaded.model.__call__
         if edit is not None:
-            stack.enter_context(install(loaded, edit, pos.cpu().numpy()))
-        out = loaded.model(input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids),
-                           use_cache=False)  # fmt: skip
+            run = partial(stack.enter_context(install(loaded, edit, pos.cpu().numpy())).run,
+                          loaded.model)  # fmt: skip
+        out = run(input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids),
+                  use_cache=False)  # fmt: skip
     logp = torch.log_softmax(out.logits[:, :-1].double(), dim=-1)  # (B, N - 1, vocab)
     nll = -logp.gather(2, ids[:, 1:, None])[..., 0].cpu().numpy()  # (B, N - 1)
     if not np.all(np.isfinite(nll)):

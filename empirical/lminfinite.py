@@ -3,14 +3,14 @@ r"""LM-Infinite's attention inside a real model, and each setting's own capture.
 docs/theory.md section 4 (length extrapolation) on real forward passes: the
 formulas (Lambda mask, distance cap, blockwise attention with one shared
 softmax) are :func:`ropesplit.numerics.lambda_attention.lambda_attention`;
-this module only installs them in a model, through the one patching module
-:func:`ropesplit.empirical.taps.taps`:
+this module only installs them in a model, through the one adapter
+:func:`ropesplit.empirical.adapter.taps`:
 
 - ``on_rope`` keeps each layer's pre-RoPE ``q``/``k`` and its ``cos``/``sin``
   table (the cap needs the unrotated key and the query turned by ``L``, as
   the reference implementation's "stationary" states);
-- ``attention=(NAME, function)`` makes :func:`lambda_attention_function` the
-  model's attention (transformers' ``AttentionInterface``) for the block.
+- ``attention=function`` makes :func:`lambda_attention_function` the
+  model's attention (through transformers' ``AttentionInterface``) for the block.
 
 The four settings of the experiment (:func:`settings`)::
 
@@ -38,16 +38,16 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
-from ropesplit.empirical.taps import TapState, record_pre_rope, taps
 from ropesplit.empirical.validate import ROPE_TOL, max_rel, rotate_applied
 from ropesplit.numerics.lambda_attention import (
     N_GLOBAL,
@@ -60,7 +60,6 @@ from ropesplit.numerics.spec import repeat_kv_map
 from ropesplit.core.errors import RopesplitError, ValidationError
 
 __all__ = [
-    "NAME",
     "SETTINGS",
     "LambdaSpec",
     "SettingRun",
@@ -72,7 +71,6 @@ __all__ = [
     "windowed_nll",
 ]
 
-NAME = "ropesplit_lambda"  # the name registered in transformers' AttentionInterface
 SETTINGS = ("vanilla", "cap only", "mask only", "LM-Infinite")
 
 
@@ -94,35 +92,26 @@ class _State:
 
     spec: LambdaSpec
     keep: frozenset[int]  # layers whose pre-RoPE q/k are kept
-    tap: TapState | None = None
+    run: Any = None  # the adapter block's run: the forward pass, its errors in one line
     raw: dict[int, dict[str, Any]] = field(default_factory=dict)  # layer -> q, k, cos, sin
     kept: dict[int, dict[str, Any]] = field(default_factory=dict)
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(default_factory=dict)
 
 
 def lambda_attention_function(state: _State) -> Any:
-    """The attention function (``eager_attention_forward``'s signature) of one setting."""
+    """The attention function of one setting: an adapter call in, ``(out, None)`` out."""
 
-    def attention(
-        module: Any,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        scaling: float,
-        dropout: float = 0.0,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, None]:
-        assert state.tap is not None
-        layer = state.tap.running()
-        if kwargs.get("sliding_window") or kwargs.get("softcap"):
+    def attention(call: AttentionCall) -> tuple[torch.Tensor, None]:
+        layer, query, key, value = call.layer, call.query, call.key, call.value
+        if call.window or call.softcap:
             raise RopesplitError(
                 f"LM-Infinite attention needs full attention without soft-capping (layer {layer})"
             )
         if query.shape[0] != 1:
             raise RopesplitError(f"LM-Infinite attention runs one sequence, got {query.shape[0]}")
+        scaling = call.scaling if call.scaling is not None else query.shape[-1] ** -0.5
         spec, raw = state.spec, state.raw[layer]
-        positions = kwargs.get("position_ids")
+        positions = call.kwargs.get("position_ids")
         n_tokens = int(query.shape[2])
         pos = np.arange(n_tokens) if positions is None else positions[0].cpu().numpy()
         far = None
@@ -150,25 +139,24 @@ def install(loaded: LoadedModel, spec: LambdaSpec, *, keep: Any = ()) -> Iterato
     ``state.kept[layer]`` holds the pre-RoPE ``q``/``k``, ``cos``/``sin``, the
     attention function's ``query``, ``key``, ``value``, ``scaling`` and its
     output ``out``. Everything is restored by
-    :func:`~ropesplit.empirical.taps.taps` in ``finally``.
+    :func:`~ropesplit.empirical.adapter.taps` in ``finally``.
     """
     state = _State(spec, frozenset(int(x) for x in keep))
     on_rope = record_pre_rope(state.raw)
 
-    def on_attention(layer: int, arguments: Mapping[str, Any], result: Any) -> None:
-        raw = state.raw.pop(layer, None)
-        if raw is not None and layer in state.keep:
-            raw["scaling"] = float(arguments["scaling"])
-            raw["query"], raw["key"] = arguments["query"], arguments["key"]  # (B, H|Hkv, N, d)
-            raw["value"], raw["out"] = (
-                arguments["value"],
-                result[0],
-            )  # (B, Hkv, N, dv), (B, N, H, dv)
-            state.kept[layer] = raw
+    def on_attention(call: AttentionCall, result: Any) -> None:
+        raw = state.raw.pop(call.layer, None)
+        if raw is not None and call.layer in state.keep:
+            scaling = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
+            raw["scaling"] = float(scaling)
+            raw["query"], raw["key"] = call.query, call.key  # (B, H|Hkv, N, d)
+            raw["value"], raw["out"] = call.value, result[0]  # (B, Hkv, N, dv), (B, N, H, dv)
+            state.kept[call.layer] = raw
 
-    attention = None if spec.is_vanilla else (NAME, lambda_attention_function(state))
-    with taps(loaded, on_rope=on_rope, on_attention=on_attention, attention=attention) as tap:
-        state.tap = tap
+    attention = None if spec.is_vanilla else lambda_attention_function(state)
+    with taps(loaded.model, loaded.attn, on_rope=on_rope, on_attention=on_attention,
+              attention=attention) as block:  # fmt: skip
+        state.run = block.run
         yield state
 
 
@@ -231,9 +219,8 @@ def run_setting(
     check_positions(loaded, pos)
     positions = pos[0].cpu().numpy()
     with install(loaded, spec, keep=layers) as state, torch.no_grad():
-        out = loaded.model(
-            input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids), use_cache=False
-        )
+        out = state.run(loaded.model, input_ids=ids, position_ids=pos,
+                        attention_mask=torch.ones_like(ids), use_cache=False)  # fmt: skip
     logp = torch.log_softmax(out.logits[0, :-1].double(), dim=-1)  # (N - 1, vocab)
     nll = -logp.gather(1, ids[0, 1:, None])[:, 0].cpu().numpy()  # (N - 1,)
     if not np.all(np.isfinite(nll)):

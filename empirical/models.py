@@ -3,8 +3,8 @@ r"""Loading a causal language model with RoPE, trained or at random initialisati
 The empirical layer measures docs/theory.md section 5 on real activations; this
 module only gets the model into memory in the one form the capture needs:
 eager attention (so the model's own attention probabilities exist to validate
-against) and every attention module applying rotary embeddings through its
-modeling module's ``apply_rotary_pos_emb`` (docs/theory.md section 1).
+against) and every attention module applying rotary embeddings where the one
+adapter (:mod:`ropesplit.empirical.adapter`) can follow it (docs/theory.md section 1).
 
 Sources of a model:
 
@@ -31,7 +31,6 @@ import io
 import math
 import os
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ __all__ = [
     "from_model",
     "load_model",
     "random_init_twin",
+    "resolve_source",
     "shuffled_frequencies",
 ]
 
@@ -147,7 +147,18 @@ def _one_line(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _resolve_source(model: str | None, gguf_file: str | None) -> tuple[str, str | None, str]:
+def _check_head_dim(config: Any) -> None:
+    """An odd ``head_dim`` stated by the config, refused before any weight is read (older
+    transformers accept the config and fail later, on the weights)."""
+    try:
+        head_dim = getattr(config, "head_dim", None)
+    except Exception:  # a per-layer config: the adapter refuses it with its reason
+        return
+    if isinstance(head_dim, int) and head_dim % 2:
+        raise RopesplitError(f"head_dim must be even, got {head_dim}")
+
+
+def resolve_source(model: str | None, gguf_file: str | None) -> tuple[str, str | None, str]:
     """(folder or id, gguf file name or None, display name); checks local paths exist."""
     if model is None:
         folder, name = default_model_path()
@@ -229,11 +240,12 @@ def load_model(
     if isinstance(model, PretrainedConfig):
         config, name, random_init = model, f"{model.model_type} (config)", True
     else:
-        source, gguf, name = _resolve_source(model, gguf_file)
+        source, gguf, name = resolve_source(model, gguf_file)
         kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
         try:
             with quiet_loading():  # the GGUF loader's own bars and advisory warnings
                 config = AutoConfig.from_pretrained(source, **kwargs)
+                _check_head_dim(config)
                 tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
                 if not random_init:
                     built = AutoModelForCausalLM.from_pretrained(
@@ -259,7 +271,7 @@ def load_model(
                 built = AutoModelForCausalLM.from_config(
                     config, attn_implementation="eager", dtype=torch_dtype
                 )
-            except ValueError as exc:  # e.g. a config with no causal-LM class (BERT)
+            except Exception as exc:  # e.g. a config with no causal-LM class (BERT)
                 raise RopesplitError(f"cannot build {name}: {_one_line(exc)}") from None
     assert built is not None
     if device_map is None:
@@ -382,35 +394,11 @@ def shuffled_frequencies(loaded: LoadedModel, seed: int) -> Iterator[LoadedModel
 
 
 def attention_modules(model: Any) -> list[Any]:
-    """The model's attention modules in layer order, checked to apply RoPE.
+    """The model's attention modules in layer order, checked to apply RoPE where the one
+    adapter can follow it (:func:`ropesplit.empirical.adapter.attention_modules`)."""
+    from ropesplit.empirical.adapter import attention_modules as followed
 
-    A module counts when its class is named ``...Attention`` and its modeling
-    module defines ``apply_rotary_pos_emb`` and ``eager_attention_forward``
-    (the two names the capture swaps). Raises a one-line error for a model
-    without RoPE (GPT-2, BERT) or with an odd head dimension.
-    """
-    found: list[Any] = []
-    for _, module in model.named_modules():
-        cls = type(module)
-        if not cls.__name__.endswith("Attention"):
-            continue
-        home = sys.modules[cls.__module__]
-        if hasattr(home, "apply_rotary_pos_emb") and hasattr(home, "eager_attention_forward"):
-            found.append(module)
-    model_type = getattr(model.config, "model_type", type(model).__name__)
-    if not found:
-        raise RopesplitError(
-            f"model type {model_type} has no rotary position embedding (RoPE); "
-            "ropesplit needs a RoPE model (Llama, Mistral, Qwen2, Gemma, GPT-NeoX, Phi, ...)"
-        )
-    for module in found:
-        head_dim = getattr(module, "head_dim", getattr(module, "head_size", None))
-        if head_dim is not None and head_dim % 2:
-            raise RopesplitError(f"head_dim must be even, got {head_dim}")
-    layer_ids = [getattr(m, "layer_idx", i) for i, m in enumerate(found)]
-    if layer_ids != list(range(len(found))):
-        raise RopesplitError(f"attention modules out of layer order in {model_type}: {layer_ids}")
-    return found
+    return followed(model)
 
 
 def as_position_ids(input_ids: torch.Tensor, position_ids: Any) -> torch.Tensor:

@@ -230,3 +230,52 @@ def test_the_numerics_docstring_names_every_module():
     listed = set(re.findall(r"^    ([a-z_]+) ", numerics.__doc__ or "", flags=re.MULTILINE))
     modules = {p.stem for p in (ROOT / "numerics").glob("*.py") if not p.stem.startswith("_")}
     assert modules <= listed, sorted(modules - listed)
+
+
+ADAPTER = ROOT / "empirical" / "adapter.py"  # the one place that may reach into transformers
+
+
+def _reaches_into_transformers(path: Path) -> list[str]:
+    """Lines of ``path`` that read ``sys.modules`` or assign to an attribute of a name
+    imported from transformers (``setattr(module, ...)`` or ``module.name = ...``)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names
+                      if a.name.split(".")[0] == "transformers"}  # fmt: skip
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformers"):
+            names |= {a.asname or a.name for a in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr == "modules"
+                and isinstance(node.value, ast.Name) and node.value.id == "sys"):  # fmt: skip
+            found.append(f"{path.name}:{node.lineno}: sys.modules")
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+            targets = node.args[:1]
+        for target in targets:
+            base = target.value if isinstance(target, ast.Attribute) else target
+            if isinstance(base, ast.Name) and base.id in names:
+                found.append(f"{path.name}:{node.lineno}: assigns to {base.id}")
+    return found
+
+
+def test_only_the_adapter_reaches_into_transformers():
+    """Outside empirical/adapter.py no module reads ``sys.modules`` or assigns to an
+    attribute of a transformers module (issue 36: one adapter, public seams)."""
+    files = [p for layer in ("theory", "numerics", "empirical", "ropesplit")
+             for p in (ROOT / layer).rglob("*.py") if p != ADAPTER]  # fmt: skip
+    found = [line for p in files for line in _reaches_into_transformers(p)]
+    assert not found, found
+
+
+def test_the_reach_check_sees_a_planted_patch(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import sys\nfrom transformers.models.llama import modeling_llama as m\n"
+                       "m.apply_rotary_pos_emb = None\nsetattr(m, 'x', 1)\n"
+                       "home = sys.modules['x']\n")  # fmt: skip
+    assert [line.split(": ", 1)[1] for line in _reaches_into_transformers(planted)] == [
+        "assigns to m", "assigns to m", "sys.modules"]

@@ -1,0 +1,150 @@
+"""The one adapter between transformers and the capture (empirical/adapter.py).
+
+It reads the RoPE call by position whether the modeling module's function is
+plain or the kernel hub's ``(*args, **kwargs)`` module, restores everything
+it touched, and refuses a model it cannot follow in one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import transformers as T
+import wrapped_rope
+from conftest import TINY_VOCAB, llama_config, tiny_llama
+from ropesplit.empirical import capture, load_model
+from ropesplit.empirical.adapter import (
+    NAME,
+    AdapterError,
+    attention_modules,
+    record_pre_rope,
+    taps,
+)
+
+from ropesplit.core.errors import RopesplitError
+
+SHAPE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+             intermediate_size=64, vocab_size=TINY_VOCAB, max_position_embeddings=96)  # fmt: skip
+
+
+def ids(n: int = 24, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, TINY_VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def wrapped(cls: type = wrapped_rope.WrappedAttention):
+    torch.manual_seed(0)
+    return load_model(wrapped_rope.wrap(T.LlamaForCausalLM(llama_config(**SHAPE)), cls))
+
+
+def test_a_hub_wrapped_rope_captures_what_the_plain_function_does(monkeypatch):
+    """The kernel hub's ``(*args, **kwargs)`` module is read through a forward hook and
+    gives the plain function's capture bit for bit; the stock Llama's too."""
+    plain = capture(wrapped(), ids())
+    hub = wrapped_rope.HubRope()
+    monkeypatch.setattr(wrapped_rope, "apply_rotary_pos_emb", hub)
+    through_hook = capture(wrapped(), ids())
+    assert wrapped_rope.apply_rotary_pos_emb is hub and not hub._forward_hooks  # restored
+    torch.manual_seed(0)
+    stock = capture(load_model(T.LlamaForCausalLM(llama_config(**SHAPE))), ids())
+    for name in ("q", "k", "cos", "sin", "probs"):
+        for layer in range(2):
+            assert torch.equal(through_hook[name, layer], plain[name, layer]), (name, layer)
+            assert torch.equal(stock[name, layer], plain[name, layer]), (name, layer)
+    assert plain.reconstruction_max_abs_diff <= 1e-6 and plain.rope_max_rel_diff <= 1e-6
+
+
+def test_a_plain_rope_function_is_restored_after_the_block():
+    loaded = wrapped()
+    capture(loaded, ids())
+    assert wrapped_rope.apply_rotary_pos_emb is wrapped_rope.plain_rope
+
+
+def test_a_model_that_applies_no_rope_is_refused_in_one_line():
+    loaded = wrapped(wrapped_rope.NoRopeAttention)
+    with pytest.raises(AdapterError) as info:
+        capture(loaded, ids())
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot follow LlamaForCausalLM (transformers {T.__version__})")
+    assert "no apply_rotary_pos_emb call rotated the queries and keys of layer 0" in message
+
+
+def test_an_error_inside_the_block_is_one_line_naming_the_model(monkeypatch):
+    def broken(*args, **kwargs):
+        raise IndexError("tuple index out of range\nsecond line")
+
+    loaded = wrapped()
+    monkeypatch.setattr(wrapped_rope, "apply_rotary_pos_emb", broken)
+    with pytest.raises(AdapterError, match=r"^cannot follow LlamaForCausalLM \(transformers "
+                       r".*\): IndexError: tuple index out of range$"):  # fmt: skip
+        capture(loaded, ids())
+
+
+def test_everything_is_restored_even_when_the_block_fails():
+    """Hooks, wrapped functions and the attention implementation go back in ``finally``;
+    at each layer the rope record comes before the attention, which calls eager."""
+    loaded = tiny_llama(2)
+    home = importlib.import_module(type(loaded.attn[0]).__module__)
+    rope_before = home.apply_rotary_pos_emb
+    seen = []
+
+    def attention(call):
+        seen.append(("eager", call.layer))
+        return call.eager()
+
+    with pytest.raises(RuntimeError, match="inside"):
+        with taps(loaded.model, loaded.attn,
+                  on_rope=lambda layer, record: seen.append(("rope", layer)),
+                  on_attention=lambda call, result: seen.append(("attn", call.layer)),
+                  attention=attention):  # fmt: skip
+            assert loaded.model.config._attn_implementation == NAME
+            with torch.no_grad():
+                loaded.model(input_ids=ids()[None], use_cache=False)
+            raise RuntimeError("inside")
+    assert seen == [("rope", 0), ("eager", 0), ("attn", 0), ("rope", 1), ("eager", 1),
+                    ("attn", 1)]  # fmt: skip
+    assert loaded.model.config._attn_implementation == "eager"
+    assert home.apply_rotary_pos_emb is rope_before
+    assert not isinstance(rope_before, torch.nn.Module) or not rope_before._forward_hooks
+    assert not any(m._forward_pre_hooks for m in loaded.attn)
+
+
+def test_blocks_do_not_nest():
+    loaded = tiny_llama(1)
+    with taps(loaded.model, loaded.attn):
+        with pytest.raises(RopesplitError, match="do not nest"):
+            with taps(loaded.model, loaded.attn):
+                pass
+
+
+def test_the_one_pre_rope_recorder():
+    """``record_pre_rope``, which capture, LM-Infinite and the interventions share: the
+    layers asked for only, q/k heads first and pre-RoPE (what the capture reports), the
+    tables one per sequence, a float64 copy when asked."""
+    loaded = tiny_llama(2)
+    batch = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    raw: dict = {}
+    with taps(loaded.model, loaded.attn, on_rope=record_pre_rope(raw, {1}, dtype=torch.float64)
+              ), torch.no_grad():  # fmt: skip
+        loaded.model(input_ids=batch)
+    assert list(raw) == [1]
+    entry = raw[1]
+    assert entry["q"].shape == (2, 4, 12, 16) and entry["k"].shape == (2, 2, 12, 16)
+    assert entry["q"].dtype == torch.float64 and entry["cos"].shape == (2, 12, 16)
+    cache = capture(loaded, batch[1])
+    torch.testing.assert_close(entry["q"][1].float(), cache["q", 1], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(entry["k"][1].float(), cache["k", 1], rtol=1e-6, atol=1e-6)
+
+
+def test_multi_head_latent_attention_is_refused_with_its_reason():
+    config = T.DeepseekV3Config(hidden_size=64, intermediate_size=64, moe_intermediate_size=16,
+                                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                                n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                                topk_group=1, kv_lora_rank=16, q_lora_rank=16,
+                                qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                                vocab_size=TINY_VOCAB, first_k_dense_replace=1)  # fmt: skip
+    with pytest.raises(AdapterError, match="^ropesplit does not analyse deepseek_v3: multi-head "
+                       "latent attention"):  # fmt: skip
+        attention_modules(T.AutoModelForCausalLM.from_config(config))
