@@ -52,16 +52,11 @@ def default_text(kind: str = "docs") -> str:
 
 
 def read_text(path: str | Path, what: str = "text file") -> str:
-    """A UTF-8 file's contents, with a one-line error naming ``what`` when it cannot be read."""
-    p = Path(path)
-    if not p.is_file():
-        raise RopesplitError(f"{what} {p} does not exist")
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RopesplitError(f"{what} {p} is not UTF-8 text") from None
-    except OSError as exc:
-        raise RopesplitError(f"cannot read {what} {p}: {exc.strerror}") from None
+    """A UTF-8 file's contents, with a one-line error naming ``what`` when it cannot be read
+    (:func:`ropesplit.core.io.read_text`)."""
+    from ropesplit.core.io import read_text as read
+
+    return read(path, what)
 
 
 def check_context(loaded: LoadedModel, n_tokens: int) -> None:

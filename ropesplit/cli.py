@@ -13,6 +13,13 @@ a device this machine has (:func:`device`), ``--dtype`` one of
 without repeats (:class:`ListOf`); an option given twice, or two options setting the same
 thing, are refused (:class:`_Parser`). The checks are attached centrally in :func:`build_parser`,
 so a new subcommand's options get them without code of its own.
+
+Paths are checked the same way, once the command line is parsed, by what the option's
+metavar says it names (:data:`PATHS`): ``PATH`` a file written, ``DIR`` a folder written,
+``FILE`` a UTF-8 file read, ``NAME.json`` a JSON file read (:func:`path_kind`); two options
+writing one file are refused; then the checks a subcommand's argument helpers registered
+over several options (``commands.check_after_parsing``: the ``--model``/``--gguf-file``
+pairs, the corpora). Nothing is created or written by a check.
 """
 
 from __future__ import annotations
@@ -20,14 +27,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
 from ropesplit import __version__
 from ropesplit import commands as _commands
+from ropesplit.core import io
 from ropesplit.core.errors import RopesplitError
 
 
@@ -45,10 +55,34 @@ LISTS: dict[str, tuple[type, int]] = {"seeds": (int, 0), "bases": (float, 0),
                                       "grid_tokens": (int, 1), "layers": (int, 0)}  # fmt: skip
 REPEATABLE = (argparse._AppendAction, argparse._CountAction)  # may be given more than once
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+# path options, by the metavar --help shows, and their checks (core.io): PATH a file written,
+# DIR a folder written, FILE a UTF-8 file read, NAME.json a JSON file read
+PATHS: dict[str, Callable[[str], Any]] = {
+    "PATH": io.output_path,
+    "DIR": io.check_output_folder,
+    "FILE": lambda path: io.input_file(path, "text file"),
+    ".json": lambda path: io.read_json(path, "record"),
+}
+
+
+def path_kind(action: argparse.Action) -> str | None:
+    """The key of :data:`PATHS` an option's metavar names (``NAME.json``: ``.json``), or None.
+
+    >>> path_kind(argparse.Action(["--json"], "json", metavar="PATH"))
+    'PATH'
+    >>> path_kind(argparse.Action([], "records", metavar="SHARD.json"))
+    '.json'
+    """
+    metavar = action.metavar if isinstance(action.metavar, str) else ""
+    if metavar.lower().endswith(".json"):
+        return ".json"
+    return metavar if metavar in PATHS else None
 
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line: ``PROG: error: MESSAGE``, exit code 2.
+
+    :meth:`parse_args` then checks the subcommand's paths (:meth:`check_paths`).
 
     Besides each option's own check (:func:`_checked_type`), a command line that gives one
     option twice (unless it collects, like ``--model A --model B``) or two options that
@@ -62,6 +96,42 @@ class _Parser(argparse.ArgumentParser):
         argv = list(sys.argv[1:] if args is None else args)
         self._check_conflicts(argv)
         return super().parse_known_args(argv, namespace)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed = super().parse_args(args, namespace)
+        command = getattr(parsed, "_parser", None)
+        if isinstance(command, _Parser):
+            command.check_paths(parsed)
+        return parsed
+
+    def check_paths(self, args: argparse.Namespace) -> None:
+        """Every path option of this (sub)command, given or by default, by :func:`path_kind`;
+        no two options writing one file; then the checks registered over several options
+        (``args._checks``). The first failure is the one-line error; nothing is written."""
+        written: dict[Path, str] = {}
+        for action in self._actions:
+            kind = path_kind(action)
+            value = getattr(args, action.dest, None)
+            if kind is None or value is None:
+                continue
+            name = action.option_strings[-1] if action.option_strings else str(action.metavar)
+            for path in value if isinstance(value, list) else [value]:
+                if not path:  # an empty --json: nothing is written
+                    continue
+                try:
+                    PATHS[kind](path)
+                except RopesplitError as exc:
+                    self.error(str(exc))
+                target = Path(path)
+                if kind == "PATH" and (target.is_file() or not target.exists()):  # not /dev/null
+                    same = written.setdefault(target.resolve(), name)
+                    if same != name:
+                        self.error(f"{same} and {name} both write {path}; give each its own file")
+        for check in getattr(args, "_checks", ()):
+            try:
+                check(args)
+            except RopesplitError as exc:
+                self.error(str(exc))
 
     def _check_conflicts(self, argv: list[str]) -> None:
         by_string = {s: a for a in self._actions for s in a.option_strings}
@@ -245,6 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"ropesplit {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: one line (ROPESPLIT_TRACEBACK=1 shows it)
+        if os.environ.get("ROPESPLIT_TRACEBACK"):
+            raise
+        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        print(f"ropesplit {args.command}: error: internal error, please report it: "
+              f"{type(exc).__name__}: {text}", file=sys.stderr)  # fmt: skip
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,11 +9,17 @@ Each module defines::
 Modules keep heavy imports (sympy, numpy, torch, transformers) inside ``run``
 so that ``ropesplit --help`` and unrelated subcommands start fast.  The CLI
 discovers the modules here; ``ORDER`` fixes how ``--help`` lists them.
+
+A path option says what it names by its metavar (``PATH`` a file written, ``DIR`` a
+folder written, ``FILE`` a UTF-8 file read, ``NAME.json`` a JSON file read): the CLI
+checks it before ``run`` (``cli.PATHS``). A check over several options is registered with
+:func:`check_after_parsing`, as :func:`add_model_arguments` does.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 ORDER = ["derive", "bound", "analyze", "claims", "merge", "compare", "perturb", "figures", "report"]
@@ -21,13 +27,59 @@ ORDER = ["derive", "bound", "analyze", "claims", "merge", "compare", "perturb", 
 MODEL_HELP = "Hugging Face id or local folder (default: SmolLM2-135M)"
 
 
+def check_after_parsing(
+    parser: argparse.ArgumentParser, check: Callable[[argparse.Namespace], None]
+) -> None:
+    """Run ``check(args)`` once ``parser``'s command line is parsed, before ``run``: for a check
+    over several options. Its :class:`~ropesplit.core.errors.RopesplitError` is the one-line
+    parse error (exit code 2); checks run in the order they were registered."""
+    checks = parser.get_default("_checks") or ()
+    parser.set_defaults(_checks=(*checks, check))
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
-    """``--model`` and ``--gguf-file``; ``many``: repeatable, one models x claims table."""
+    """``--model`` and ``--gguf-file``; ``many``: repeatable, one models x claims table.
+    Local ones are checked once parsed (:func:`check_models`)."""
     action = "append" if many else "store"
     parser.add_argument("--model", action=action, help=MODEL_HELP + (
         "; repeat for one models x claims table" if many else ""))  # fmt: skip
     parser.add_argument("--gguf-file", action=action, help="a GGUF file inside --model's folder"
                         + (" (once per --model)" if many else ""))  # fmt: skip
+    check_after_parsing(parser, check_models)
+
+
+def check_models(args: argparse.Namespace) -> None:
+    """Every ``--model`` that names a local path, with its ``--gguf-file``, is one a model can
+    load from, checked before any model loads (with several models, before the first): it
+    exists (``empirical.models`` tells a path from a Hugging Face id), and is a folder with a
+    ``config.json`` that is JSON, a folder holding the ``--gguf-file``, or a ``.gguf`` file."""
+    from pathlib import Path
+
+    from ropesplit.core.errors import RopesplitError
+    from ropesplit.core.io import input_file, read_json
+
+    models = args.model if isinstance(args.model, list) else [args.model]
+    files = args.gguf_file if isinstance(args.gguf_file, list) else [args.gguf_file] * len(models)
+    if models == [None] or len(files) != len(models):
+        return  # the embedded model; or claims' own message (once per --model)
+    from ropesplit.empirical.models import resolve_source  # the loader's own reading
+
+    for model, gguf in zip(models, files, strict=True):
+        source, name, _ = resolve_source(model, gguf)  # a missing path or GGUF file fails
+        folder = Path(source)
+        if not folder.exists():
+            continue  # a Hugging Face id
+        if not folder.is_dir():
+            also = " (--gguf-file names a file in a model folder)" if gguf else ""
+            raise RopesplitError(f"model path {model} is a file; give a model folder or a "
+                                 f".gguf file{also}")  # fmt: skip
+        if name:
+            input_file(folder / name, "GGUF file", text=False)
+        elif not (folder / "config.json").exists():
+            raise RopesplitError(f"model folder {model} has no config.json (a GGUF file in it "
+                                 "needs --gguf-file)")  # fmt: skip
+        else:
+            read_json(folder / "config.json", "model config")
 
 
 def add_device_arguments(parser: argparse.ArgumentParser, *, device_map: bool = False) -> None:

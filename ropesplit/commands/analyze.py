@@ -93,16 +93,12 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.core.io import output_path
     from ropesplit.core.paper import PAPER_R_SPLIT
     from ropesplit.empirical.analyze import STATISTICS, analyze_pair, load_subject
     from ropesplit.empirical.models import random_init_twin
 
     if args.tokens < MIN_TOKENS:  # fewer pairs than the fits have parameters: trivially 1
         raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
-    for path in (args.json, args.csv):
-        if path:
-            output_path(path)  # a bad output folder fails now, not after the model ran
     from dataclasses import replace
 
     from ropesplit.empirical.analyze import ANALYSIS, DEFAULT_REFERENCE

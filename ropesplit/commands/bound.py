@@ -50,12 +50,9 @@ def run(args: argparse.Namespace) -> int:
     """Generate, measure and print each case; return 1 if the bound is violated anywhere."""
     from ropesplit.commands.analyze import MIN_TOKENS
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.core.io import output_path
 
     if args.tokens < MIN_TOKENS:  # no statistic is defined on fewer pairs: all-NaN tables
         raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
-    if args.json is not None:
-        output_path(args.json)  # fail on a bad path before the work
 
     from ropesplit.numerics.synthetic import PATTERNS, bound_record
 

@@ -25,7 +25,12 @@ import sys
 import time
 from typing import Any
 
-from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+from ropesplit.commands import (
+    add_device_arguments,
+    add_model_arguments,
+    check_after_parsing,
+    write_output,
+)
 
 HELP = "judge each claim of the paper by its pre-registered primary test over a grid of choices"
 
@@ -45,12 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
-    """The claims run's corpora, grid and passage counts (``claims`` and ``report`` share them)."""
-    parser.add_argument("--corpus", metavar="PATH",
+    """The claims run's corpora, grid and passage counts (``claims`` and ``report`` share them);
+    the corpora are read once parsed (:func:`check_corpora`)."""
+    parser.add_argument("--corpus", metavar="CORPUS",
                         help="pydoc (default: Python's language reference, a passage per "
                         "topic), prose (the King James Bible, a passage per book), a folder "
                         "of .txt files, a .jsonl file or a text file")  # fmt: skip
-    parser.add_argument("--second-corpus", metavar="PATH", default="",
+    parser.add_argument("--second-corpus", metavar="CORPUS", default="",
                         help="the grid's other corpus (default: prose, or pydoc when --corpus "
                         "is prose; 'none' for the run's corpus alone)")  # fmt: skip
     parser.add_argument("--grid-tokens", metavar="N,N,...",
@@ -61,6 +67,18 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--order-passages", type=int, default=8,
                         help="passages per corpus for the word-order test, claim 1 "
                         "(default 8, at least 8)")  # fmt: skip
+    check_after_parsing(parser, check_corpora)
+
+
+def check_corpora(args: argparse.Namespace) -> None:
+    """``--corpus`` and ``--second-corpus`` read (``corpus_from_spec``) before any model loads:
+    a missing path, a file that is not UTF-8, a folder without .txt files or a JSONL line
+    without its text is a one-line error."""
+    from ropesplit.empirical.corpus import corpus_from_spec
+
+    for spec in (args.corpus, second_corpus(args)):
+        if spec:
+            corpus_from_spec(spec)
 
 
 def grid_values(args: argparse.Namespace) -> list[int] | None:
@@ -77,17 +95,14 @@ def second_corpus(args: argparse.Namespace) -> str | None:
 
 
 def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:
-    """:func:`add_corpus_arguments`' flags (and ``--shard`` where given) checked before any
-    model loads; the passages the run measures (``claims_run.passage_ranges``)."""
+    """:func:`add_corpus_arguments`' counts and grid (and ``--shard`` where given) checked
+    before any model loads (the corpora were read once parsed, :func:`check_corpora`); the
+    passages the run measures (``claims_run.passage_ranges``)."""
     from ropesplit.empirical.claims_run import grid_tokens, passage_ranges
-    from ropesplit.empirical.corpus import corpus_from_spec
 
     ranges = passage_ranges(args.passages, args.order_passages,
                             _shard(getattr(args, "shard", None)), prefix="--")  # fmt: skip
     grid_tokens(args.tokens, grid_values(args), prefix="--")
-    corpus_from_spec(args.corpus)  # a bad corpus fails now, not after the model loaded
-    if second_corpus(args):
-        corpus_from_spec(second_corpus(args))
     return ranges
 
 
@@ -109,7 +124,6 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.core.io import output_path
     from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.models import load_model
 
@@ -118,8 +132,6 @@ def run(args: argparse.Namespace) -> int:
         raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
     measured, ordered = check_corpus_arguments(args)
     models = _models(args)
-    if args.json:
-        output_path(args.json)
     records = []
     for model, gguf in models:
         start = time.perf_counter()

@@ -23,9 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ropesplit.commands.claims import write_models
-    from ropesplit.core.io import output_path
     from ropesplit.empirical.claims_run import claims_records
 
-    if args.json:
-        output_path(args.json)
     return write_models(claims_records(args.records), args.json)

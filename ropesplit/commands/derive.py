@@ -30,12 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List or check the steps, print one line each, write the requested files."""
-    from ropesplit.core.io import output_path
-
-    for path in (args.out, args.json):  # fail on a bad path before minutes of work
-        if path is not None:
-            output_path(path)
-
     from ropesplit.theory import STEPS, derivation_markdown, derive_record
     from ropesplit.theory.derivation import where
 

@@ -35,7 +35,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
     parser.add_argument("--figure-tokens", type=int, default=96,
                         help="tokens in figure 1's heatmaps (default 96)")  # fmt: skip
     add_device_arguments(parser)
-    parser.add_argument("--out", default=out_default, help=f"output folder (default {out_default})")
+    parser.add_argument("--out", metavar="DIR", default=out_default,
+                        help=f"output folder (default {out_default})")
 
 
 def prepare_out(path: str, what: str) -> Path:

@@ -27,11 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ropesplit.commands.claims import summary
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.core.io import output_path, read_json
+    from ropesplit.core.io import read_json
     from ropesplit.empirical.claims_run import merge_records
 
-    if args.json:
-        output_path(args.json)
     records = []
     for name in args.records:
         record = read_json(name, "record")

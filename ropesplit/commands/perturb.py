@@ -56,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.core.io import output_path
     from ropesplit.empirical.experiments import (
         EXPERIMENTS,
         Settings,
@@ -72,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
             raise RopesplitError(f"{flag} must be at least {low}, got {value}")
     settings = Settings(seeds=args.seeds, seed=args.seed, layers=args.layers,
                         batch_size=args.batch_size)  # fmt: skip
-    if args.json:
-        output_path(args.json)  # a bad output folder fails now, not after the model ran
     text = read_text(args.text) if args.text else default_text()
     start = time.perf_counter()
     if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts

@@ -22,7 +22,7 @@ HELP = "run every step on one model; write report/index.html, report.md and each
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, out_default="report")
     add_corpus_arguments(parser)
-    parser.add_argument("--claims-record", action="append", default=[], metavar="FILE",
+    parser.add_argument("--claims-record", action="append", default=[], metavar="CLAIMS.json",
                         help="another model's claims.json (ropesplit claims --json): the "
                         "report's models x claims table and forest plot show it")  # fmt: skip
 

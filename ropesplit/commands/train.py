@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, default=d.vocab,
                         help=f"content tokens of recall/offset, 3/4 keys and 1/4 values "
                         f"(default {d.vocab})")  # fmt: skip
-    parser.add_argument("--out", default=d.out, help=f"run folder (default {d.out})")
+    parser.add_argument("--out", metavar="DIR", default=d.out, help=f"run folder (default {d.out})")
     parser.add_argument("--text", metavar="FILE", help="UTF-8 corpus (default: Python's docs)")
     parser.add_argument("--bases", default=f"{d.rope_base:g}",
                         help="RoPE base(s), comma-separated, e.g. 10000,100 (default 10000)")
@@ -78,12 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ropesplit.core.io import output_path
     from ropesplit.empirical.emergence import run_emergence
     from ropesplit.empirical.train import TrainConfig
 
-    if args.json:
-        output_path(args.json)  # a bad output folder fails now, not after training
     base = TASK_DEFAULTS if args.task != "lm" else TrainConfig().to_dict()
     sized = {name: getattr(args, name) if getattr(args, name) is not None else base[name]
              for name in TASK_DEFAULTS}  # fmt: skip

@@ -2,7 +2,8 @@
 CLI) may import, and which imports no layer above it.
 
     errors   RopesplitError and ValidationError: one-line user errors, their exit codes
-    io       write_json / write_text: records written exactly, NaN and arrays included
+    io       write_json / write_text: records written exactly (NaN and arrays included),
+             whole or not at all; the path checks the CLI runs before any work
     paper    the seed paper's numbers and words (PAPER_R_SPLIT, QUOTES)
     claims   the claims registry: pre-registered primary tests, verdict words, the grid
 

@@ -18,7 +18,7 @@ from ropesplit.core.io import output_path, write_json
 def test_every_listed_subcommand_is_registered_in_order():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    names = list(sub.choices)
+    names = list(sub.choices or ())
     present = [n for n in ORDER if n in names]
     assert names[: len(present)] == present
     assert "derive" in names
@@ -65,7 +65,7 @@ def test_console_entry_point_runs_as_module():
 
 def _subparsers() -> dict:
     parser = build_parser()
-    return next(a for a in parser._actions if a.dest == "command").choices
+    return dict(next(a for a in parser._actions if a.dest == "command").choices or {})
 
 
 def _bad_values(action) -> list[str]:
@@ -117,7 +117,7 @@ def test_bad_option_values_are_one_line_exit_2(command, option, value, capsys):
     [
         (["analyze", "--device", "quantum"], "argument --device: must be cpu, cuda[:N] or mps"),
         (["analyze", "--device", "cuda:7"], "argument --device: 'cuda:7': this machine has"),
-        (["report", "--out", "FILE"], "cannot write the report to FILE: it is a file"),
+        (["report", "--out", "FILE"], "cannot write FILE: it is a file, not a folder"),
     ],
     ids=["unknown-device", "absent-cuda", "out-is-a-file"],
 )
