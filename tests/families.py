@@ -77,7 +77,8 @@ class Family:
 
 
 def rope_families() -> list[str]:
-    """Model types of the causal-LM mapping whose own config states RoPE, sorted."""
+    """Model types of the causal-LM mapping whose own config states RoPE, sorted; one whose
+    default config cannot be made is listed too (it is refused, with the reason)."""
     from ropesplit.empirical.adapter import carries_rope
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -87,7 +88,8 @@ def rope_families() -> list[str]:
         for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
             try:
                 config = CONFIG_MAPPING[model_type]()
-            except Exception:  # a config that cannot be made with its defaults
+            except Exception:  # listed, and refused by analyse: its config cannot be made
+                out.append(model_type)
                 continue
             if carries_rope(config):
                 out.append(model_type)
