@@ -61,6 +61,7 @@ __all__ = [
     "StopForward",
     "attention_modules",
     "carries_rope",
+    "fast_attention",
     "heads_first",
     "record_pre_rope",
     "refusal",
@@ -501,19 +502,45 @@ def _rope_seam(block: Block) -> Iterator[None]:
             setattr(home, block.conv.function, function)
 
 
+def _configs(model: Any, attn: Sequence[Any]) -> list[Any]:
+    """Every config the model's attention modules read (the model's own, and sub-configs)."""
+    found = {id(c): c for c in [model.config, *(getattr(m, "config", None) for m in attn)]
+             if c is not None}  # fmt: skip
+    return list(found.values())
+
+
 @contextlib.contextmanager
-def _attention_implementation(block: Block) -> Iterator[None]:
-    """:data:`NAME` as the attention of every config the model's attention modules read."""
-    configs = {id(c): c for c in [block.model.config, *(getattr(m, "config", None)
-                                                        for m in block.attn)] if c is not None}
-    saved = [(c, c._attn_implementation) for c in configs.values()]
+def _implementation(model: Any, attn: Sequence[Any], name: str) -> Iterator[None]:
+    """``name`` as the attention of every config the model's attention modules read."""
+    saved = [(c, c._attn_implementation) for c in _configs(model, attn)]
     try:
         for config, _ in saved:
-            config._attn_implementation = NAME
+            config._attn_implementation = name
         yield
     finally:
         for config, previous in saved:
             config._attn_implementation = previous
+
+
+def fast_implementation(model: Any) -> str:
+    """The fastest attention that computes the model's own probabilities: ``"sdpa"`` where
+    the model supports it and caps no logits (SDPA has no soft-cap), else ``"eager"``."""
+    softcap = getattr(model.config, "attn_logit_softcapping", None)
+    return "sdpa" if getattr(model, "_supports_sdpa", False) and not softcap else "eager"
+
+
+@contextlib.contextmanager
+def fast_attention(model: Any, attn: Sequence[Any]) -> Iterator[str | None]:
+    """Within the block a forward pass that captures nothing attends through
+    :func:`fast_implementation` (torch's ``scaled_dot_product_attention``: no ``(B, H, N,
+    N)`` probabilities in memory); inside a :func:`taps` block, or where SDPA does not
+    apply, the attention is left as it is. Yields the implementation used."""
+    name, now = fast_implementation(model), getattr(model.config, "_attn_implementation", None)
+    if _ACTIVE.get() is not None or now is None or name == now:  # None: not transformers'
+        yield now
+        return
+    with _implementation(model, attn, name):
+        yield name
 
 
 @contextlib.contextmanager
@@ -546,7 +573,7 @@ def taps(
     token = _ACTIVE.set(block)
     try:
         with (_rope_seam(block) if on_rope is not None else contextlib.nullcontext(),
-              _attention_implementation(block)):  # fmt: skip
+              _implementation(model, attn, NAME)):  # fmt: skip
             yield block
     finally:
         _ACTIVE.reset(token)

@@ -33,9 +33,10 @@ from typing import Any
 
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 
-from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES, axis
+from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES
 
 __all__ = [
+    "DEFAULT_GRID_TOKENS",
     "DEFAULT_ORDER_PASSAGES",
     "DEFAULT_PASSAGES",
     "SECOND_CORPUS",
@@ -52,6 +53,10 @@ __all__ = [
 DEFAULT_PASSAGES = 12  # passages measured for claims 2-5 (minimum MIN_PASSAGES)
 DEFAULT_ORDER_PASSAGES = 8  # passages of the word-order test (claim 1)
 SECOND_CORPUS = {"pydoc": "prose", "prose": "pydoc"}  # the corpus axis' other value
+# the tokens axis when none is given (``ropesplit claims`` and the report alike): the
+# registry's 256 and 512, never past the run's own tokens; its 1024 only when asked
+# (``--grid-tokens``): on 2 CPU cores that length alone doubles the run
+DEFAULT_GRID_TOKENS = (256, 512)
 
 
 def power_statement(n: int) -> str:
@@ -83,13 +88,14 @@ def passage_ranges(
 
 def grid_tokens(tokens: int, values: Sequence[int] | None = None, *, limit: int | None = None,
                 prefix: str = "") -> list[int]:  # fmt: skip
-    """The ``tokens`` axis a run measures: ``values`` (default the registry's) with the
-    headline ``tokens`` added, each checked, those beyond ``limit`` (the passages' or the
-    model's length) left out."""
+    """The ``tokens`` axis a run measures: ``values`` as given, or by default
+    :data:`DEFAULT_GRID_TOKENS` up to the headline ``tokens`` (the axis never goes past what
+    was asked for unless ``values`` say so); the headline ``tokens`` added, each checked,
+    those beyond ``limit`` (the passages' or the model's length) left out."""
     from ropesplit.core.errors import RopesplitError
 
-    chosen = sorted({int(t) for t in (values if values is not None else axis("tokens").values)}
-                    | {int(tokens)})  # fmt: skip
+    base = values if values is not None else [t for t in DEFAULT_GRID_TOKENS if t <= tokens]
+    chosen = sorted({int(t) for t in base} | {int(tokens)})
     bad = [t for t in chosen if t < 16]
     if bad:
         raise RopesplitError(f"{prefix}tokens must be at least 16, got {bad[0]}")
@@ -126,15 +132,18 @@ def run_claims(
 ) -> dict[str, Any]:
     """The record of the module docstring.
 
-    ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis (default the
-    registry's, ``tokens`` added). ``second_corpus`` is the corpus axis' other value
-    (``""``: :data:`SECOND_CORPUS` of the run's corpus, or ``"prose"``; None: the run's
-    corpus only). ``controls`` (seed -> twin) are built when absent; ``passage_ids`` (an
-    ``empirical.corpus.PassageIds``, or a mapping corpus label -> one) replaces the corpora,
-    e.g. for a model without a tokenizer (then the axis holds the lengths up to theirs).
+    ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis (default
+    :data:`DEFAULT_GRID_TOKENS` up to ``tokens``; ``tokens`` added, :func:`grid_tokens`).
+    ``second_corpus`` is the corpus axis' other value (``""``: :data:`SECOND_CORPUS` of
+    the run's corpus, or ``"prose"``; None: the run's corpus only). ``controls`` (seed ->
+    twin) are built when absent; ``passage_ids`` (an ``empirical.corpus.PassageIds``, or a
+    mapping corpus label -> one) replaces the corpora, e.g. for a model without a
+    tokenizer (then the axis holds the lengths up to theirs).
     ``shard=(A, B)`` measures only the run's passages ``A..B-1`` of each corpus (a SLURM
     array task, an ``accelerate``/``torchrun`` process): :func:`merge_records` of shards
-    covering the run is the run's record.
+    covering the run is the run's record. ``on_stage(text)`` hears the plan
+    (``empirical.plan``: the forward passes by kind, the minutes from a timed warm-up)
+    before the first forward pass, then each stage.
     """
     from ropesplit.empirical.corpus import DEFAULT_CORPUS
     from ropesplit.empirical.experiments.order_passages import order_passage
@@ -162,6 +171,13 @@ def run_claims(
         second = (SECOND_CORPUS.get(first, "prose") if second_corpus == "" else second_corpus)
         specs = [first] + ([second] if second and second != first else [])
         corpora = dict(_corpus_ids(loaded, spec, lengths[-1], need) for spec in specs)
+    if on_stage is not None:  # the plan, before the first forward pass
+        from dataclasses import replace
+
+        from ropesplit.empirical.plan import claims_plan, warmup
+
+        plan = claims_plan(lengths, len(corpora), measured, ordered, batch_size)
+        on_stage(replace(plan, per_token=warmup(loaded)).text())
     if controls is None:
         controls = {s: random_init_twin(loaded, s) for s in CONTROL_SEEDS}
     power = power_statement(order_passages)
@@ -190,6 +206,8 @@ def run_claims(
         "corpora": labels,
         "tokens": int(tokens),
         "grid": {"tokens": lengths, "corpus": labels},
+        "grid_tokens": {"given": None if grid is None else [int(t) for t in grid],
+                        "default": list(DEFAULT_GRID_TOKENS)},
         "passages": passages,
         "order_passages": order_passages,
         "names": {label: list(c.names) for label, c in corpora.items()},

@@ -456,14 +456,16 @@ def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> to
 
     ``position_ids`` (default ``0..N-1``) may be any non-negative integers
     below the context: the RoPE angle of token ``n`` is ``position_ids[n]
-    theta_l`` (docs/theory.md section 1); the causal mask stays by index.
+    theta_l`` (docs/theory.md section 1); the causal mask stays by index. Nothing is
+    captured: the model attends through its fastest attention (SDPA where it applies).
     """
     import torch
+    from ropesplit.empirical.adapter import fast_attention
 
     ids = as_input_ids(loaded, input_ids)
     pos = as_position_ids(ids, position_ids)
     check_positions(loaded, pos)
-    with torch.no_grad():
+    with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
         # an explicit all-ones mask keeps the mask causal by index: without it,
         # transformers reads non-+1 steps in position_ids as packed sequences
         out = loaded.model(

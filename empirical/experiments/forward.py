@@ -19,6 +19,7 @@ the attention stays causal by index, as docs/theory.md section 2 assumes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -57,15 +58,22 @@ def model_context(loaded: LoadedModel) -> int | None:
 
 
 def forward_batch(
-    loaded: LoadedModel, ids: torch.Tensor, positions: torch.Tensor, start: int
-) -> Any:
+    loaded: LoadedModel, ids: torch.Tensor, positions: torch.Tensor, start: int,
+    *, fast: bool = True,
+) -> Any:  # fmt: skip
     r"""Logits ``(B, N - start + 1, vocab)`` of rows ``start - 1 .. N - 1``, one forward pass.
 
     ``ids`` and ``positions`` are ``(B, N)`` int64; the mask is causal by index
-    (an explicit all-ones attention mask, see the module docstring).
+    (an explicit all-ones attention mask, see the module docstring). Nothing is
+    captured, so with ``fast`` the model attends through its fastest attention
+    (:func:`ropesplit.empirical.adapter.fast_attention`: SDPA where it applies; the same
+    probabilities to float32 rounding), else through its eager attention.
     """
+    from ropesplit.empirical.adapter import fast_attention
+
     (batch, n_tokens) = ids.shape
-    with torch.no_grad():
+    with torch.no_grad(), (fast_attention(loaded.model, loaded.attn) if fast
+                           else contextlib.nullcontext()):  # fmt: skip
         out = loaded.model(
             input_ids=ids,
             position_ids=positions,

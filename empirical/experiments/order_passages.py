@@ -85,6 +85,7 @@ def token_losses(
     *,
     batch_size: int = 8,
     on_forward: Callable[[int], Any] | None = None,
+    fast: bool = True,
 ) -> np.ndarray:
     r"""Next-token losses (nats) of every row, ``(B, N - 1)`` float64.
 
@@ -94,7 +95,8 @@ def token_losses(
     (float64 log-softmax, as :func:`.forward.logits_loss`). ``ids`` is
     ``(B, N)``, read at positions ``0..N-1`` with an all-ones attention mask
     (:func:`.forward.forward_batch`). Identical rows share one forward pass;
-    ``on_forward(k)`` is called after each batch with the number of rows it ran.
+    ``on_forward(k)`` is called after each batch with the number of rows it ran; ``fast``:
+    the model's fastest attention (SDPA, :func:`.forward.forward_batch`), else eager.
     """
     ids_np = np.asarray(ids, dtype=np.int64)
     if ids_np.ndim != 2:
@@ -111,7 +113,7 @@ def token_losses(
         chosen = first[lo : lo + batch_size]
         batch_ids = torch.as_tensor(ids_np[chosen], device=device)  # (b, N)
         batch_pos = torch.as_tensor(np.ascontiguousarray(positions[chosen]), device=device)
-        logits = forward_batch(loaded, batch_ids, batch_pos, 1)  # (b, N, vocab)
+        logits = forward_batch(loaded, batch_ids, batch_pos, 1, fast=fast)  # (b, N, vocab)
         for row in range(len(chosen)):  # one row at a time: float64 logits are large
             logp = torch.log_softmax(logits[row, :-1].double(), dim=-1)  # (N - 1, vocab)
             targets = batch_ids[row, 1:].reshape(-1, 1).to(logp.device)  # (N - 1, 1)

@@ -107,6 +107,7 @@ def run_experiments(
     on_forward: Callable[[int], Any] | None = None,
     on_stage: Callable[[str], Any] | None = None,
     passages: Any = None,
+    on_plan: Callable[[dict[str, int]], Any] | None = None,
 ) -> dict[str, Any]:
     r"""Run the chosen experiments of :data:`EXPERIMENTS`; the record of the module docstring.
 
@@ -116,6 +117,8 @@ def run_experiments(
     announces each experiment. Every row gets ``verdict`` and ``reason``
     from its experiment's ``judge``. ``passages`` ``(P, N)`` token ids are the
     interventions' corpus (default: the default corpus at the text's length).
+    ``on_plan(counts)`` hears each experiment's forward passes at most, once the inputs
+    are checked and before the first pass.
     """
     chosen = _chosen(experiments)
     base = settings or Settings()
@@ -130,6 +133,9 @@ def run_experiments(
     context_length(context.n_tokens)  # enough tokens for a context and a continuation
     for experiment in chosen:
         experiment.check(context)
+    context.layers  # noqa: B018 - the layers checked before any forward pass
+    if on_plan is not None:
+        on_plan({e.name: e.forward_count(settings) for e in chosen})
     record: dict[str, Any] = {"header": _header(context), "experiments": {}}
     for experiment in chosen:
         if on_stage is not None:

@@ -60,8 +60,8 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the grid's other corpus (default: prose, or pydoc when --corpus "
                         "is prose; 'none' for the run's corpus alone)")  # fmt: skip
     parser.add_argument("--grid-tokens", metavar="N,N,...",
-                        help="the grid's passage lengths (default 256,512,1024; --tokens is "
-                        "added)")  # fmt: skip
+                        help="the grid's passage lengths (default: 256,512 up to --tokens; "
+                        "--tokens is added)")  # fmt: skip
     parser.add_argument("--passages", type=int, default=12,
                         help="passages per corpus for claims 2-5 (default 12, at least 8)")
     parser.add_argument("--order-passages", type=int, default=8,
@@ -82,7 +82,7 @@ def check_corpora(args: argparse.Namespace) -> None:
 
 
 def grid_values(args: argparse.Namespace) -> list[int] | None:
-    """``--grid-tokens`` as a list of lengths (None: the registry's); ``cli.ListOf`` has
+    """``--grid-tokens`` as a list of lengths (None: the default grid); ``cli.ListOf`` has
     checked it (positive integers, none repeated)."""
     values = getattr(args, "grid_tokens", None)
     return None if values is None else list(values)

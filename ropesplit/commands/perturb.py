@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from tqdm import tqdm
 
     from ropesplit.core.errors import RopesplitError
@@ -63,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         run_experiments,
     )
     from ropesplit.empirical.models import load_model
+    from ropesplit.empirical.plan import experiments_plan, warmup
     from ropesplit.empirical.text import default_text, read_text, tokenize
 
     for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.seeds, 1),
@@ -87,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
             )
     ids = tokenize(loaded, text, args.tokens)
     chosen = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+
+    def show_plan(counts: dict[str, int]) -> None:  # the checks passed, no pass run yet
+        plan = experiments_plan({name: n for name, n in counts.items() if n}, args.tokens)
+        bar.write(replace(plan, per_token=warmup(loaded)).text(), file=sys.stderr)
+
     with tqdm(total=forward_count(chosen, settings), desc="forward passes", unit="input",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
         record = run_experiments(loaded, ids, experiments=chosen, settings=settings,
-                                 on_forward=bar.update,
+                                 on_forward=bar.update, on_plan=show_plan,
                                  on_stage=lambda name: bar.set_postfix_str(name))  # fmt: skip
     record["header"]["seconds"] = round(time.perf_counter() - start, 1)
     print(tables(record))

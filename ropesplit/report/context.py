@@ -31,9 +31,9 @@ class RunSettings:
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
     corpus: str | None = None  # the claims' passages: None, Python's language reference
     second_corpus: str | None = ""  # the grid's other corpus ("": prose, or pydoc; None: none)
-    # the grid's passage lengths: the registry's 256 and 512 (its 1024 is left to ropesplit
-    # claims: on 2 CPU cores it alone would double the report's time); tokens is added
-    grid_tokens: tuple[int, ...] | None = (256, 512)
+    # the grid's passage lengths (None: ropesplit claims' default, claims_run's
+    # DEFAULT_GRID_TOKENS up to tokens, 256 and 512); tokens is added
+    grid_tokens: tuple[int, ...] | None = None
     passages: int = 12  # passages of claims 2-5 per corpus (the unit of replication; >= 8)
     order_passages: int = 8  # passages of the word-order test per corpus, claim 1 (>= 8)
     claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table

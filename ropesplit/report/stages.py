@@ -71,15 +71,21 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
     """Every claim's pre-registered primary test over the corpus (``ropesplit claims``)."""
     from tqdm import tqdm
 
+    from ropesplit.core.claims import CONTROL_SEEDS
     from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.models import random_init_twin
 
     s = ctx.settings
+    # the load stage's control is the twin of seed s.seed: built once, shared
+    controls = {seed: ctx.control if ctx.control is not None and seed == s.seed
+                else random_init_twin(ctx.loaded, seed) for seed in CONTROL_SEEDS}  # fmt: skip
     with tqdm(total=s.passages + s.order_passages, desc="passages", unit="passage",
               file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         return run_claims(ctx.loaded, corpus=s.corpus, second_corpus=s.second_corpus,
                           tokens=s.tokens, grid=s.grid_tokens, passages=s.passages,
-                          order_passages=s.order_passages, seed=s.seed,
-                          passage_ids=_claims_ids(ctx), on_passage=bar.update)  # fmt: skip
+                          order_passages=s.order_passages, seed=s.seed, controls=controls,
+                          passage_ids=_claims_ids(ctx), on_passage=bar.update,
+                          on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
 
 
 def _compare_stage(ctx: RunContext) -> dict[str, Any]:

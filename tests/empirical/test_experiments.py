@@ -137,13 +137,17 @@ def test_perturbed_position_ids_keep_the_mask_causal_by_index(tiny, distinct_ids
     weights = []
     handle = tiny.attn[0].register_forward_hook(lambda m, a, out: weights.append(out[1]))
     try:
-        forward_batch(tiny, distinct_ids[None], positions, 1)
+        eager = forward_batch(tiny, distinct_ids[None], positions, 1, fast=False)
     finally:
         handle.remove()
     (probs,) = weights  # (1, H, N, N)
     causal = torch.tril(torch.ones(N_TOKENS, N_TOKENS, dtype=torch.bool))
     assert (probs[0][:, causal] > 0).all()  # every earlier token is attended
     assert (probs[0][:, ~causal] == 0).all()
+    # the fast path (SDPA, no probabilities) keeps the same causal-by-index mask: its logits
+    # are eager's to float32 rounding, far from a mask across the reversed positions
+    fast = forward_batch(tiny, distinct_ids[None], positions, 1)
+    torch.testing.assert_close(fast, eager, rtol=1e-5, atol=1e-5)
 
 
 def test_seed_summary_is_the_mean_ratio_with_its_t_interval_over_draws():

@@ -374,3 +374,22 @@ def test_swaps_never_exchange_equal_tokens_so_every_swap_moves_two_tokens(ids, s
                                       ids=ids):  # fmt: skip
         swapped = np.flatnonzero(perm != np.arange(n))
         assert np.all(ids[perm][swapped] != ids[swapped])  # every moved position changed id
+
+
+def test_the_fast_batched_pass_gives_eagers_one_at_a_time_damages(tiny):
+    """The word-order rows run batched through SDPA (nothing is captured); every damage,
+    dose and ratio of the passage equals the eager, one-row-at-a-time run's to float32
+    rounding, and the losses themselves too."""
+    ids = np.random.default_rng(3).integers(1, VOCAB, size=96)
+
+    def eager_one_at_a_time(rows):
+        return token_losses(tiny, rows, batch_size=1, fast=False)
+
+    fast = order_passage(tiny, ids, seed=5, lengths=(48, 96))
+    eager = order_passage(tiny, ids, seed=5, lengths=(48, 96), losses=eager_one_at_a_time)
+    for cell in ("tokens=48", "tokens=96"):
+        for name, value in eager["cells"][cell].items():
+            assert fast["cells"][cell][name] == pytest.approx(value, rel=1e-4, abs=2e-6), name
+    rows = np.random.default_rng(4).integers(1, VOCAB, size=(11, 64))
+    np.testing.assert_allclose(token_losses(tiny, rows), eager_one_at_a_time(rows),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
