@@ -72,6 +72,8 @@ PAIR_BUDGET = 1024  # causal pairs per layer for e_share and g_share
 BOUND_BUDGET = 512  # causal pairs per head whose bound is checked (no claim reads tightness)
 SPLITS: tuple[str, ...] = tuple(axis("split").values)  # the grid's reference rotations
 TOOLKIT_SPLIT = "mean"  # the toolkit's own best split (docs/theory.md 6); never judges the paper
+# a measure's value in one cell: (the run's heads, the layers kept, pooled?, the split)
+Statistic = Callable[["_Heads", Any, bool, str], float]
 MOMENTS = ("w_mean", "w_var", "fg_mean", "fg_var", "w_fg_cov")  # per head, after n_pairs
 GROUP = 3  # passages of one twin seed measured in one batch
 BATCH = 4  # passages of the trained model in one batch (each twice: text and jittered)
@@ -310,38 +312,86 @@ def _g_share(h: _Heads, keep: Any, pooled: bool, ref: str) -> float:
         return head_mean(np.where(dw > 0, dg / dw, np.nan))
 
 
+def _head_mean_of(name: str) -> Statistic:
+    """The mean over heads of a per-head value stored as ``name`` (no pooled form)."""
+
+    def statistic(h: _Heads, keep: Any, pooled: bool, split: str) -> float:
+        from ropesplit.numerics.pooling import head_mean
+
+        return head_mean(h.get(name, keep))
+
+    return statistic
+
+
+@dataclass(frozen=True)
+class PassageMeasure:
+    """One statistic of a passage's heads: ``statistic(heads, keep, pooled, split)`` in a
+    cell (``keep`` the layers, ``pooled`` the heads axis: the mean over heads or one value
+    over their pooled pairs, ``split`` the reference rotation), and ``runs``: each row name
+    it is stored under and the run of the passage it is measured on (the trained model, its
+    random-init twin, the analysis or the model under shuffled frequencies: the nulls)."""
+
+    statistic: Statistic
+    runs: dict[str, str]
+
+
+# the passages' measure vocabulary, in the order of the rows; its names are exactly
+# ropesplit.core.claims.MEASURES["passages"] (checked below, at import)
+PASSAGE_MEASURES: tuple[PassageMeasure, ...] = (
+    PassageMeasure(_r_split, {"r_split": "trained", "r_split_control": "twin",
+                              "r_split_shuffled": "analysis_shuffled"}),
+    PassageMeasure(lambda h, keep, pooled, split: _r_split(h, keep, pooled, TOOLKIT_SPLIT),
+                   {"r_split_mean": "trained"}),
+    PassageMeasure(lambda h, keep, pooled, split: _lowfreq(h, keep, pooled),
+                   {"lowfreq_share_k": "trained", "lowfreq_share_k_control": "twin",
+                    "lowfreq_share_k_shuffled": "analysis_shuffled"}),
+    PassageMeasure(lambda h, keep, pooled, split: _key_corr(h, keep, pooled),
+                   {"key_corr": "trained", "key_corr_control": "twin"}),
+    PassageMeasure(_head_mean_of("visible"),
+                   {"visible_change": "trained", "visible_change_control": "twin"}),
+    PassageMeasure(_g_share, {"g_share": "trained", "g_share_shuffled": "model_shuffled"}),
+    PassageMeasure(_head_mean_of("e_share"), {"e_share": "trained"}),
+    PassageMeasure(lambda h, keep, pooled, split: float(h.get("lowfreq", keep).size),
+                   {"n_heads": "trained"}),
+)  # fmt: skip
+
+
+def measure_names() -> list[str]:
+    """Every row name :data:`PASSAGE_MEASURES` produces, in order."""
+    return [name for m in PASSAGE_MEASURES for name in m.runs]
+
+
+def _check_vocabulary() -> None:
+    """The names computed here are the registry's vocabulary, no more and no fewer."""
+    from ropesplit.core.claims import MEASURES
+
+    ours, theirs = measure_names(), MEASURES["passages"]
+    if sorted(ours) != sorted(theirs):
+        raise ValueError(f"passage measures {sorted(set(ours) ^ set(theirs))} are in one of "
+                         "empirical.passages.PASSAGE_MEASURES and core.claims.MEASURES only")
+
+
+_check_vocabulary()
+
+
 def _cells(p: _Passage, lengths: Sequence[int]) -> dict[str, dict[str, float]]:
     """Every cell's statistics of one passage (module docstring), keyed by
-    ``verdicts.cell_key`` over tokens, split, heads and layers."""
-    from ropesplit.numerics.pooling import head_mean
+    ``ropesplit.core.claims.cell_key`` over tokens, split, heads and layers: each of
+    :data:`PASSAGE_MEASURES` on each run it is measured on."""
+    from ropesplit.core.claims import cell_key
 
     cells: dict[str, dict[str, float]] = {}
     for n in lengths:
-        trained, twin = p.at("trained", n), p.at("twin", n)
-        shuffled, model_shuffled = p.at("analysis_shuffled", n), p.at("model_shuffled", n)
         for layers in axis("layers").values:
             keep = _LAYERS[layers]
             for heads in axis("heads").values:
                 pooled = heads == "pooled"
                 for split in SPLITS:
-                    key = f"tokens={n},split={split},heads={heads},layers={layers}"
-                    cells[key] = {
-                        "r_split": _r_split(trained, keep, pooled, split),
-                        "r_split_control": _r_split(twin, keep, pooled, split),
-                        "r_split_shuffled": _r_split(shuffled, keep, pooled, split),
-                        "r_split_mean": _r_split(trained, keep, pooled, TOOLKIT_SPLIT),
-                        "lowfreq_share_k": _lowfreq(trained, keep, pooled),
-                        "lowfreq_share_k_control": _lowfreq(twin, keep, pooled),
-                        "lowfreq_share_k_shuffled": _lowfreq(shuffled, keep, pooled),
-                        "key_corr": _key_corr(trained, keep, pooled),
-                        "key_corr_control": _key_corr(twin, keep, pooled),
-                        "visible_change": head_mean(trained.get("visible", keep)),
-                        "visible_change_control": head_mean(twin.get("visible", keep)),
-                        "g_share": _g_share(trained, keep, pooled, split),
-                        "g_share_shuffled": _g_share(model_shuffled, keep, pooled, split),
-                        "e_share": head_mean(trained.get("e_share", keep)),
-                        "n_heads": float(trained.get("lowfreq", keep).size),
-                    }
+                    key = cell_key({"tokens": n, "split": split, "heads": heads,
+                                    "layers": layers}, "passages")  # fmt: skip
+                    cells[key] = {name: m.statistic(p.at(run, n), keep, pooled, split)
+                                  for m in PASSAGE_MEASURES
+                                  for name, run in m.runs.items()}  # fmt: skip
     return cells
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 from ropesplit.numerics.intervals import (
-    Decision,
+    Outcome,
     UnitInterval,
     decide,
     holm,
@@ -56,13 +56,12 @@ from ropesplit.core.claims import (
     Condition,
     PrimaryTest,
     Secondary,
-    axis,
+    cell_key,
+    condition_label,
 )
 
 __all__ = [
-    "MEASURE_AXES",
     "any_condition_verdict",
-    "cell_key",
     "default_cell",
     "evaluate",
     "evaluate_all",
@@ -75,17 +74,6 @@ __all__ = [
 
 Row = Mapping[str, Any]
 Rule = Callable[[Sequence[Mapping[str, Any]]], tuple[str, str]]
-# the axes a row's cells are keyed by, per source (the corpus is the row's own)
-MEASURE_AXES = {"passages": ("tokens", "split", "heads", "layers"), "order": ("tokens",)}
-
-
-def cell_key(cell: Mapping[str, Any], source: str) -> str:
-    """The key of ``cell`` in a ``source`` row's ``cells``: ``"tokens=512,split=zero,..."``
-    over :data:`MEASURE_AXES` (an axis the cell does not name takes its default)."""
-    return ",".join(f"{name}={cell.get(name, axis(name).default)}"
-                    for name in MEASURE_AXES[source])  # fmt: skip
-
-
 def default_cell(tokens: int, corpus: str = "pydoc") -> dict[str, Any]:
     """The headline cell: every axis at its default, ``tokens`` and ``corpus`` as run."""
     return {a.name: a.default for a in GRID} | {"tokens": int(tokens), "corpus": corpus}
@@ -125,6 +113,9 @@ def unit_values(
     its seed's mean)."""
     key = cell_key(cell or {}, source)
     got = [_cells(r, key) for r in rows]
+    for name in (condition.measure, condition.null):
+        if name is not None and any(c and name not in c for c in got):  # a name, not a NaN
+            raise KeyError(f"measure {name!r} is not in the {source} rows' cell {key}")
     x = np.array([_number(c.get(condition.measure)) for c in got], dtype=np.float64)
     if condition.compare == "paired":
         if condition.null is None:
@@ -154,10 +145,6 @@ def _one_sided_p(values: np.ndarray, threshold: float, direction: str, unit: str
     return one_sided_p(values, threshold, direction, prediction=unit == "seeds")
 
 
-def _label(c: Condition | Secondary) -> str:
-    return c.measure if c.compare == "level" else f"{c.measure} - {c.null}"
-
-
 def _min_n(c: Condition | Secondary, test: PrimaryTest) -> int:
     return MIN_SEEDS if c.unit == "seeds" else test.min_n
 
@@ -170,13 +157,13 @@ def _condition(rows: Sequence[Row], c: Condition, test: PrimaryTest, cell: Mappi
                              "origin": c.origin, "quote": c.quote, "unit": c.unit,
                              "n": int(values.size), "min_n": _min_n(c, test)}  # fmt: skip
     if values.size < 2:
-        decision = Decision("inconclusive", f"too few replicates: n={values.size} {c.unit}, "
+        decision = Outcome("inconclusive", f"too few replicates: n={values.size} {c.unit}, "
                             f"minimum {_min_n(c, test)}")  # fmt: skip
         entry |= {"interval": None}
     else:
         interval = _interval(values, c.unit)
         decision = decide(interval, c.threshold, c.direction, min_n=_min_n(c, test),
-                          what=_label(c))  # fmt: skip
+                          what=condition_label(c))  # fmt: skip
         entry |= {"interval": interval.as_dict()}
     return entry | {"outcome": decision.outcome, "reason": decision.reason}
 

@@ -51,11 +51,11 @@ from typing import Any
 
 import numpy as np
 
+from ropesplit.core.claims import Outcome
 from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "BinomialInterval",
-    "Decision",
     "UnitInterval",
     "binomial_interval",
     "decide",
@@ -73,7 +73,6 @@ __all__ = [
 
 _EPS = 1e-16  # continued-fraction convergence (relative)
 _TINY = 1e-300  # Lentz's guard against a zero denominator
-_OUTCOMES = ("agrees", "disagrees", "inconclusive")
 _DIRECTIONS = ("above", "below")
 
 
@@ -405,24 +404,6 @@ def holm(pvalues: Any) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of a pre-registered test, with the numbers behind it."""
-
-    outcome: str  # "agrees", "disagrees" or "inconclusive"
-    reason: str  # e.g. "mean 0.912 [0.897, 0.927] over 12 passages lies above 0.9"
-
-    def __post_init__(self) -> None:
-        if self.outcome not in _OUTCOMES:
-            raise RopesplitError(
-                f"outcome must be 'agrees', 'disagrees' or 'inconclusive', got {self.outcome!r}"
-            )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (JSON-ready)."""
-        return asdict(self)
-
-
 def _fmt(x: float, *others: float) -> str:
     """``x`` to 3 significant digits, more where needed to tell it apart from ``others``."""
     for digits in range(3, 18):
@@ -434,7 +415,7 @@ def _fmt(x: float, *others: float) -> str:
 
 def decide(
     interval: UnitInterval, threshold: float, direction: str, *, min_n: int, what: str = ""
-) -> Decision:
+) -> Outcome:
     r"""The pre-registered decision: does the interval lie on the predicted side of ``threshold``?
 
     .. math::
@@ -454,7 +435,7 @@ def decide(
         raise RopesplitError(f"min_n must be a positive integer, got {min_n}")
     tail = f" ({what})" if what else ""
     if interval.n < min_n:
-        return Decision(
+        return Outcome(
             "inconclusive",
             f"too few replicates: n={interval.n} {interval.unit}, minimum {int(min_n)}{tail}",
         )
@@ -465,14 +446,14 @@ def decide(
     if low > c or high < c:
         side = "above" if low > c else "below"
         if side == direction:
-            return Decision("agrees", f"{head} lies {side} {_fmt(c)}{tail}")
-        return Decision(
+            return Outcome("agrees", f"{head} lies {side} {_fmt(c)}{tail}")
+        return Outcome(
             "disagrees", f"{head} lies {other} {_fmt(c)}, not {direction} as predicted{tail}"
         )
-    return Decision("inconclusive", f"{head}: the interval straddles {_fmt(c)}{tail}")
+    return Outcome("inconclusive", f"{head}: the interval straddles {_fmt(c)}{tail}")
 
 
-def intersection_union(decisions: Sequence[Decision], what: str) -> Decision:
+def intersection_union(decisions: Sequence[Outcome], what: str) -> Outcome:
     r"""The intersection-union test of a claim made of several conditions.
 
     .. math:: H_1 = \bigcap_k H_1^{(k)}:\quad
@@ -486,10 +467,10 @@ def intersection_union(decisions: Sequence[Decision], what: str) -> Decision:
     """
     parts = list(decisions)
     if not parts:
-        raise RopesplitError("decisions must hold at least one Decision, got 0")
+        raise RopesplitError("decisions must hold at least one Outcome, got 0")
     for part in parts:
-        if not isinstance(part, Decision):
-            raise RopesplitError(f"decisions must hold Decision objects, got {type(part).__name__}")
+        if not isinstance(part, Outcome):
+            raise RopesplitError(f"decisions must hold Outcome objects, got {type(part).__name__}")
     outcomes = {part.outcome for part in parts}
     if outcomes == {"agrees"}:
         outcome = "agrees"
@@ -498,7 +479,7 @@ def intersection_union(decisions: Sequence[Decision], what: str) -> Decision:
     else:
         outcome = "inconclusive"
     joined = "; ".join(part.reason for part in parts)
-    return Decision(outcome, f"{what}: {joined}" if what else joined)
+    return Outcome(outcome, f"{what}: {joined}" if what else joined)
 
 
 def min_detectable_effect(n: int, *, level: float = 0.95, power: float = 0.8) -> float:

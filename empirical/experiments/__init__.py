@@ -2,7 +2,8 @@ r"""The paper's experiments, one module each, in a registry (``EXPERIMENTS``).
 
 Each experiment states its prediction in words before it runs, measures,
 and judges every row and itself from the measured numbers
-(:class:`~.base.Verdict`: agrees, disagrees or inconclusive, with the reason).
+(:class:`ropesplit.core.claims.Outcome`: agrees, disagrees or inconclusive, with the
+reason).
 
     distance   the same query/key pairs at dummy distances (claim 3)
     order      word-order perturbation of the context (claim 1)
@@ -18,7 +19,7 @@ and judges every row and itself from the measured numbers
 :class:`~.base.Experiment`) and a line in :data:`EXPERIMENTS`.
 """
 
-from ropesplit.empirical.experiments.base import Context, Experiment, Settings, Verdict
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Settings
 from ropesplit.empirical.experiments.registry import (
     EXPERIMENTS,
     INTERVENTIONS,
@@ -34,7 +35,7 @@ __all__ = [
     "Context",
     "Experiment",
     "Settings",
-    "Verdict",
+    "Outcome",
     "forward_count",
     "run_experiments",
 ]

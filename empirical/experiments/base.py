@@ -6,8 +6,8 @@ An :class:`Experiment` is a frozen record of functions (no subclassing):
   words, with the thresholds the verdict uses, fixed before anything runs;
 - ``needs``: the forward passes and captures it needs, in words;
 - ``run(context) -> rows``: flat dicts of measured numbers (JSON-ready);
-- ``judge(row) -> Verdict``: each row's verdict, from that row's numbers;
-- ``verdict(rows) -> Verdict``: the experiment's verdict, from its rows;
+- ``judge(row) -> Outcome``: each row's verdict, from that row's numbers;
+- ``verdict(rows) -> Outcome``: the experiment's verdict, from its rows;
 - ``forward_count(settings) -> int``: forward passes at most (a progress
   bar's total).
 
@@ -30,6 +30,7 @@ import torch
 from ropesplit.empirical.capture import Capture, capture
 from ropesplit.empirical.models import LoadedModel
 
+from ropesplit.core.claims import OUTCOMES, Outcome
 from ropesplit.core.errors import RopesplitError
 
 __all__ = [
@@ -38,53 +39,37 @@ __all__ = [
     "Experiment",
     "Row",
     "Settings",
-    "Verdict",
     "combine",
     "interval_rise",
     "rows_then_schemes",
 ]
 
-OUTCOMES = ("agrees", "disagrees", "inconclusive")
 Row = dict[str, Any]
 DEFAULT_LAYER_COUNT = 6  # layers the distance fits use by default, evenly spaced
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """``outcome`` (``"agrees"``, ``"disagrees"`` or ``"inconclusive"``) and why, in numbers."""
-
-    outcome: str
-    reason: str
-
-    def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise RopesplitError(
-                f"outcome must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}"
-            )
-
-
-def combine(verdicts: Sequence[Verdict], what: str) -> Verdict:
+def combine(verdicts: Sequence[Outcome], what: str) -> Outcome:
     """One verdict for many: any ``disagrees`` wins, then ``inconclusive``, else ``agrees``.
 
     The reason counts the outcomes and quotes the first reason of the winning kind.
     """
     if not verdicts:
-        return Verdict("inconclusive", f"no {what} to judge")
+        return Outcome("inconclusive", f"no {what} to judge")
     counts = {o: sum(v.outcome == o for v in verdicts) for o in OUTCOMES}
     for outcome in ("disagrees", "inconclusive", "agrees"):
         if counts[outcome]:
             first = next(v for v in verdicts if v.outcome == outcome)
             tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o])
-            return Verdict(outcome, f"{tally} of {len(verdicts)} {what}; e.g. {first.reason}")
+            return Outcome(outcome, f"{tally} of {len(verdicts)} {what}; e.g. {first.reason}")
     raise AssertionError("unreachable")
 
 
 def rows_then_schemes(
     rows: Sequence[Row],
-    judge: Callable[[Row], Verdict],
-    per_scheme: Callable[[list[Row], str], Verdict],
+    judge: Callable[[Row], Outcome],
+    per_scheme: Callable[[list[Row], str], Outcome],
     what: str,
-) -> Verdict:
+) -> Outcome:
     """:func:`combine` of every row's ``judge`` and then ``per_scheme(rows, scheme)`` for each
     scheme in order of first appearance (the shape of the order and position verdicts)."""
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
@@ -92,7 +77,7 @@ def rows_then_schemes(
     return combine(checks, what)
 
 
-def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Verdict:
+def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Outcome:
     """Whether ``large``'s interval ``[ci_low, ci_high]`` lies above ``small``'s (agrees),
     below it (disagrees) or overlaps it (inconclusive); ``rise``/``fall`` name the outcome."""
     text = (f"{what}: [{small['ci_low']:.3f}, {small['ci_high']:.3f}] vs "
@@ -100,12 +85,12 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ve
     ends = [small["ci_low"], small["ci_high"], large["ci_low"], large["ci_high"]]
     if not all(math.isfinite(float(x)) for x in ends):
         # one draw has no interval (issue 18: a zero-width interval is never decisive)
-        return Verdict("inconclusive", f"{text}: no interval (fewer than 2 draws)")
+        return Outcome("inconclusive", f"{text}: no interval (fewer than 2 draws)")
     if large["ci_low"] > small["ci_high"]:
-        return Verdict("agrees", f"{text}: {rise}")
+        return Outcome("agrees", f"{text}: {rise}")
     if large["ci_high"] < small["ci_low"]:
-        return Verdict("disagrees", f"{text}: {fall}")
-    return Verdict("inconclusive", f"{text}: the intervals overlap (more seeds would tell)")
+        return Outcome("disagrees", f"{text}: {fall}")
+    return Outcome("inconclusive", f"{text}: the intervals overlap (more seeds would tell)")
 
 
 @dataclass(frozen=True)
@@ -203,7 +188,7 @@ class Experiment:
     prediction: str
     needs: str
     run: Callable[[Context], list[Row]]
-    judge: Callable[[Row], Verdict]
-    verdict: Callable[[list[Row]], Verdict]
+    judge: Callable[[Row], Outcome]
+    verdict: Callable[[list[Row]], Outcome]
     forward_count: Callable[[Settings], int]
     check: Callable[[Context], None] = lambda context: None  # fails early on bad input

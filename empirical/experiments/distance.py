@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 from ropesplit.empirical.capture import Capture
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict, combine
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
 from ropesplit.empirical.experiments.pairs import layer_pairs
 
 from ropesplit.core.errors import RopesplitError
@@ -89,26 +89,26 @@ def _mean(heads: list[Row], scope: str, distance: int, layer: int | None) -> Row
     return {"scope": scope, "layer": layer, "head": None, "distance": int(distance), **values}
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """Agrees when ``key_corr`` reaches :data:`THRESHOLD` and ``visible_change`` stays
     within ``1 - THRESHOLD``."""
     corr, change = row["key_corr"], row["visible_change"]
     edge = 1 - THRESHOLD
     numbers = f"key_corr {corr:.3f}, visible_change {change:.3f} at D = {row['distance']}"
     if not (np.isfinite(corr) and np.isfinite(change)):
-        return Verdict("inconclusive", f"{numbers}: undefined (constant key effect or logits)")
+        return Outcome("inconclusive", f"{numbers}: undefined (constant key effect or logits)")
     if corr >= THRESHOLD and change <= edge:
-        return Verdict("agrees", f"{numbers} (key_corr >= {THRESHOLD}, change <= {edge:.1f})")
-    return Verdict("disagrees",
+        return Outcome("agrees", f"{numbers} (key_corr >= {THRESHOLD}, change <= {edge:.1f})")
+    return Outcome("disagrees",
                    f"{numbers} (predicted key_corr >= {THRESHOLD}, change <= {edge:.1f})")
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """The overall rows decide; the reason adds how many head rows agree."""
     overall = combine([judge(r) for r in rows if r["scope"] == "all"], "dummy distances")
     heads = [judge(r).outcome for r in rows if r["scope"] == "head"]
     share = f"; {heads.count('agrees')} of {len(heads)} (head, D) rows agree"
-    return Verdict(overall.outcome, overall.reason + share)
+    return Outcome(overall.outcome, overall.reason + share)
 
 
 def _run(context: Context) -> list[Row]:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 from ropesplit.empirical.corpus import default_corpus, passage_ids
-from ropesplit.empirical.experiments.base import Context, Row, Verdict
+from ropesplit.empirical.experiments.base import Context, Outcome, Row
 from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.numerics.intervals import UnitInterval, decide, paired_interval, t_interval
@@ -99,13 +99,13 @@ def paired(a: np.ndarray, b: np.ndarray, direction: str) -> Row:
             "n": ci.n, "direction": direction}  # fmt: skip
 
 
-def judge_paired(row: Row, what: str) -> Verdict:
+def judge_paired(row: Row, what: str) -> Outcome:
     """The pre-registered decision on a :func:`paired` row: does the paired difference's
     interval lie on the predicted side of 0 (with at least ``MIN_PASSAGES`` passages)?"""
     ci = UnitInterval(row["diff"], row["diff_low"], row["diff_high"], LEVEL, int(row["n"]),
                       row["diff_sd"], "paired t", "passages")  # fmt: skip
     decision = decide(ci, 0.0, row["direction"], min_n=MIN_PASSAGES, what=what)
-    return Verdict(decision.outcome, decision.reason)
+    return Outcome(decision.outcome, decision.reason)
 
 
 def ratios(edited: np.ndarray, clean: np.ndarray, start: int = 0) -> np.ndarray:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 from ropesplit.empirical.experiments import edits
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.experiments.forward import special_positions
 from ropesplit.empirical.intervene import Edit
 from ropesplit.empirical.perturb import jitter_positions, movable_positions
@@ -121,12 +121,12 @@ def _run(context: Context) -> list[Row]:
     return rows
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """The edit's jitter sensitivity against its null's, paired over passages."""
     return edits.judge_paired(row, f"S({row['edit']}) - S({row['null']})")
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """The primary row: fast-pair removal against the damage-matched slow removal."""
     return judge(rows[0])
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 from ropesplit.empirical.capture import LayerCapture
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict, combine
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
 from ropesplit.empirical.experiments.forward import model_context
 from ropesplit.empirical.lminfinite import (
     SETTINGS,
@@ -274,44 +274,44 @@ def _g_excess(row: Row) -> float:
     return float(row["g_outside"]) - float(row["g_outside_null"])
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """One row's verdict: the prediction for its setting, from its own numbers."""
     if row["start"] < row["L"]:
-        return Verdict("inconclusive", "in-length bucket: the reference the others are judged by")
+        return Outcome("inconclusive", "in-length bucket: the reference the others are judged by")
     excess = _g_excess(row)
     g_ok = excess <= G_TOL
     g_text = (f"g_outside {row['g_outside']:.2%} (null {row['g_outside_null']:.2%}): excess "
               f"{'<=' if g_ok else '>'} {G_TOL:.0%}")  # fmt: skip
     if row["setting"] == "vanilla":
         rose = row["ratio"] > 1 + RISE
-        return Verdict("agrees" if rose and g_ok else "disagrees",
+        return Outcome("agrees" if rose and g_ok else "disagrees",
                        f"vanilla at {row['bucket']}: loss x{row['ratio']:.3f} "
                        f"({'>' if rose else '<='} {1 + RISE:.2f}); {g_text}")  # fmt: skip
     if row["setting"] == "LM-Infinite":
         near = row["ratio"] <= 1 + NEAR
-        return Verdict("agrees" if near and g_ok else "disagrees",
+        return Outcome("agrees" if near and g_ok else "disagrees",
                        f"LM-Infinite at {row['bucket']}: loss x{row['ratio']:.3f} "
                        f"({'<=' if near else '>'} {1 + NEAR:.2f}); {g_text}")  # fmt: skip
-    return Verdict("agrees" if g_ok else "disagrees", f"{row['setting']} at {row['bucket']}: "
+    return Outcome("agrees" if g_ok else "disagrees", f"{row['setting']} at {row['bucket']}: "
                    f"{g_text} (no loss prediction for this setting)")  # fmt: skip
 
 
-def claims(rows: list[Row]) -> dict[str, Verdict]:
+def claims(rows: list[Row]) -> dict[str, Outcome]:
     """The four claims of the prediction, each judged from the rows."""
     beyond = _beyond(rows)
     if not beyond:
-        none = Verdict("inconclusive", "the text does not reach beyond the training length")
+        none = Outcome("inconclusive", "the text does not reach beyond the training length")
         return {c: none for c in ("vanilla rises", "LM-Infinite near", "f goes with the rise",
                                   "g in range")}  # fmt: skip
     by = {name: [r for r in beyond if r["setting"] == name] for name in SETTINGS}
     far = by["vanilla"][-1]
     rose = far["ratio"] > 1 + RISE
-    rise = Verdict("agrees" if rose else "disagrees",
+    rise = Outcome("agrees" if rose else "disagrees",
                    f"vanilla's loss at {far['bucket']} is x{far['ratio']:.3f} the in-length loss "
                    f"({'>' if rose else '<='} {1 + RISE:.2f})")  # fmt: skip
     worst = max(by["LM-Infinite"], key=lambda r: r["ratio"])
     near = worst["ratio"] <= 1 + NEAR
-    stays = Verdict("agrees" if near else "disagrees",
+    stays = Outcome("agrees" if near else "disagrees",
                     f"LM-Infinite's largest ratio beyond L is x{worst['ratio']:.3f} at "
                     f"{worst['bucket']} ({'<=' if near else '>'} {1 + NEAR:.2f})")  # fmt: skip
     rho = rank_correlation([r["ratio"] for r in beyond], [r["f_outside_query"] for r in beyond])
@@ -320,19 +320,19 @@ def claims(rows: list[Row]) -> dict[str, Verdict]:
               f"{lminf['f_outside_query']:.2%}")  # fmt: skip
     if rho is None:
         outcome = "disagrees" if rose else "inconclusive"
-        goes = Verdict(
+        goes = Outcome(
             outcome,
             f"f_outside_query does not vary across the rows beyond L ({shares})"
             + ("; the loss rose all the same" if rose else "; no rise to explain"),
         )
     else:
         outcome = "agrees" if rho >= CORRELATION else ("disagrees" if rho <= 0 else "inconclusive")
-        goes = Verdict(outcome, f"Spearman(ratio, f_outside_query) = {rho:.2f} over "
+        goes = Outcome(outcome, f"Spearman(ratio, f_outside_query) = {rho:.2f} over "
                        f"{len(beyond)} rows "
                        f"beyond L (agree >= {CORRELATION}, disagree <= 0); {shares}")  # fmt: skip
     worst_g = max(beyond, key=_g_excess)
     g_ok = _g_excess(worst_g) <= G_TOL
-    g_claim = Verdict("agrees" if g_ok else "disagrees",
+    g_claim = Outcome("agrees" if g_ok else "disagrees",
                       f"largest g_outside beyond L is {worst_g['g_outside']:.2%} against its "
                       f"in-length null {worst_g['g_outside_null']:.2%} ({worst_g['setting']} "
                       f"at {worst_g['bucket']}; excess {'<=' if g_ok else '>'} "
@@ -341,12 +341,12 @@ def claims(rows: list[Row]) -> dict[str, Verdict]:
             "g in range": g_claim}  # fmt: skip
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """The experiment's verdict: the four claims combined, each claim's reason quoted."""
     judged = claims(rows)
     overall = combine(list(judged.values()), "claims")
     reason = "; ".join(f"[{name}: {v.outcome}] {v.reason}" for name, v in judged.items())
-    return Verdict(overall.outcome, reason)
+    return Outcome(overall.outcome, reason)
 
 
 EXPERIMENT = Experiment(

@@ -28,9 +28,9 @@ import numpy as np
 from ropesplit.empirical.experiments.base import (
     Context,
     Experiment,
+    Outcome,
     Row,
     Settings,
-    Verdict,
     interval_rise,
     rows_then_schemes,
 )
@@ -126,7 +126,7 @@ def _run(context: Context) -> list[Row]:
     return rows
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """One rate: below or at the harmless share the interval must stay under ``1 + TOLERANCE``,
     at or above the harmful share it must lie over it; in between nothing is predicted."""
     low, high, rate = row["ci_low"], row["ci_high"], row["rate"]
@@ -135,31 +135,31 @@ def judge(row: Row) -> Verdict:
                f"{row['ratio']:.3f} [{low:.3f}, {high:.3f}]")  # fmt: skip
     if rate <= PAPER_ORDER_HARMLESS:
         if high < edge:
-            return Verdict("agrees", f"{numbers} stays below {edge:g}")
+            return Outcome("agrees", f"{numbers} stays below {edge:g}")
         if low >= edge:
-            return Verdict("disagrees", f"{numbers} lies above {edge:g} (predicted harmless)")
-        return Verdict("inconclusive", f"{numbers} straddles {edge:g}")
+            return Outcome("disagrees", f"{numbers} lies above {edge:g} (predicted harmless)")
+        return Outcome("inconclusive", f"{numbers} straddles {edge:g}")
     if rate >= PAPER_ORDER_HARMFUL:
         if low > edge:
-            return Verdict("agrees", f"{numbers} lies above {edge:g}")
+            return Outcome("agrees", f"{numbers} lies above {edge:g}")
         if high <= edge:
-            return Verdict("disagrees", f"{numbers} stays below {edge:g} (predicted harmful)")
-        return Verdict("inconclusive", f"{numbers} straddles {edge:g}")
-    return Verdict("inconclusive", f"{numbers}: the paper predicts nothing between "
+            return Outcome("disagrees", f"{numbers} stays below {edge:g} (predicted harmful)")
+        return Outcome("inconclusive", f"{numbers} straddles {edge:g}")
+    return Outcome("inconclusive", f"{numbers}: the paper predicts nothing between "
                    f"{PAPER_ORDER_HARMLESS:.0%} and {PAPER_ORDER_HARMFUL:.0%}")  # fmt: skip
 
 
-def separation(rows: list[Row], scheme: str) -> Verdict:
+def separation(rows: list[Row], scheme: str) -> Outcome:
     """Whether the harmless and harmful shares' intervals are apart, for one scheme."""
     by_rate = {r["rate"]: r for r in rows if r["scheme"] == scheme}
     low, high = by_rate.get(PAPER_ORDER_HARMLESS), by_rate.get(PAPER_ORDER_HARMFUL)
     if low is None or high is None:
-        return Verdict("inconclusive", f"{scheme}: no rows at both 5% and 10%")
+        return Outcome("inconclusive", f"{scheme}: no rows at both 5% and 10%")
     what = f"{scheme} at {PAPER_ORDER_HARMLESS:.0%} vs {PAPER_ORDER_HARMFUL:.0%}"
     return interval_rise(low, high, what, "separated", "separated, the larger share hurts less")
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """Every row's verdict and, per scheme, whether 5% and 10% are separated."""
     return rows_then_schemes(rows, judge, separation,
                              "checks (rates, then the 5%/10% separation per scheme)")

@@ -49,6 +49,7 @@ from ropesplit.empirical.experiments.forward import check_inputs, forward_batch,
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
 
+from ropesplit.core.claims import cell_key
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 
@@ -272,11 +273,11 @@ def order_passage(
             one["curvature"] = float(curvature(d5, d10, one[f"dose_{rate_label(levels[five])}"],
                                                one[f"dose_{rate_label(levels[ten])}"]))
             one["relative_5"] = float(relative_damage(d5, d50))
-            entry[f"tokens={length}"] = one
+            entry[cell_key({"tokens": length}, "order")] = one
         per_draw.append(entry)
     cells = {}
     for length in lengths:
-        key = f"tokens={length}"
+        key = cell_key({"tokens": length}, "order")
         mean = {name: float(np.mean([e[key][name] for e in per_draw]))
                 for name in per_draw[0][key]}  # fmt: skip
         d5, d50 = (mean[f"damage_{rate_label(levels[i])}"] for i in (five, half))

@@ -37,9 +37,9 @@ from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import (
     Context,
     Experiment,
+    Outcome,
     Row,
     Settings,
-    Verdict,
     interval_rise,
     rows_then_schemes,
 )
@@ -222,7 +222,7 @@ def _run(context: Context) -> list[Row]:
     return rows
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """Whether the semantic term carries less than :data:`G_SHARE` of the logit change in the
     perturbed run (``g_share``: a statistic a model can fail, issue 18). The bound per pair
     (tightness <= 1) and layer 0's unmoved g are theorems: a failure there is a bug in the
@@ -231,30 +231,30 @@ def judge(row: Row) -> Verdict:
                f"{row['tightness']:.3f} (|tau| up to {row['tau_max']:.0f}), ratio "
                f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")  # fmt: skip
     if row.get("g_change_layer0", 0.0) > LAYER0_TOL:
-        return Verdict("disagrees", f"{numbers}: g moved by {row['g_change_layer0']:.2e} in "
+        return Outcome("disagrees", f"{numbers}: g moved by {row['g_change_layer0']:.2e} in "
                        "layer 0, whose q and k cannot see positions (a capture bug)")
     if not row["tightness"] <= 1 + SLACK:
-        return Verdict("disagrees", f"{numbers}: a logit moved beyond its bound (a code bug)")
+        return Outcome("disagrees", f"{numbers}: a logit moved beyond its bound (a code bug)")
     share = row["g_share"]
     if not np.isfinite(share):
-        return Verdict("inconclusive", f"{numbers}: g_share undefined (no layer >= 1)")
+        return Outcome("inconclusive", f"{numbers}: g_share undefined (no layer >= 1)")
     if share < G_SHARE:
-        return Verdict("agrees", f"{numbers}: g carries under {G_SHARE:g} of the change")
-    return Verdict("disagrees", f"{numbers}: g carries {share:.2f} of the change "
+        return Outcome("agrees", f"{numbers}: g carries under {G_SHARE:g} of the change")
+    return Outcome("disagrees", f"{numbers}: g carries {share:.2f} of the change "
                    f"(predicted under {G_SHARE:g})")  # fmt: skip
 
 
-def growth(rows: list[Row], scheme: str) -> Verdict:
+def growth(rows: list[Row], scheme: str) -> Outcome:
     """Whether the loss ratio at the largest ``t`` lies above the one at the smallest."""
     mine = sorted((r for r in rows if r["scheme"] == scheme), key=lambda r: r["t"])
     if len(mine) < 2:
-        return Verdict("inconclusive", f"{scheme}: fewer than two shifts")
+        return Outcome("inconclusive", f"{scheme}: fewer than two shifts")
     what = f"{scheme} ratio at t={mine[0]['t']} vs t={mine[-1]['t']}"
     return interval_rise(mine[0], mine[-1], what, "the loss grows with t",
                          "the loss falls as t grows")  # fmt: skip
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """Every row's bound check and, per scheme, whether the loss grows with ``t``."""
     return rows_then_schemes(rows, judge, growth,
                              "checks (the bound per shift, then the loss's growth per scheme)")

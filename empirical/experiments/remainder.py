@@ -22,7 +22,7 @@ and the same edits run on the random-init twin (its own calibration).
 from __future__ import annotations
 
 from ropesplit.empirical.experiments import edits
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.intervene import Edit
 from ropesplit.empirical.models import random_init_twin
 
@@ -67,14 +67,14 @@ def _run(context: Context) -> list[Row]:
     return rows
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """E dropped against the structured term of its size dropped, paired over passages."""
     what = (f"{row['run']}, {row['reference']}: log ratio E dropped minus the structured term "
             "dropped")  # fmt: skip
     return edits.judge_paired(row, what)
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """The primary row's verdict: the trained model under the paper's split."""
     primary = next(r for r in rows if r["run"] == "trained" and r["reference"] == "zero")
     return judge(primary)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 from ropesplit.empirical.experiments import edits
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.intervene import Edit
 from ropesplit.empirical.models import random_init_twin
 
@@ -51,7 +51,7 @@ def _run(context: Context) -> list[Row]:
              **edits.paired(trained, band, "above")}]
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     return edits.judge_paired(row, f"log ratio of the shuffle, trained minus {row['null']}")
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 from ropesplit.empirical.experiments import edits
-from ropesplit.empirical.experiments.base import Context, Experiment, Row, Verdict
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.experiments.length import training_length
 from ropesplit.empirical.intervene import Edit
 from ropesplit.empirical.lminfinite import run_setting, settings, windowed_nll
@@ -74,21 +74,21 @@ def _run(context: Context) -> list[Row]:
     return rows
 
 
-def judge(row: Row) -> Verdict:
+def judge(row: Row) -> Outcome:
     """The vanilla rise above 0; each cap's rise below half the vanilla one (paired)."""
     what = ("vanilla rise beyond L" if row["setting"] == "vanilla"
             else f"rise({row['setting']}) - {SHARE:g} rise(vanilla)")  # fmt: skip
     return edits.judge_paired(row, what)
 
 
-def verdict(rows: list[Row]) -> Verdict:
+def verdict(rows: list[Row]) -> Outcome:
     """No rise to explain is inconclusive; else the cap-f row's verdict."""
     if not rows:
-        return Verdict("inconclusive", "the passages do not exceed the training length: "
+        return Outcome("inconclusive", "the passages do not exceed the training length: "
                        "nothing beyond L to measure (a model trained here: ropesplit train)")
     rise = judge(rows[0])
     if rise.outcome != "agrees":
-        return Verdict("inconclusive", f"no rise beyond L to explain: {rise.reason}")
+        return Outcome("inconclusive", f"no rise beyond L to explain: {rise.reason}")
     return judge(next(r for r in rows if r["setting"] == "cap_f"))
 
 

@@ -186,20 +186,23 @@ def _interval(entry: dict[str, Any] | None) -> str:
 
 def claim_line(claim: dict[str, Any]) -> str:
     """One claim in a few lines: verdict, each condition's interval with its threshold's
-    origin, the nulls, the robustness over the grid."""
-    parts = []
-    for c in claim["conditions"]:
-        what = c["measure"] if c["compare"] == "level" else f"{c['measure']} - {c['null']}"
-        side = ">" if c["direction"] == "above" else "<"
-        origin = c.get("origin")
-        tag = f", {origin}'s threshold" if origin else ""
-        parts.append(f"{what} {_interval(c['interval'])} over {c.get('unit', claim['unit'])} "
-                     f"(predicted {side} {c['threshold']:g}{tag})")  # fmt: skip
+    origin, the nulls, the gate (positive control), the secondaries (Holm-corrected p where
+    tested), the robustness over the grid."""
+    from ropesplit.core.claims import condition_text
+
+    parts = [condition_text({"unit": claim["unit"], **c}) for c in claim["conditions"]]
     nulls = ", ".join(f"{n['measure']} {_interval(n['interval'])}" for n in claim["nulls"])
     line = (f"claim {claim['claim']}: {claim['verdict'].upper()} (n = {claim['n']} "
             f"{claim['unit']}): " + "; ".join(parts))  # fmt: skip
     if nulls:
         line += f"\n    null: {nulls}"
+    gate = claim.get("gate")
+    if gate:  # the positive control: failing it makes the claim inconclusive
+        line += f"\n    gate: {condition_text(gate)}: {gate['outcome']}"
+    for s in claim.get("secondary", []):  # shown, never deciding
+        holm = s.get("p_holm")
+        tested = f", Holm p {holm:.3g}" if isinstance(holm, float) and holm == holm else ""
+        line += f"\n    secondary: {condition_text(s)}{tested}"
     if claim.get("robust_statement"):
         line += f"\n    grid: {claim['robust_statement']}"
     return line

@@ -66,19 +66,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropesplit.core.paper import PAPER_R_SPLIT
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_R_SPLIT, QUOTES
 
 __all__ = [
     "CLAIMS",
     "CONTROL_SEEDS",
     "GRID",
     "LEVEL",
+    "MEASURES",
     "MIN_PASSAGES",
     "MIN_SEEDS",
     "ORIGINS",
+    "OUTCOMES",
+    "Outcome",
+    "condition_label",
+    "condition_text",
     "ROBUSTNESS",
     "VERDICTS",
+    "MEASURE_AXES",
+    "cell_key",
     "condition_word",
+    "unknown_measures",
     "Axis",
     "Condition",
     "PrimaryTest",
@@ -92,6 +101,21 @@ CONTROL_SEEDS = (0, 1, 2, 3, 4)  # random-init twins; passage p is paired with s
 MIN_PASSAGES = 8  # fewer passages than this: inconclusive, too few replicates
 MIN_SEEDS = len(CONTROL_SEEDS)  # a twin-paired condition needs every twin seed
 ORIGINS = ("paper", "toolkit")
+COMPARES, DIRECTIONS, UNITS = ("level", "paired"), ("above", "below"), ("passages", "seeds")
+
+# The measure vocabulary: every statistic a source's rows carry, the only names a condition
+# may read. ``empirical.passages.PASSAGE_MEASURES`` computes exactly the passages' names (a
+# check at its import), ``experiments.order_passages`` the order's (a test); each registry
+# entry below is checked against it when built, so a misspelt name fails at import.
+_ORDER_RATES = ("2.5", "5", "10", "20", "50")  # order_passages.RATES in percent
+MEASURES: dict[str, tuple[str, ...]] = {
+    "passages": ("r_split", "r_split_control", "r_split_shuffled", "r_split_mean",
+                 "lowfreq_share_k", "lowfreq_share_k_control", "lowfreq_share_k_shuffled",
+                 "key_corr", "key_corr_control", "visible_change", "visible_change_control",
+                 "g_share", "g_share_shuffled", "e_share", "n_heads"),
+    "order": (*(f"{kind}_{r}" for kind in ("damage", "dose", "ppl") for r in _ORDER_RATES),
+              "local_5", "scored", "curvature", "relative_5"),
+}  # fmt: skip
 
 # the verdict vocabulary: defined here once, used by the CLI, the JSON and the report
 VERDICTS: dict[str, str] = {
@@ -103,6 +127,48 @@ VERDICTS: dict[str, str] = {
     "inconclusive": "none of the above: an interval straddles its threshold, there are too "
     "few units, or the positive control failed",
 }
+
+
+OUTCOMES = ("agrees", "disagrees", "inconclusive")  # one test's outcome, before grading
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The outcome of one pre-registered test or judge, with the numbers behind it: the one
+    outcome type (a condition's decision, an experiment's verdict, an intervention's)."""
+
+    outcome: str  # "agrees", "disagrees" or "inconclusive"
+    reason: str  # e.g. "mean 0.912 [0.897, 0.927] over 12 passages lies above 0.9"
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise RopesplitError(
+                f"outcome must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (JSON-ready)."""
+        return {"outcome": self.outcome, "reason": self.reason}
+
+
+def condition_label(c: Any) -> str:
+    """What a condition reads: its measure, or ``measure - null`` for a paired one (a
+    :class:`Condition`, a :class:`Secondary` or a record's entry of either)."""
+    get = c.get if isinstance(c, Mapping) else lambda key: getattr(c, key)
+    return str(get("measure")) if get("compare") == "level" else f"{get('measure')} - {get('null')}"
+
+
+def condition_text(c: Mapping[str, Any], number: Any = "{:.3f}".format) -> str:
+    """A record's condition in one line, the one place it is worded (the CLI, the report):
+    ``r_split 0.912 [0.897, 0.927] over passages (predicted > 0.9, toolkit's threshold)``;
+    ``number`` formats the interval's numbers."""
+    interval = c.get("interval")
+    shown = ("n/a" if not interval else
+             f"{number(interval['mean'])} [{number(interval['low'])}, {number(interval['high'])}]")
+    side = ">" if c["direction"] == "above" else "<"
+    origin = f", {c['origin']}'s threshold" if c.get("origin") else ""
+    return (f"{condition_label(c)} {shown} over {c.get('unit', 'passages')} "
+            f"(predicted {side} {c['threshold']:g}{origin})")  # fmt: skip
 
 
 def condition_word(condition: Mapping[str, Any]) -> str:
@@ -146,6 +212,18 @@ GRID: tuple[Axis, ...] = (
 )  # fmt: skip
 
 
+# the axes a row's cells are keyed by, per source (the corpus is the row's own)
+MEASURE_AXES = {"passages": ("tokens", "split", "heads", "layers"), "order": ("tokens",)}
+
+
+def cell_key(cell: Mapping[str, Any], source: str) -> str:
+    """The key of ``cell`` in a ``source`` row's ``cells``: ``"tokens=512,split=zero,..."``
+    over :data:`MEASURE_AXES` (an axis the cell does not name takes its default); the one
+    place the key is spelt (the passages, the word order and the verdicts use it)."""
+    return ",".join(f"{name}={cell.get(name, axis(name).default)}"
+                    for name in MEASURE_AXES[source])  # fmt: skip
+
+
 def axis(name: str) -> Axis:
     """The :data:`GRID` axis called ``name``."""
     for a in GRID:
@@ -177,6 +255,13 @@ class Condition:
     quote: str = ""  # a key of ropesplit.core.paper.QUOTES (origin "paper")
     unit: str = "passages"  # "passages" | "seeds"
 
+    def __post_init__(self) -> None:
+        _check_comparison(self)
+        if self.origin not in ORIGINS:
+            raise ValueError(f"origin must be one of {', '.join(ORIGINS)}, got {self.origin!r}")
+        if self.origin == "paper" and self.quote not in QUOTES:
+            raise ValueError(f"a paper threshold needs a quote of QUOTES, got {self.quote!r}")
+
 
 @dataclass(frozen=True)
 class Secondary:
@@ -189,6 +274,32 @@ class Secondary:
     null: str | None = None
     what: str = ""
     unit: str = "passages"
+
+    def __post_init__(self) -> None:
+        _check_comparison(self)
+
+
+def _check_comparison(c: Condition | Secondary) -> None:
+    """A condition's or secondary's fields, checked when it is built (one line each)."""
+    for name, value, allowed in (("compare", c.compare, COMPARES),
+                                 ("direction", c.direction, DIRECTIONS),
+                                 ("unit", c.unit, UNITS)):  # fmt: skip
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r} "
+                             f"({c.measure})")  # fmt: skip
+    if (c.compare == "paired") != (c.null is not None):
+        raise ValueError(f"a paired comparison names its null and only it does ({c.measure})")
+    if not c.threshold == c.threshold or abs(c.threshold) == float("inf"):
+        raise ValueError(f"threshold must be finite, got {c.threshold} ({c.measure})")
+
+
+def unknown_measures(test: PrimaryTest) -> list[str]:
+    """The names ``test`` reads that its source's rows do not carry (:data:`MEASURES`)."""
+    known = MEASURES.get(test.source, ())
+    parts: list[Condition | Secondary] = [*test.conditions, *test.secondary,
+                                          *([test.gate] if test.gate else [])]
+    names = [*(c.measure for c in parts), *(c.null for c in parts if c.null), *test.nulls]
+    return [name for name in dict.fromkeys(names) if name not in known]
 
 
 @dataclass(frozen=True)
@@ -209,6 +320,17 @@ class PrimaryTest:
     gate: Condition | None = None  # a validity check (positive control): failing it -> inconclusive
     secondary: tuple[Secondary, ...] = ()
     paper_value: float | None = None  # the paper's own number for the statistic, where it gives one
+
+    def __post_init__(self) -> None:
+        if self.source not in MEASURES:
+            raise ValueError(f"source must be one of {', '.join(MEASURES)}, got {self.source!r}")
+        unknown = unknown_measures(self)
+        if unknown:
+            raise ValueError(f"claim {self.claim} reads {', '.join(map(repr, unknown))}, which "
+                             f"no {self.source} row carries (MEASURES)")  # fmt: skip
+        bad = [a for a in self.axes if a not in {x.name for x in GRID}]
+        if bad:
+            raise ValueError(f"claim {self.claim}: unknown grid axes {bad}")
 
 
 _CHORD = ("the toolkit's bound: damage that stays flat up to ~5% and rises past ~10% lies "

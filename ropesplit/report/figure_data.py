@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ropesplit.core.claims import cell_key
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS, PAPER_R_SPLIT
 
@@ -366,7 +367,7 @@ def tolerance_data(claims: Mapping[str, Any]) -> dict[str, Any]:
     from ropesplit.numerics.intervals import t_interval
 
     head = claims["header"]
-    key = f"tokens={head['tokens']}"
+    key = cell_key({"tokens": head["tokens"]}, "order")
     curves = []
     for corpus in head.get("corpora", [head["corpus"]]):
         rows = [r for r in claims["order"] if r.get("corpus", corpus) == corpus]

@@ -48,6 +48,22 @@ def test_a_claim_line_names_each_condition_its_origin_the_nulls_and_the_grid():
     assert line.endswith("grid: fragile: agrees in 8 of 48 (heads=pooled)")
 
 
+def test_a_claim_line_shows_the_gate_and_the_secondaries_as_the_report_does():
+    gate = {"measure": "damage_50", "compare": "level", "null": None, "direction": "above",
+            "threshold": 0.0, "origin": "toolkit", "unit": "passages", "outcome": "agrees",
+            "interval": {"mean": 1.2, "low": 1.0, "high": 1.4}}
+    secondary = {"measure": "curvature", "compare": "level", "null": None, "unit": "passages",
+                 "direction": "above", "threshold": 0.0, "p": 0.01, "p_holm": 0.03,
+                 "interval": {"mean": 0.2, "low": 0.1, "high": 0.3}}
+    claim = {"claim": 1, "verdict": "agrees", "n": 8, "unit": "passages", "conditions": [],
+             "nulls": [], "gate": gate, "secondary": [secondary]}  # fmt: skip
+    line = claim_line(claim)
+    assert "gate: damage_50 1.200 [1.000, 1.400] over passages (predicted > 0, toolkit's " \
+           "threshold): agrees" in line
+    assert "secondary: curvature 0.200 [0.100, 0.300] over passages (predicted > 0), " \
+           "Holm p 0.03" in line
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -147,8 +147,12 @@ def test_the_wrong_rule_agrees_on_one_condition_alone():
 
 
 def _rows(n, rng, *, trained=0.95, control=0.80, sd=0.01):
-    """Rows of plain statistics (one cell), twin seeds rotating over the passages."""
-    return [{"r_split": trained + sd * rng.standard_normal(),
+    """Rows of plain statistics (one cell), twin seeds rotating over the passages; every
+    measure of the vocabulary present, undefined (NaN) but for claim 2's."""
+    from ropesplit.core.claims import MEASURES
+
+    undefined = dict.fromkeys(MEASURES["passages"], float("nan"))
+    return [undefined | {"r_split": trained + sd * rng.standard_normal(),
              "r_split_control": control + sd * rng.standard_normal(),
              "r_split_shuffled": control + sd * rng.standard_normal(),
              "r_split_mean": trained, "control_seed": CONTROL_SEEDS[p % len(CONTROL_SEEDS)]}
@@ -242,7 +246,10 @@ def test_secondaries_are_holm_corrected_and_never_decide():
 
 
 def _cell_rows(rng, values_by_tokens):
-    """Rows whose cells differ only by tokens: r_split per length, the rest fixed."""
+    """Rows whose cells differ only by tokens: r_split per length, the rest fixed (every
+    other measure present and undefined)."""
+    from ropesplit.core.claims import MEASURES, cell_key
+
     rows = []
     for p in range(12):
         cells = {}
@@ -250,9 +257,11 @@ def _cell_rows(rng, values_by_tokens):
             for split in ("zero", "distance:1000"):
                 for heads in ("mean", "pooled"):
                     for layers in ("all", "from1"):
-                        key = f"tokens={t},split={split},heads={heads},layers={layers}"
-                        cells[key] = {"r_split": level + 0.005 * rng.standard_normal(),
-                                      "r_split_control": 0.8 + 0.005 * rng.standard_normal()}
+                        key = cell_key({"tokens": t, "split": split, "heads": heads,
+                                        "layers": layers}, "passages")  # fmt: skip
+                        cells[key] = dict.fromkeys(MEASURES["passages"], float("nan")) | {
+                            "r_split": level + 0.005 * rng.standard_normal(),
+                            "r_split_control": 0.8 + 0.005 * rng.standard_normal()}
         rows.append({"corpus": "pydoc", "passage": p, "control_seed": p % 5, "cells": cells})
     return rows
 
@@ -399,8 +408,9 @@ def test_the_run_judges_every_cell_and_recomputes_from_its_rows(tiny_claims):
         assert len(grid["cells"]) == math.prod(sizes[a] for a in test.axes)
         rows = record[test.source]
         for c, cond in zip(claim["conditions"], test.conditions, strict=True):
-            if cond.unit != "passages" or c["interval"] is None:
+            if cond.unit != "passages":
                 continue
+            assert c["interval"] is not None, (claim["claim"], cond.measure)  # never skipped
             key = ("tokens=96" if test.source == "order"
                    else "tokens=96,split=zero,heads=mean,layers=all")  # fmt: skip
             values = [r["cells"][key][cond.measure] for r in rows]
@@ -494,3 +504,78 @@ def test_condition_word_never_lets_a_toolkit_threshold_disagree():
     assert condition_word({"outcome": "disagrees", "origin": "toolkit"}) == "weaker than the paper"
     assert all(condition_word({"outcome": o, "origin": g}) in VERDICTS
                for o in ("agrees", "disagrees", "inconclusive") for g in ORIGINS)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the vocabulary
+
+
+def test_a_misspelt_measure_fails_at_import_naming_it(monkeypatch):
+    """CLAIMS is checked against the measure vocabulary when the module is imported: a
+    planted misspelling raises, naming the name."""
+    import importlib.util
+    import pathlib
+
+    import ropesplit.core.claims as module
+
+    source = pathlib.Path(module.__file__).read_text(encoding="utf-8")
+    planted = source.replace('Condition("key_corr", "level"', 'Condition("key_cor", "level"', 1)
+    assert planted != source
+    spec = importlib.util.spec_from_loader("planted_claims", loader=None)
+    fresh = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "planted_claims", fresh)  # for dataclasses
+    exec(compile(source, "planted_claims", "exec"), fresh.__dict__)  # the true source imports
+    with pytest.raises(ValueError, match="claim 3 reads 'key_cor', which no passages row"):
+        exec(compile(planted, "planted_claims", "exec"), fresh.__dict__)
+
+
+def test_conditions_check_themselves_when_built():
+    from dataclasses import replace
+
+    from ropesplit.core.claims import Condition, Secondary
+
+    good = primary(2).conditions[1]
+    for field, value, message in (("direction", "abve", "direction must be"),
+                                  ("compare", "ratio", "compare must be"),
+                                  ("unit", "heads", "unit must be"),
+                                  ("null", None, "names its null"),
+                                  ("threshold", float("nan"), "threshold must be finite"),
+                                  ("origin", "blog", "origin must be"),
+                                  ("quote", "nowhere", "needs a quote")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            replace(good, **{field: value})
+    with pytest.raises(ValueError, match="names its null"):
+        Secondary("r_split", "level", "above", 0.0, null="r_split_control")
+    with pytest.raises(ValueError, match="'r_splt'"):
+        replace(primary(2), nulls=("r_splt",))
+    assert isinstance(replace(good), Condition)
+
+
+def test_a_name_the_rows_lack_is_an_error_not_an_inconclusive_claim():
+    from dataclasses import replace
+
+    rows = _rows(10, np.random.default_rng(3))
+    for row in rows:
+        del row["r_split_control"]
+    with pytest.raises(KeyError, match="'r_split_control' is not in the passages rows"):
+        unit_values(rows, primary(2).conditions[1])
+    with pytest.raises(KeyError, match="r_split_control"):
+        evaluate(replace(primary(2)), rows)
+
+
+def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
+    from ropesplit.empirical.experiments.order_passages import order_passage
+
+    from ropesplit.core.claims import MEASURES
+
+    ids = np.random.default_rng(1).integers(1, TINY_VOCAB, size=64)
+    got = order_passage(None, ids, seed=0, losses=lambda x: np.random.default_rng(
+        0).random((len(x), x.shape[1] - 1)))  # fmt: skip
+    assert sorted(got["cells"]["tokens=64"]) == sorted(MEASURES["order"])
+
+
+def test_the_passages_compute_exactly_the_passages_vocabulary():
+    from ropesplit.empirical.passages import measure_names
+
+    from ropesplit.core.claims import MEASURES
+
+    assert measure_names() == list(MEASURES["passages"])

@@ -31,7 +31,7 @@ from ropesplit.empirical.experiments import (
 )
 from ropesplit.empirical.experiments.base import (
     Context,
-    Verdict,
+    Outcome,
     combine,
     interval_rise,
     rows_then_schemes,
@@ -251,13 +251,13 @@ def test_every_experiment_states_a_prediction_and_its_needs():
 
 
 def test_combine_lets_disagreement_win_then_doubt():
-    agree, doubt, clash = (Verdict(o, o) for o in ("agrees", "inconclusive", "disagrees"))
+    agree, doubt, clash = (Outcome(o, o) for o in ("agrees", "inconclusive", "disagrees"))
     assert combine([agree, agree], "rows").outcome == "agrees"
     assert combine([agree, doubt], "rows").outcome == "inconclusive"
     assert combine([doubt, clash, agree], "rows").reason.startswith("1 agrees, 1 disagrees")
     assert combine([], "rows").outcome == "inconclusive"
     with pytest.raises(RopesplitError, match="outcome must be one of"):
-        Verdict("maybe", "")
+        Outcome("maybe", "")
 
 
 def _order_row(rate, low, high, scheme="subset"):
@@ -553,10 +553,10 @@ def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():
 
     def per_scheme(all_rows, scheme):
         seen.append((scheme, len(all_rows)))
-        return Verdict("agrees", scheme)
+        return Outcome("agrees", scheme)
 
     def judge(row):
-        return Verdict("disagrees" if row["x"] == 3 else "agrees", str(row["x"]))
+        return Outcome("disagrees" if row["x"] == 3 else "agrees", str(row["x"]))
 
     got = rows_then_schemes(rows, judge, per_scheme, "checks")
     assert seen == [("b", 3), ("a", 3)]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.intervals import (
-    Decision,
+    Outcome,
     UnitInterval,
     binomial_interval,
     decide,
@@ -320,7 +320,7 @@ def test_decide_table(
     interval: UnitInterval, threshold: float, direction: str, outcome: str, reason: str
 ) -> None:
     got = decide(interval, threshold, direction, min_n=8)
-    assert got == Decision(outcome, reason)
+    assert got == Outcome(outcome, reason)
 
 
 def test_decide_names_the_quantity() -> None:
@@ -331,8 +331,8 @@ def test_decide_names_the_quantity() -> None:
     assert json.loads(json.dumps(got.as_dict())) == {"outcome": "agrees", "reason": got.reason}
 
 
-AGREE, DISAGREE, UNSURE = (Decision("agrees", "a"), Decision("disagrees", "d"),
-                           Decision("inconclusive", "i"))  # fmt: skip
+AGREE, DISAGREE, UNSURE = (Outcome("agrees", "a"), Outcome("disagrees", "d"),
+                           Outcome("inconclusive", "i"))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -347,7 +347,7 @@ AGREE, DISAGREE, UNSURE = (Decision("agrees", "a"), Decision("disagrees", "d"),
         ([DISAGREE], "disagrees"),
     ],
 )
-def test_intersection_union_table(parts: list[Decision], outcome: str) -> None:
+def test_intersection_union_table(parts: list[Outcome], outcome: str) -> None:
     got = intersection_union(parts, "claim 3")
     assert got.outcome == outcome
     assert got.reason == "claim 3: " + "; ".join(p.reason for p in parts)
@@ -434,8 +434,8 @@ def test_min_detectable_effect_has_its_power(n: int) -> None:
          "direction must be 'above' or 'below', got 'greater'"),
         (lambda: decide(_iv(1, 0, 2), math.nan, "above", min_n=2), "threshold must be finite"),
         (lambda: decide(_iv(1, 0, 2), 0.5, "above", min_n=0), "min_n must be a positive integer"),
-        (lambda: intersection_union([], "x"), "decisions must hold at least one Decision, got 0"),
-        (lambda: Decision("maybe", ""), "outcome must be 'agrees', 'disagrees' or 'inconclusive'"),
+        (lambda: intersection_union([], "x"), "decisions must hold at least one Outcome, got 0"),
+        (lambda: Outcome("maybe", ""), "outcome must be one of agrees, disagrees, inconclusive"),
         (lambda: holm([0.1, 1.5]), "pvalues must lie in [0, 1], got 1 outside or NaN"),
         (lambda: holm([[0.1]]), "pvalues must be 1-D, got shape (1, 1)"),
         (lambda: t_quantile(1.0, 3), "p must lie in (0, 1), got 1.0"),

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropesplit.core.claims import VERDICTS, condition_word, primary
+from ropesplit.core.claims import VERDICTS, condition_text, condition_word, primary
 from ropesplit.core.paper import PAPER_CITATION, QUOTES
 from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
@@ -38,11 +38,7 @@ def interval_text(interval: Mapping[str, Any] | None) -> str:
 
 
 def _condition_text(c: Mapping[str, Any]) -> str:
-    what = c["measure"] if c["compare"] == "level" else f"{c['measure']} - {c['null']}"
-    side = ">" if c["direction"] == "above" else "<"
-    origin = f", {c['origin']}'s" if c.get("origin") else ""
-    return (f"{what} {interval_text(c['interval'])} over {c.get('unit', 'passages')} "
-            f"(predicted {side} {c['threshold']:g}{origin})")  # fmt: skip
+    return condition_text(c, fmt)
 
 
 def claim_cells(claim: Mapping[str, Any]) -> list[str]:
