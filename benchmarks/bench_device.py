@@ -56,10 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if cuda and not torch.cuda.is_available():
         print(f"bench_device: CUDA is not available here ({args.device}); nothing measured")
         return 0
+    from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, forward, load_model, tokenize
     from ropesplit.empirical.analyze import analyze
-
-    from ropesplit.core.io import write_json
 
     def sync() -> None:
         if cuda:

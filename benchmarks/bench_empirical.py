@@ -141,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     steady = args.allocator == "steady" and steady_allocator()
 
     import torch
+
+    from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, load_model, tokenize
     from ropesplit.empirical.analyze import analyze_batch
     from ropesplit.empirical.corpus import default_corpus, passage_ids
-
-    from ropesplit.core.io import write_json
 
     start = time.perf_counter()
     loaded = load_model(args.model, args.gguf_file)

@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from ropesplit.empirical import default_text, load_model, tokenize
-    from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 
     from ropesplit.core.io import write_json
+    from ropesplit.empirical import default_text, load_model, tokenize
+    from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 
     loaded = load_model(args.model)
     ids = tokenize(loaded, default_text(), args.tokens)[None]  # (1, N)

@@ -30,6 +30,7 @@ import time
 def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global: int) -> None:
     """One measurement: print ``{"peak_mib", "seconds"}`` as JSON."""
     import torch
+
     from ropesplit.empirical.memory import peak_resident, resident
     from ropesplit.numerics.lambda_attention import LambdaSpec, lambda_attention
 

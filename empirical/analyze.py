@@ -33,6 +33,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError, ValidationError
+from ropesplit.core.paper import PAPER_R_SPLIT
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.memory import GROWTH
 from ropesplit.empirical.models import LoadedModel, as_position_ids
@@ -40,9 +43,6 @@ from ropesplit.numerics.measure import KBAR_RULES, Measure
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.workers import map_each, side_by_side
-
-from ropesplit.core.errors import RopesplitError, ValidationError
-from ropesplit.core.paper import PAPER_R_SPLIT
 
 __all__ = [
     "ANALYSIS",

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.models import LoadedModel, load_model
 
 from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS
+from ropesplit.empirical.models import LoadedModel, load_model
 
 __all__ = ["ARMS", "agree_rates", "calibration", "plant_slow_keys", "tiny_config"]
 
@@ -140,8 +140,9 @@ def calibration(
                 if on_run:
                     on_run(arm, k)
     if embedded:
-        from ropesplit.empirical.models import default_model_path
         from transformers import AutoConfig
+
+        from ropesplit.empirical.models import default_model_path
 
         folder, name = default_model_path()
         cfg = AutoConfig.from_pretrained(folder, gguf_file=name)

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, StopForward, record_pre_rope, taps
 from ropesplit.empirical.geometry import (
     cached_geometry,
@@ -57,8 +59,6 @@ from ropesplit.empirical.validate import (
     tolerances,
 )
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
-
-from ropesplit.core.errors import RopesplitError, ValidationError
 
 __all__ = ["SHUFFLED_FLAG", "Capture", "LayerCapture", "capture", "capture_batch"]
 

@@ -31,9 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ropesplit.empirical.models import LoadedModel, random_init_twin
-
 from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES
+from ropesplit.empirical.models import LoadedModel, random_init_twin
 
 __all__ = [
     "DEFAULT_GRID_TOKENS",
@@ -145,11 +144,10 @@ def run_claims(
     (``empirical.plan``: the forward passes by kind, the minutes from a timed warm-up)
     before the first forward pass, then each stage.
     """
+    from ropesplit.core.errors import RopesplitError
     from ropesplit.empirical.corpus import DEFAULT_CORPUS
     from ropesplit.empirical.experiments.order_passages import order_passage
     from ropesplit.empirical.passages import measure_passages
-
-    from ropesplit.core.errors import RopesplitError
 
     measured, ordered = passage_ranges(passages, order_passages, shard)
     need = max(passages, order_passages)

@@ -55,6 +55,7 @@ from ropesplit.core.errors import RopesplitError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
     from ropesplit.empirical.models import LoadedModel
 
 __all__ = [
@@ -223,6 +224,7 @@ def passage_ids(
     ``min_count`` rows come back, or it raises.
     """
     import torch
+
     from ropesplit.empirical.text import check_context, tokenize
 
     check_context(loaded, n_tokens)

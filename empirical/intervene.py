@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
@@ -43,8 +45,6 @@ from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_id
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
 from ropesplit.numerics.spec import repeat_kv_map
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EDITS", "Edit", "calibrate_kbars", "install", "intervened_nll"]
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.analyze import ANALYSIS, Analysis
 from ropesplit.empirical.raw import analyze_qk
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.spec import RopeSpec
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["analyze_lens", "lens_names"]
 

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
@@ -56,8 +58,6 @@ from ropesplit.numerics.lambda_attention import (
     lambda_attention,
 )
 from ropesplit.numerics.spec import repeat_kv_map
-
-from ropesplit.core.errors import RopesplitError, ValidationError
 
 __all__ = [
     "SETTINGS",

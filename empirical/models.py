@@ -460,6 +460,7 @@ def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> to
     captured: the model attends through its fastest attention (SDPA where it applies).
     """
     import torch
+
     from ropesplit.empirical.adapter import fast_attention
 
     ids = as_input_ids(loaded, input_ids)

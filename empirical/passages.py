@@ -47,14 +47,14 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.claims import CONTROL_SEEDS, axis
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.experiments.base import default_layers
 from ropesplit.empirical.experiments.forward import special_positions
 from ropesplit.empirical.models import LoadedModel, shuffled_frequencies
 from ropesplit.empirical.perturb import movable_positions, perturbed_positions
 from ropesplit.numerics.workers import map_each, side_by_side
-
-from ropesplit.core.claims import CONTROL_SEEDS, axis
 
 __all__ = [
     "JITTER",

@@ -78,6 +78,7 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS) -> dict[bool, float
     """Seconds per token of a captured sequence and of a plain forward pass, timed once each
     on ``tokens`` tokens of the model itself (after one untimed pass)."""
     import torch
+
     from ropesplit.empirical.analyze import analyze
     from ropesplit.empirical.models import forward
 

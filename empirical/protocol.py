@@ -36,14 +36,14 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_R_SPLIT
 from ropesplit.empirical.analyze import ANALYSIS, KBARS, analyze_capture, paired_difference
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 from ropesplit.empirical.text import default_text, tokenize
 from ropesplit.numerics.reference import COMPARED
-
-from ropesplit.core.errors import RopesplitError
-from ropesplit.core.paper import PAPER_R_SPLIT
 
 __all__ = ["CONTROL_SEEDS", "PAIR_SAMPLE", "TOKENS", "protocol", "protocol_cells",
            "protocol_table", "text_ids"]

@@ -28,12 +28,12 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.analyze import ANALYSIS, Analysis, layer_rows
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["ORDERS", "ROTATED_RATIO", "analyze_qk"]
 

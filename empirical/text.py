@@ -15,6 +15,7 @@ from ropesplit.core.errors import RopesplitError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
     from ropesplit.empirical.models import LoadedModel
 
 __all__ = ["check_context", "default_text", "read_text", "tokenize"]

@@ -198,9 +198,10 @@ def task_tokenizer(vocab: int) -> Any:
     ``k0 ..``, values ``v0 ..``, one word per stored pair ``k3=v1`` (``empirical.tasks``), then
     ``<s>`` (BOS) and ``</s>`` (EOS, also what an unknown word reads as), so checkpoints load
     like any model."""
-    from ropesplit.empirical.tasks import task_vocab
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
+
+    from ropesplit.empirical.tasks import task_vocab
 
     keys, values, size = task_vocab(vocab)
     names = ([f"k{i}" for i in range(keys)] + [f"v{i}" for i in range(values)]
@@ -408,8 +409,9 @@ def train(
     checkpoint (tests: an interruption at a known point).
     """
     import torch
-    from ropesplit.empirical.models import load_model, quiet_loading
     from tqdm import tqdm
+
+    from ropesplit.empirical.models import load_model, quiet_loading
 
     cfg.check()
     out = _prepare(cfg)

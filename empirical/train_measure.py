@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from ropesplit.empirical.analyze import STATISTICS
 from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model
 from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text, torch_threads
@@ -156,6 +157,7 @@ def task_scores(loaded: LoadedModel, windows: np.ndarray, labels: np.ndarray,
     """Each window's answer loss, the accuracy, and the accuracy per distance bucket (equal
     widths from ``MIN_DISTANCE`` to the sequence length)."""
     import torch
+
     from ropesplit.empirical.tasks import MIN_DISTANCE
 
     with torch.no_grad():

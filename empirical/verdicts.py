@@ -37,15 +37,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ropesplit.numerics.intervals import (
-    Outcome,
-    UnitInterval,
-    decide,
-    holm,
-    one_sided_p,
-    prediction_interval,
-    t_interval,
-)
 
 from ropesplit.core.claims import (
     CLAIMS,
@@ -58,6 +49,15 @@ from ropesplit.core.claims import (
     Secondary,
     cell_key,
     condition_label,
+)
+from ropesplit.numerics.intervals import (
+    Outcome,
+    UnitInterval,
+    decide,
+    holm,
+    one_sided_p,
+    prediction_interval,
+    t_interval,
 )
 
 __all__ = [

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from ropesplit.numerics.workers import serial
 
 __all__ = ["ATOL", "RTOL", "causal_ratios", "remainder_and_bound", "rotation_gap", "violations"]

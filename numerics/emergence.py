@@ -29,10 +29,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from ropesplit.numerics import _inputs
-from ropesplit.numerics.rope import to_pairs
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics import _inputs
+from ropesplit.numerics.rope import to_pairs
 
 __all__ = ["causal_bound_weight", "pair_energy", "retrieval_score", "slow_pairs",
            "unigram_entropy",

@@ -55,9 +55,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.numerics.rope import check_rotary_dim, pair_coordinates
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.rope import check_rotary_dim, pair_coordinates
 
 __all__ = [
     "band_order",

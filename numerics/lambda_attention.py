@@ -55,11 +55,11 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.rope import check_rotary_dim, pair_coordinates
 from ropesplit.numerics.spec import RopeSpec, as_spec
 from ropesplit.numerics.types import HeadFeatures, KeyMean
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = [
     "N_GLOBAL",

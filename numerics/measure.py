@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ropesplit.numerics.reference import Reference, parse_reference
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.reference import Reference, parse_reference
 
 __all__ = ["EXACT", "KBAR_RULES", "Measure"]
 

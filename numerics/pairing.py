@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from ropesplit.numerics.fit import band_gram
 
 __all__ = ["DISTANCE_TABLE", "BoundCheck", "Factors", "Moments", "pair_indices", "pair_plan",

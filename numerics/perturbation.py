@@ -60,10 +60,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ropesplit.numerics import _inputs
-from ropesplit.numerics.fit import additive_fits
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics import _inputs
+from ropesplit.numerics.fit import additive_fits
 
 __all__ = [
     "DISTANCE_MEASURES",

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ropesplit.numerics import _inputs
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics import _inputs
 
 __all__ = [
     "COMPARED",

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.rope import (
     LAYOUTS,
@@ -41,8 +43,6 @@ from ropesplit.numerics.rope import (
     hf_scaling,
     to_pairs,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["LAYOUTS", "RopeSpec", "as_spec", "looks_rotated", "repeat_kv_map"]
 

@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bound import remainder_and_bound
 from ropesplit.numerics.measure import EXACT, Measure
@@ -45,8 +47,6 @@ from ropesplit.numerics.reference import resolve_reference
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.spec import RopeSpec, as_spec
 from ropesplit.numerics.types import Distances, HeadFeatures, KeyMean, Positions
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["HeadSplit", "split_head"]
 

@@ -68,6 +68,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
@@ -86,8 +88,6 @@ from ropesplit.numerics.types import (
     Positions,
 )
 from ropesplit.numerics.workers import one_blas_thread, serial
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
            "pooled_correlation_ci", "row_moments", "tightness", "WORK_BYTES"]

@@ -46,6 +46,7 @@ import math
 
 import numpy as np
 import torch
+
 from ropesplit.numerics.bound import ATOL, RTOL, rotation_gap
 from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, from_pairs
 from ropesplit.numerics.spec import RopeSpec
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["PATTERNS", "REFERENCES", "SyntheticQK", "bound_record", "make_qk", "reference_sweep",
            "sweep"]

@@ -113,6 +113,7 @@ def tiny_report_settings():
 
 def _tiny_load(settings):
     import torch
+
     from ropesplit.empirical import load_model
     from ropesplit.empirical.models import random_init_twin
 
@@ -128,6 +129,7 @@ def _tiny_load(settings):
 def tiny_passages(ctx):
     """The claims' passages for a model without a tokenizer: seeded random token ids."""
     import torch
+
     from ropesplit.empirical.corpus import PassageIds
 
     ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(1))

@@ -79,9 +79,10 @@ class Family:
 def rope_families() -> list[str]:
     """Model types of the causal-LM mapping whose own config states RoPE, sorted; one whose
     default config cannot be made is listed too (it is refused, with the reason)."""
-    from ropesplit.empirical.adapter import carries_rope
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from ropesplit.empirical.adapter import carries_rope
 
     out = []
     with _quiet():

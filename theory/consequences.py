@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
+
 from ropesplit.theory.rope import abs2, real_part, rot2
 from ropesplit.theory.split import SPLIT_EXACT
 from ropesplit.theory.step import Step, Verdict, zero_verdict

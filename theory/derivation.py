@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropesplit.core.errors import RopesplitError
 from ropesplit.theory.consequences import (
     ATTENTION_BOUND,
     LONG_TERM_DECAY,
@@ -20,8 +21,6 @@ from ropesplit.theory.optimum import (
 from ropesplit.theory.reference import REFERENCE_BOUND, SPLIT_REFERENCE
 from ropesplit.theory.split import EXACT_SPLIT_CONDITION, REMAINDER_BOUND, SPLIT_EXACT
 from ropesplit.theory.step import CheckResult, Step
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["PAPER", "STEPS", "check_all", "derivation_markdown", "derive_record", "get_step",
            "where"]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
+
 from ropesplit.theory.rope import (
     LAYOUTS,
     place_blocks,

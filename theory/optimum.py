@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy as sp
+
 from ropesplit.theory.reference import SPLIT_REFERENCE
 from ropesplit.theory.step import Step, Verdict, zero_verdict
 from ropesplit.theory.sums import (

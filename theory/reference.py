@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
+
 from ropesplit.theory.rope import (
     LAYOUTS,
     abs2,

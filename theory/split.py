@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
+
 from ropesplit.theory.expansion import SYMBOLIC_DIMS
 from ropesplit.theory.rope import (
     LAYOUTS,

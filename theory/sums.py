@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy as sp
+
 from ropesplit.theory.rope import rot2
 
 __all__ = [

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.capture import Capture, capture
-from ropesplit.empirical.models import LoadedModel
 
 from ropesplit.core.claims import OUTCOMES, Outcome
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.capture import Capture, capture
+from ropesplit.empirical.models import LoadedModel
 
 __all__ = [
     "OUTCOMES",

@@ -34,11 +34,11 @@ experiment runs the dummy distances that lie inside the text (``D < N``).
 from __future__ import annotations
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
 from ropesplit.empirical.experiments.pairs import layer_pairs
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["DISTANCES", "EXPERIMENT", "THRESHOLD", "distance_rows", "judge", "verdict"]
 

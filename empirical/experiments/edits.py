@@ -18,15 +18,15 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.claims import LEVEL, MIN_PASSAGES
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.corpus import default_corpus, passage_ids
 from ropesplit.empirical.experiments.base import Context, Outcome, Row
 from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
 from ropesplit.empirical.models import LoadedModel
 from ropesplit.numerics.intervals import UnitInterval, decide, paired_interval, t_interval
 from ropesplit.numerics.intervention import log_ratio
-
-from ropesplit.core.claims import LEVEL, MIN_PASSAGES
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["CALIBRATION", "PASSAGES", "Corpus", "corpus", "judge_paired", "paired", "ratios",
            "summary"]

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.models import LoadedModel
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.models import LoadedModel
 
 __all__ = [
     "CONTEXT_SHARE",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.experiments.forward import special_positions

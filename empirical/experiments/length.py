@@ -52,6 +52,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
 from ropesplit.empirical.experiments.forward import model_context
@@ -77,8 +79,6 @@ from ropesplit.numerics.lambda_attention import (
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EXPERIMENT", "MULTIPLES", "judge", "length_rows", "training_length", "verdict"]
 

@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 from ropesplit.empirical.experiments.base import (
     Context,
     Experiment,
@@ -46,9 +49,6 @@ from ropesplit.empirical.perturb import (
     movable_positions,
     order_permutation,
 )
-
-from ropesplit.core.errors import RopesplitError
-from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 
 __all__ = ["EXPERIMENT", "ORDER_RATES", "TOLERANCE", "judge", "order_inputs", "verdict"]
 

@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from ropesplit.empirical.experiments.forward import check_inputs, forward_batch, special_positions
-from ropesplit.empirical.models import LoadedModel
-from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
 
 from ropesplit.core.claims import cell_key
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
+from ropesplit.empirical.experiments.forward import check_inputs, forward_batch, special_positions
+from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
 
 __all__ = [
     "DRAWS",

@@ -16,6 +16,7 @@ a captured layer and maps each query head to its KV head.
 from __future__ import annotations
 
 import numpy as np
+
 from ropesplit.empirical.capture import LayerCapture
 
 __all__ = ["layer_pairs"]

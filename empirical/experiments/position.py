@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import (
     Context,
@@ -57,8 +59,6 @@ from ropesplit.empirical.perturb import (
     movable_positions,
     perturbed_positions,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EXPERIMENT", "PAIR_BUDGET", "SHIFTS", "judge", "position_inputs", "verdict"]
 

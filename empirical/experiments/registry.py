@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.experiments import (
     distance,
     keys,
@@ -34,8 +36,6 @@ from ropesplit.empirical.experiments import (
 from ropesplit.empirical.experiments.base import Context, Experiment, Settings
 from ropesplit.empirical.experiments.forward import context_length, model_context
 from ropesplit.empirical.models import LoadedModel, as_input_ids
-
-from ropesplit.core.errors import RopesplitError
 
 __all__ = ["EXPERIMENTS", "INTERVENTIONS", "PREDICTIONS", "forward_count", "run_experiments"]
 

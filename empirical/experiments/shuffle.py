@@ -15,6 +15,7 @@ shown beside it. Per passage, the log loss ratio
 from __future__ import annotations
 
 import numpy as np
+
 from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.intervene import Edit

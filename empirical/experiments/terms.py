@@ -21,6 +21,7 @@ rise of the loss beyond ``L`` over the in-length loss of the same targets
 from __future__ import annotations
 
 import numpy as np
+
 from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.experiments.length import training_length

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from ropesplit.numerics.bound import RTOL
-from ropesplit.numerics.synthetic import REFERENCES
 
 from ropesplit.cli import main
+from ropesplit.numerics.bound import RTOL
+from ropesplit.numerics.synthetic import REFERENCES
 
 KEYS = {"pattern", "d", "base", "tokens", "seed", "r_split", "r_split_rowcentred", "r_3axis",
         "remainder_share", "tightness_max", "tightness_median", "lowfreq_share_k"}  # fmt: skip

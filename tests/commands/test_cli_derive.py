@@ -6,11 +6,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-import ropesplit.theory as theory
 import sympy as sp
-from ropesplit.theory import STEPS, derivation_markdown, get_step
 
+import ropesplit.theory as theory
 from ropesplit.cli import main
+from ropesplit.theory import STEPS, derivation_markdown, get_step
 
 ROOT = Path(__file__).resolve().parents[2]
 

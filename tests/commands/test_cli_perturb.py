@@ -11,9 +11,9 @@ import json
 
 import pytest
 from conftest import llama_config
-from ropesplit.empirical import load_model
 
 from ropesplit.cli import main
+from ropesplit.empirical import load_model
 
 VOCAB = 128
 
@@ -72,9 +72,8 @@ def test_all_experiments_write_their_tables_and_json(tiny_loader, tmp_path, caps
 
 
 def test_the_import_free_names_are_the_registry():
-    from ropesplit.empirical.experiments import EXPERIMENTS
-
     from ropesplit.commands.perturb import NAMES
+    from ropesplit.empirical.experiments import EXPERIMENTS
 
     assert NAMES == tuple(EXPERIMENTS)
 

@@ -17,16 +17,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_VOCAB, tiny_llama
-from ropesplit.empirical.verdicts import (
-    any_condition_verdict,
-    evaluate,
-    evaluate_all,
-    evaluate_grid,
-    graded_verdict,
-    grid_cells,
-    robustness,
-    unit_values,
-)
 
 from ropesplit.core.claims import (
     CLAIMS,
@@ -41,6 +31,16 @@ from ropesplit.core.claims import (
 )
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import QUOTES
+from ropesplit.empirical.verdicts import (
+    any_condition_verdict,
+    evaluate,
+    evaluate_all,
+    evaluate_grid,
+    graded_verdict,
+    grid_cells,
+    robustness,
+    unit_values,
+)
 
 # claim -> (source, axes, [(measure, compare, direction, threshold, null, origin, unit)])
 PINNED = {
@@ -459,7 +459,6 @@ def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     from ropesplit.empirical.claims_run import compare_records, run_claims
     from ropesplit.empirical.corpus import PassageIds
     from ropesplit.empirical.models import load_model
-
     from ropesplit.figures import draw
     from ropesplit.report.figure_data import forest_data
 
@@ -563,9 +562,8 @@ def test_a_name_the_rows_lack_is_an_error_not_an_inconclusive_claim():
 
 
 def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
-    from ropesplit.empirical.experiments.order_passages import order_passage
-
     from ropesplit.core.claims import MEASURES
+    from ropesplit.empirical.experiments.order_passages import order_passage
 
     ids = np.random.default_rng(1).integers(1, TINY_VOCAB, size=64)
     got = order_passage(None, ids, seed=0, losses=lambda x: np.random.default_rng(
@@ -574,8 +572,7 @@ def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
 
 
 def test_the_passages_compute_exactly_the_passages_vocabulary():
-    from ropesplit.empirical.passages import measure_names
-
     from ropesplit.core.claims import MEASURES
+    from ropesplit.empirical.passages import measure_names
 
     assert measure_names() == list(MEASURES["passages"])

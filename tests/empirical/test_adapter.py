@@ -14,6 +14,8 @@ import torch
 import transformers as T
 import wrapped_rope
 from conftest import TINY_VOCAB, llama_config, tiny_llama
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import capture, load_model
 from ropesplit.empirical.adapter import (
     NAME,
@@ -22,8 +24,6 @@ from ropesplit.empirical.adapter import (
     record_pre_rope,
     taps,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 SHAPE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
              intermediate_size=64, vocab_size=TINY_VOCAB, max_position_embeddings=96)  # fmt: skip

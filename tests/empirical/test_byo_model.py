@@ -15,11 +15,11 @@ import pytest
 import torch
 import transformers as T
 from conftest import TEXT, TINY, llama_config, save_model
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical.analyze import ANALYSIS, STATISTICS
 from ropesplit.empirical.models import from_model, random_init_twin
-
-from ropesplit.core.errors import RopesplitError
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ twins: the tests can fail.
 from __future__ import annotations
 
 import pytest
+
 from ropesplit.empirical.calibration import agree_rates, calibration, plant_slow_keys, tiny_config
 from ropesplit.empirical.verdicts import any_condition_verdict
 
@@ -58,6 +59,7 @@ def test_a_rule_accepting_any_one_condition_fails_both_checks(runs):
 def test_planting_makes_the_fast_half_of_every_key_constant():
     """The planted model's keys deviate only in the slow half (known truth for the arm)."""
     import torch
+
     from ropesplit.empirical import capture, load_model
     from ropesplit.numerics.emergence import pair_energy
     from ropesplit.numerics.rope import low_half

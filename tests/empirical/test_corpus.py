@@ -13,6 +13,8 @@ import pytest
 import torch
 import transformers as T
 from conftest import llama_config
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.corpus import (
     DEFAULT_CORPUS,
     Passage,
@@ -25,8 +27,6 @@ from ropesplit.empirical.corpus import (
 from ropesplit.empirical.models import load_model
 from ropesplit.empirical.text import tokenize
 from ropesplit.empirical.train import BOS, VOCAB, byte_tokenizer
-
-from ropesplit.core.errors import RopesplitError
 
 CONTEXT = 64
 
@@ -230,6 +230,7 @@ def test_the_prose_corpus_is_prose_and_the_measure_tells_code_apart():
     from pathlib import Path
 
     import numpy as np
+
     from ropesplit.empirical.corpus import corpus_from_spec, default_corpus, prose_measures
 
     label, prose = corpus_from_spec("prose")

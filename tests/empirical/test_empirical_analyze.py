@@ -16,6 +16,8 @@ import pytest
 import torch
 import transformers as T
 from conftest import llama_config
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import capture, default_text, load_model, tokenize
 from ropesplit.empirical.analyze import (
     ANALYSIS,
@@ -32,8 +34,6 @@ from ropesplit.empirical.models import random_init_twin
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
-
-from ropesplit.core.errors import RopesplitError
 
 COMMON = dict(
     hidden_size=64,

@@ -18,11 +18,11 @@ import transformers as T
 from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
+
+from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical import capture, load_model
 from ropesplit.empirical.geometry import derive_theta
 from ropesplit.empirical.validate import rebuild_probs
-
-from ropesplit.core.errors import RopesplitError, ValidationError
 
 COMMON = dict(
     hidden_size=64,

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_VOCAB, tiny_llama
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import capture, continuation_loss
 from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments import (
@@ -43,8 +45,6 @@ from ropesplit.empirical.experiments.forward import (
     model_context,
     seed_summary,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 VOCAB = TINY_VOCAB
 N_TOKENS = 48

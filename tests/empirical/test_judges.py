@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ropesplit.empirical.experiments import EXPERIMENTS, edits
 
 N = edits.PASSAGES

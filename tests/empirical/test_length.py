@@ -15,6 +15,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import llama_config
+from test_lminfinite import periodic_model, sticky_tokens
+
+from ropesplit.commands.perturb import tables
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.experiments import EXPERIMENTS, run_experiments
 from ropesplit.empirical.experiments.length import (
     EXPERIMENT,
@@ -26,10 +30,6 @@ from ropesplit.empirical.experiments.length import (
 )
 from ropesplit.empirical.lminfinite import SETTINGS
 from ropesplit.empirical.models import load_model
-from test_lminfinite import periodic_model, sticky_tokens
-
-from ropesplit.commands.perturb import tables
-from ropesplit.core.errors import RopesplitError
 from ropesplit.figures.length import length_figure
 
 L = 16

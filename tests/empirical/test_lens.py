@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import llama_config
-from ropesplit.empirical import load_model
-from ropesplit.empirical.analyze import analyze
-from ropesplit.empirical.lens import analyze_lens
-from ropesplit.numerics.spec import RopeSpec
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions import convert_llama_weights
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical import load_model
+from ropesplit.empirical.analyze import analyze
+from ropesplit.empirical.lens import analyze_lens
+from ropesplit.numerics.spec import RopeSpec
 
 STATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
          "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip

@@ -22,6 +22,8 @@ from conftest import llama_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.lminfinite import (
     SETTINGS,
     LambdaSpec,
@@ -51,8 +53,6 @@ from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
-
-from ropesplit.core.errors import RopesplitError
 
 FLOATS = st.floats(-3.0, 3.0, allow_nan=False, width=64)
 

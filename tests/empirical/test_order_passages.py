@@ -23,6 +23,8 @@ from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import load_model
 from ropesplit.empirical.experiments.order_passages import (
     DRAWS,
@@ -38,8 +40,6 @@ from ropesplit.empirical.perturb import (
     movable_positions,
     nested_adjacent_swaps,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 VOCAB = 128
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)

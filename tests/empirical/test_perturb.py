@@ -13,6 +13,8 @@ import pytest
 from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.perturb import (
     ORDER_SCHEMES,
     POSITION_SCHEMES,
@@ -24,8 +26,6 @@ from ropesplit.empirical.perturb import (
     subset_reorder,
     swap_positions,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 LENGTHS = st.integers(min_value=1, max_value=300)
 RATES = st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0])

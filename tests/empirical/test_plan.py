@@ -11,12 +11,12 @@ import math
 import pytest
 import torch
 from conftest import tiny_llama
+
+from ropesplit.core.claims import CONTROL_SEEDS
 from ropesplit.empirical.claims_run import DEFAULT_GRID_TOKENS, grid_tokens, run_claims
 from ropesplit.empirical.corpus import PassageIds
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.plan import Kind, Plan, claims_plan, warmup
-
-from ropesplit.core.claims import CONTROL_SEEDS
 
 
 @pytest.mark.parametrize(("tokens", "given", "axis"), [

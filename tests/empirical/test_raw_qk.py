@@ -11,14 +11,14 @@ import pytest
 import torch
 import transformers as T
 from conftest import llama_config, tiny_llama
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.analyze import ANALYSIS, analyze_capture
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.raw import analyze_qk
 from ropesplit.numerics.rope import from_pairs, rotate, to_pairs
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
 from ropesplit.numerics.stats import layer_statistics
-
-from ropesplit.core.errors import RopesplitError
 
 D, N = 16, 48
 STATS = ("r_split", "r_split_rowcentred", "remainder_share", "lowfreq_share_k", "tightness_max")

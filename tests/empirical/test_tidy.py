@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 from conftest import TEXT, TINY, llama_config, save_model
 from hypothesis import given, settings
+
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.io import write_json
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical import tidy as tidy_module
 from ropesplit.empirical.analyze import STATISTICS, analysis_record
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.tidy import Records, from_json, tidy, to_json, untidy
-
-from ropesplit.core.errors import RopesplitError
-from ropesplit.core.io import write_json
 
 
 @pytest.fixture(scope="module")

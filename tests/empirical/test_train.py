@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from ropesplit.cli import main
+from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.emergence import prediction, run_emergence, step0_vs_control, verdict
 from ropesplit.empirical.models import load_model
 from ropesplit.empirical.train import (
@@ -32,9 +35,6 @@ from ropesplit.empirical.train import (
     train,
 )
 from ropesplit.empirical.train_measure import Measurer, held_out_ids, measure_loaded
-
-from ropesplit.cli import main
-from ropesplit.core.errors import RopesplitError
 
 TINY = dict(steps=4, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2, warmup=1,
             checkpoints=4, val_windows=2, n_boot=50, threads=1)  # fmt: skip

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import llama_config
-from ropesplit.numerics.reference import mean_rotation
-from ropesplit.numerics.rope import frequencies
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures.reference import reference_figure, reference_pairs_figure
 from ropesplit.figures.registry import FIGURES
+from ropesplit.numerics.reference import mean_rotation
+from ropesplit.numerics.rope import frequencies
 from ropesplit.report import figure_data
 
 SPECS = ("zero", "distance:256", "distance:1000", "mean")
@@ -57,6 +57,7 @@ def test_registered_as_figures_9_and_10():
 
 def test_reference_pairs_data_from_a_capture():
     import torch
+
     from ropesplit.empirical import capture, load_model
 
     config = llama_config(hidden_size=32, num_attention_heads=2, num_key_value_heads=1,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from ropesplit.numerics.bootstrap import bootstrap_ci
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.bootstrap import bootstrap_ci
 
 FINITE = arrays(
     np.float64,

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
 from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
 
 ENTRIES = st.floats(-3, 3, allow_nan=False)

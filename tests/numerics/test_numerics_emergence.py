@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.emergence import (
     causal_bound_weight,
     pair_energy,
@@ -23,8 +25,6 @@ from ropesplit.numerics.rope import frequencies
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.stats import head_statistics
 from ropesplit.theory import get_step
-
-from ropesplit.core.errors import RopesplitError
 
 FEATURES = st.tuples(st.integers(1, 3), st.integers(1, 9), st.sampled_from([2, 4, 8])).flatmap(
     lambda s: arrays(np.float64, s, elements=st.floats(-100, 100, allow_nan=False))

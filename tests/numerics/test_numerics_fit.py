@@ -9,10 +9,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from ropesplit.numerics._inputs import causal_mask
-from ropesplit.numerics.fit import band_gram, three_axis_fit
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics._inputs import causal_mask
+from ropesplit.numerics.fit import band_gram, three_axis_fit
 
 
 def lstsq_fit(w, mask):

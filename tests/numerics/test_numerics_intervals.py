@@ -10,6 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.intervals import (
     Outcome,
@@ -27,8 +29,6 @@ from ropesplit.numerics.intervals import (
     t_quantile,
     unit_means,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 UNIT_VALUES = arrays(
     np.float64,

@@ -6,13 +6,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import intervention
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
-
-from ropesplit.core.errors import RopesplitError
 
 N, D = 10, 8
 THETA = frequencies(D, 20.0)  # (4,): 1, 0.47, 0.22, 0.106

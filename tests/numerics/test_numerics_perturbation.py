@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.perturbation import (
     causal_pairs,
     controlled_distance,
@@ -18,8 +20,6 @@ from ropesplit.numerics.perturbation import (
 )
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
-
-from ropesplit.core.errors import RopesplitError
 
 FLOATS = st.integers(-24, 24).map(lambda v: v / 8)  # exact, no underflow in products
 

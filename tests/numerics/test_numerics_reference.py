@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.bound import ATOL, RTOL, remainder_and_bound
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import (
@@ -34,8 +36,6 @@ from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 from ropesplit.numerics.synthetic import PATTERNS, make_qk
-
-from ropesplit.core.errors import RopesplitError
 
 
 def loop_mean(theta, pq, pk, window=None):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
 
 LAYOUTS = ("half", "interleaved")
 

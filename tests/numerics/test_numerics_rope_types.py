@@ -21,10 +21,10 @@ import transformers as T
 import transformers.modeling_rope_utils as rope_utils
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ropesplit.numerics.rope import SCALINGS, attention_factor, frequencies, hf_scaling
-from ropesplit.numerics.spec import RopeSpec
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.rope import SCALINGS, attention_factor, frequencies, hf_scaling
+from ropesplit.numerics.spec import RopeSpec
 
 D = 16  # head dim of the tiny configs
 COMMON = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,

@@ -9,16 +9,16 @@ import typing
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
-import ropesplit.numerics
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import ropesplit.numerics
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.measure import EXACT, Measure
 from ropesplit.numerics.rope import frequencies
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
 from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
-
-from ropesplit.core.errors import RopesplitError
 
 _FLOATS = st.floats(-3, 3, allow_nan=False, width=64)
 _SPLIT = ("W", "f", "g", "E", "bound", "bound_loose", "mask", "kbar", "delta", "m")

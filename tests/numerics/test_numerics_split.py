@@ -9,14 +9,14 @@ import pytest
 from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import bound as bound_module
 from ropesplit.numerics.bound import ATOL, RTOL, causal_ratios, remainder_and_bound
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.split import split_head
-
-from ropesplit.core.errors import RopesplitError
 
 LAYOUTS = ("half", "interleaved")
 

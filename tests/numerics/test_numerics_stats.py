@@ -10,6 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.fit import three_axis_fit
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, from_pairs, to_pairs
@@ -23,8 +25,6 @@ from ropesplit.numerics.stats import (
     pooled_correlation_ci,
 )
 from ropesplit.numerics.synthetic import make_qk
-
-from ropesplit.core.errors import RopesplitError
 
 SPLIT_KEYS = ("r_split", "r_split_rowcentred", "remainder_share", "w_mean", "w_var", "fg_mean",
               "fg_var", "w_fg_cov")  # fmt: skip

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.stats import head_statistics
 from ropesplit.numerics.synthetic import PATTERNS, make_qk, sweep
-
-from ropesplit.core.errors import RopesplitError
 
 
 def r_split(pattern, **kw):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from ropesplit.numerics.bound import remainder_and_bound
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import mean_rotation, mean_rotation_of

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.pooling import head_mean, pooled_share
 from ropesplit.numerics.tolerance import (
     curvature,
@@ -16,8 +18,6 @@ from ropesplit.numerics.tolerance import (
     relative_damage,
     suffix_damage,
 )
-
-from ropesplit.core.errors import RopesplitError
 
 LOSSES = arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(2, 30)),
                 elements=st.floats(0.0, 10.0))  # fmt: skip

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies
 from ropesplit.numerics.spec import RopeSpec

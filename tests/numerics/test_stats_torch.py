@@ -17,6 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
 from ropesplit.numerics import pairing, stats, stats_torch
 from ropesplit.numerics.fit import band_gram
 

@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
 from ropesplit.theory import get_step
 
 REL = 1e-9  # agreement of identities, relative to s |q| |k|

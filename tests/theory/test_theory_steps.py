@@ -14,10 +14,10 @@ import sys
 
 import pytest
 import sympy as sp
-from ropesplit.theory import STEPS, check_all, get_step
-from ropesplit.theory.sums import PAIR, PAIRS, indexed, over_pairs, summand_of
 
 from ropesplit import RopesplitError
+from ropesplit.theory import STEPS, check_all, get_step
+from ropesplit.theory.sums import PAIR, PAIRS, indexed, over_pairs, summand_of
 
 IDS = ("rope_relative", "layouts_equivalent", "logit_expansion", "split_exact",
        "remainder_bound", "exact_split_condition", "softmax_shift", "attention_bound",
