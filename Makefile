@@ -14,7 +14,7 @@ LOCK   := constraints.txt
 COMPAT_TESTS := tests/empirical/test_adapter.py tests/empirical/test_empirical_capture.py \
 	tests/test_families.py
 
-.PHONY: test report lint typecheck pytest docs docs-check bench clean lock test-compat \
+.PHONY: test test-fast report lint typecheck pytest docs docs-check bench clean lock test-compat \
 	test-compat-lowest test-compat-newest
 
 # torch first and pinned: on these machines pip takes a CPU build from local
@@ -79,6 +79,12 @@ pytest: $(STAMP)
 
 # pytest includes the strict docs build and runs the tutorial's code
 test: lint typecheck pytest
+
+# the maintainer's lane while editing: every test but those marked slow (the docs build,
+# the notebook, the report, the calibration, the real model, training); make test is all
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # the main job: theory checks, numerics table, every head of the embedded model
 # beside its random-init control, the paper's experiments, figures -> report/

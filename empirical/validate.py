@@ -40,7 +40,6 @@ __all__ = [
     "RECONSTRUCTION_TOL",
     "ROPE_TOL",
     "THETA_TOL",
-    "Reconstruction",
     "Tolerances",
     "allowed_pairs",
     "check_reconstruction",
@@ -199,26 +198,6 @@ def rebuild_probs(
                             heads=heads, dtype=dtype)  # fmt: skip
     allowed = allowed_pairs(q.shape[1], window, q.device)  # (N, N)
     return torch.softmax(logits.masked_fill_(~allowed, -math.inf), dim=-1)
-
-
-@dataclass
-class Reconstruction:
-    """How far the capture's rebuild is from the model's own tensors, one layer.
-
-    ``rope_max_rel_diff``: ``max |R q - (R q)_model| / max |(R q)_model|``
-    (queries and keys); ``logit_max_abs_diff``: ``max |W - W_model|`` over
-    the attended pairs, ``logit_scale``: ``max |W_model|`` there;
-    ``probs_max_abs_diff``: ``max |A - A_model|``.
-    """
-
-    rope_max_rel_diff: float
-    logit_max_abs_diff: float
-    logit_scale: float
-    probs_max_abs_diff: float
-
-    @property
-    def logit_max_rel_diff(self) -> float:
-        return self.logit_max_abs_diff / max(self.logit_scale, _TINY)
 
 
 _TINY = 1e-30

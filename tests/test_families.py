@@ -12,6 +12,8 @@ import families
 import pytest
 import transformers
 
+pytestmark = pytest.mark.slow  # 126 families built and analysed (make test-fast leaves it out)
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):

@@ -58,7 +58,6 @@ __all__ = [
     "NEAR",
     "RATES",
     "order_passage",
-    "rate_key",
     "rate_label",
     "scored_targets",
     "token_losses",
@@ -73,11 +72,6 @@ NEAR = 8  # the local window: a target within NEAR tokens after a moved position
 def rate_label(rate: float) -> str:
     """A rate in percent, as the record's keys write it: ``0.025 -> "2.5"``, ``0.1 -> "10"``."""
     return format(round(100 * float(rate), 6), "g")
-
-
-def rate_key(rate: float) -> str:
-    """A rate as a short JSON key: ``0.05 -> "0.05"``, ``0.10 -> "0.1"``, ``0.5 -> "0.5"``."""
-    return format(float(rate), "g")
 
 
 def token_losses(

@@ -43,6 +43,7 @@ def tiny_loader(monkeypatch):
     return calls
 
 
+@pytest.mark.slow  # every experiment
 def test_all_experiments_write_their_tables_and_json(tiny_loader, tmp_path, capsys):
     from ropesplit.empirical.experiments import EXPERIMENTS
 

@@ -340,6 +340,7 @@ def _json(record):
     return json.loads(json.dumps(_jsonable(record)))
 
 
+@pytest.mark.slow  # a claims run
 def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
     """Issue 19: disjoint shards (a SLURM array, torchrun processes) merge into the run."""
     from ropesplit.empirical.claims_run import merge_records
@@ -396,6 +397,7 @@ def test_pooled_r_split_is_the_correlation_over_all_passages_pairs():
     assert pooled == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.slow  # a claims run
 def test_the_run_judges_every_cell_and_recomputes_from_its_rows(tiny_claims):
     record = tiny_claims
     assert len(record["passages"]) == 8 and len(record["order"]) == 8
@@ -426,6 +428,7 @@ def test_the_run_refuses_too_few_passages():
         run_claims(tiny_llama(1), tokens=32, passages=4)
 
 
+@pytest.mark.slow  # a claims run
 def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_claims, tmp_path,
                                                             capsys):  # fmt: skip
     from ropesplit.cli import main
@@ -453,6 +456,7 @@ def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_clai
         assert not bad.exists()
 
 
+@pytest.mark.slow  # a claims run
 def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     """Issue 30: a Llama and a Qwen2 judged by the same tests, one record, one forest plot."""
     from ropesplit.empirical.calibration import tiny_config

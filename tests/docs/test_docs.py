@@ -19,6 +19,7 @@ def python_blocks(page: str) -> list[str]:
     return FENCE.findall((ROOT / "docs" / page).read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow  # the docs build
 def test_docs_build_strictly(tmp_path):
     """Broken links, missing pages or unresolvable API references fail."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
@@ -52,6 +53,7 @@ def test_page_code_runs_top_to_bottom(page, capsys):
             raise AssertionError(f"{page} block {i} failed: {exc!r}\n{block}") from exc
 
 
+@pytest.mark.slow  # the gallery
 def test_gallery_figures_are_what_their_records_draw(tmp_path):
     """Every figure in docs/figures is drawn from the recorded run kept beside it
     (``python -m ropesplit.figures.recorded docs/figures/records docs/figures``): a PNG there

@@ -16,6 +16,8 @@ import pytest
 from ropesplit.empirical.calibration import agree_rates, calibration, plant_slow_keys, tiny_config
 from ropesplit.empirical.verdicts import any_condition_verdict
 
+pytestmark = pytest.mark.slow  # the calibration: 43 claims runs (make test-fast leaves it out)
+
 NULL_MAX = 0.05  # at most 5% "agrees" where nothing was learned (the rule's level: 2.5%)
 PLANTED_MIN = 0.80  # at least 80% where the split holds by construction
 SPLIT_CLAIMS = (2, 3, 4)

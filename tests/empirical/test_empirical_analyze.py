@@ -237,6 +237,7 @@ print(json.dumps({{"extra": peak - rss, "grew": peak > before,
 """
 
 
+@pytest.mark.slow  # a measured peak
 def test_the_memory_estimate_follows_a_measured_peak():
     """Issue 19: check_memory is built on what the streamed capture and analysis allocate;
     a measured peak (a fresh process, 2 x 2048 tokens, the (N, N) terms dominating) stays
@@ -263,6 +264,7 @@ def smollm2():
     return load_model()
 
 
+@pytest.mark.slow  # the real model
 def test_default_model_capture_and_statistics(smollm2):
     ids = tokenize(smollm2, default_text(), 48)
     assert ids.tolist() == tokenize(smollm2, default_text(), 64)[:48].tolist()

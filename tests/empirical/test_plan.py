@@ -31,6 +31,7 @@ def test_the_tokens_axis_never_goes_past_the_run_unless_asked(tokens, given, axi
     assert grid_tokens(tokens, given) == axis
 
 
+@pytest.mark.slow  # a claims run
 def test_the_plan_counts_the_passes_the_claims_run_makes(capsys):
     """Every forward pass of the base model is counted: the capture's and the word order's,
     trained, shuffled-frequency null and twins; the plan said the same number first."""

@@ -36,6 +36,8 @@ from ropesplit.empirical.train import (
 )
 from ropesplit.empirical.train_measure import Measurer, held_out_ids, measure_loaded
 
+pytestmark = pytest.mark.slow  # training (make test-fast leaves it out)
+
 TINY = dict(steps=4, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2, warmup=1,
             checkpoints=4, val_windows=2, n_boot=50, threads=1)  # fmt: skip
 TIMING = ("seconds_measure", "seconds_train")

@@ -110,6 +110,7 @@ def test_records_hold_each_figure_with_its_number_and_source(tmp_path):
         _same(data[name], back[name], name)
 
 
+@pytest.mark.slow  # every figure
 def test_records_redraw_every_figure_byte_for_byte(tmp_path):
     """What the records draw is what the data they were written from draws: all eighteen."""
     data = _all_figures()

@@ -29,6 +29,8 @@ from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import build_document
 
+pytestmark = pytest.mark.slow  # the tiny report, end to end (make test-fast leaves it out)
+
 SETTINGS = tiny_report_settings()
 
 

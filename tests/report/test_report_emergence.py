@@ -12,6 +12,8 @@ from ropesplit.report import training
 from ropesplit.report.sections import emergence
 from ropesplit.report.sections.base import ReportInputs
 
+pytestmark = pytest.mark.slow  # training, then the report (make test-fast leaves it out)
+
 TINY = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
                    warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
 
