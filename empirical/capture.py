@@ -48,7 +48,13 @@ from ropesplit.empirical.geometry import (
     with_rest,
 )
 from ropesplit.empirical.memory import release_growth
-from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.models import (
+    LoadedModel,
+    as_input_ids,
+    as_position_ids,
+    check_positions,
+    model_pass,
+)
 from ropesplit.empirical.validate import (
     Tolerances,
     check_reconstruction,
@@ -381,14 +387,11 @@ def _run(
     on_rope = record_pre_rope(state.raw, dtype=torch.float32)  # (B, H, N, .) float32 copies
     with taps(loaded.model, loaded.attn, on_rope=on_rope, on_attention=_on_attention(state),
               on_logits=_on_logits(state)) as block, torch.no_grad():  # fmt: skip
-        # an explicit all-ones mask keeps the mask causal by index: without it,
-        # transformers reads non-+1 steps in position_ids as packed sequences;
         # without kept logits the base model runs (no (B, N, vocab) output head) and stops
         # after the last attention (_LastAttention)
         model = loaded.model if keep_logits else loaded.model.base_model
         try:
-            out = block.run(model, input_ids=ids, position_ids=pos,
-                            attention_mask=torch.ones_like(ids), use_cache=False)  # fmt: skip
+            out = block.run(model_pass, model, ids, pos)
         except _LastAttention:
             pass
     missing = [i for i in range(loaded.n_layers) if i not in state.done]

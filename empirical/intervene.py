@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,14 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
-from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.models import (
+    LoadedModel,
+    as_input_ids,
+    as_position_ids,
+    check_positions,
+    model_pass,
+    token_nll,
+)
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
 from ropesplit.numerics.spec import repeat_kv_map
@@ -221,14 +227,12 @@ def intervened_nll(
     pos = as_position_ids(ids, position_ids)  # (B, N)
     check_positions(loaded, pos)
     with contextlib.ExitStack() as stack, torch.no_grad():
-        run = loaded.model.__call__  # eager, as the edits: a null edit is bit-identical
-        if edit is not None:
-            run = partial(stack.enter_context(install(loaded, edit, pos.cpu().numpy())).run,
-                          loaded.model)  # fmt: skip
-        out = run(input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids),
-                  use_cache=False)  # fmt: skip
-    logp = torch.log_softmax(out.logits[:, :-1].double(), dim=-1)  # (B, N - 1, vocab)
-    nll = -logp.gather(2, ids[:, 1:, None])[..., 0].cpu().numpy()  # (B, N - 1)
+        if edit is None:  # eager, as the edits: a null edit is bit-identical
+            out = model_pass(loaded.model, ids, pos)
+        else:
+            state = stack.enter_context(install(loaded, edit, pos.cpu().numpy()))
+            out = state.run(model_pass, loaded.model, ids, pos)
+    nll = token_nll(out.logits[:, :-1], ids[:, 1:]).cpu().numpy()  # (B, N - 1)
     if not np.all(np.isfinite(nll)):
         raise RopesplitError(f"edit {edit}: the loss is not finite (NaN or inf logits)")
     return nll

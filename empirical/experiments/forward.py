@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.models import LoadedModel, model_pass, token_nll
 
 __all__ = [
     "CONTEXT_SHARE",
@@ -71,16 +71,11 @@ def forward_batch(
     """
     from ropesplit.empirical.adapter import fast_attention
 
-    (batch, n_tokens) = ids.shape
+    n_tokens = ids.shape[1]
     with torch.no_grad(), (fast_attention(loaded.model, loaded.attn) if fast
                            else contextlib.nullcontext()):  # fmt: skip
-        out = loaded.model(
-            input_ids=ids,
-            position_ids=positions,
-            attention_mask=torch.ones(batch, n_tokens, dtype=torch.long, device=ids.device),
-            use_cache=False,
-            logits_to_keep=n_tokens - start + 1,  # only the rows that predict the continuation
-        )
+        # only the rows that predict the continuation
+        out = model_pass(loaded.model, ids, positions, keep=n_tokens - start + 1)
     return out.logits
 
 
@@ -159,8 +154,7 @@ def logits_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
     Row ``t`` of ``logits`` predicts ``targets[t]`` (float64 log-softmax).
     """
-    logp = torch.log_softmax(logits.double(), dim=-1)  # (T, vocab)
-    return -float(logp.gather(1, targets.reshape(-1, 1).to(logp.device)).mean())
+    return float(token_nll(logits, targets.reshape(-1)).mean())
 
 
 def special_positions(loaded: LoadedModel, ids: Any) -> np.ndarray:

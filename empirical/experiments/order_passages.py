@@ -50,7 +50,7 @@ from ropesplit.core.claims import cell_key
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 from ropesplit.empirical.experiments.forward import check_inputs, forward_batch, special_positions
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.models import LoadedModel, token_nll
 from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
 
 __all__ = [
@@ -110,9 +110,7 @@ def token_losses(
         batch_pos = torch.as_tensor(np.ascontiguousarray(positions[chosen]), device=device)
         logits = forward_batch(loaded, batch_ids, batch_pos, 1, fast=fast)  # (b, N, vocab)
         for row in range(len(chosen)):  # one row at a time: float64 logits are large
-            logp = torch.log_softmax(logits[row, :-1].double(), dim=-1)  # (N - 1, vocab)
-            targets = batch_ids[row, 1:].reshape(-1, 1).to(logp.device)  # (N - 1, 1)
-            losses[lo + row] = -logp.gather(1, targets).reshape(-1).cpu().numpy()
+            losses[lo + row] = token_nll(logits[row, :-1], batch_ids[row, 1:]).cpu().numpy()
         if on_forward is not None:
             on_forward(len(chosen))
     if not np.all(np.isfinite(losses)):
