@@ -6,7 +6,7 @@ of the model (eager attention), then ``analyze`` with exact tightness
 forward pass through the taps plus validation at the logit level) timed
 apart from the statistics of all heads. Printed, all measured in this run
 (medians over ``--repeats`` interleaved runs: the machine is noisy):
-``capture/fwd``, ``analysis/fwd`` (statistics, the issue 9 target <= 2 at
+``capture/fwd``, ``analysis/fwd`` (statistics, the target <= 2 at
 N = 1024) and ``total/fwd`` (capture + statistics), with the capture's
 validation numbers (largest logit difference over the logit scale; largest
 probability difference), and the memory of the analysis alone, measured in a
@@ -25,7 +25,7 @@ with glibc's default the forward pass alone varied by 1.6x within one run.
 With ``--passages P`` each row is a batch: the first ``P`` passages of the
 default corpus (``empirical.corpus``) at ``N`` tokens each, one forward pass
 of the batch against ``analyze_batch`` of it (one streamed capture, the
-statistics of every passage; issue 19's target: capture plus analysis
+statistics of every passage; the target: capture plus analysis
 within 2x the forward pass at ``--passages 16 --tokens 512``).
 
     .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--passages P]

@@ -1,6 +1,6 @@
 """One intervened forward pass over an unmodified one, on the default model.
 
-Issue 20's target: attention from ``f + g`` (the remainder dropped, every
+The target: attention from ``f + g`` (the remainder dropped, every
 layer and head; ``empirical.intervene``) costs at most 2x the model's own
 forward pass at N = 512. For each edit: interleaved runs of the clean
 forward pass and the edited one on the same tokens (one sequence, the

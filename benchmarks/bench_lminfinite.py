@@ -1,6 +1,6 @@
 """Peak memory of LM-Infinite's attention against dense attention at 8x the training length.
 
-Issue 12: the Lambda-shaped attention (``n_local = L`` window, ``n_global``
+The Lambda-shaped attention (``n_local = L`` window, ``n_global``
 starting tokens, distances capped at ``L``) computed blockwise should need
 memory growing as ``N (2 L + n_global)``, dense causal attention as ``N^2``.
 Both are :func:`ropesplit.numerics.lambda_attention.lambda_attention` (dense:

@@ -1,4 +1,4 @@
-"""Full statistics of one head: the numerics layer against a straightforward reference (issue 3).
+"""Full statistics of one head: the numerics layer against a straightforward reference.
 
 For N = 512, 1024, 2048, 4096 (d = 64, base 1e4, the random synthetic head):
 

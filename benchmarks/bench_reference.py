@@ -1,17 +1,17 @@
-"""The extra references and exact tightness: their cost in one layer's statistics (issues 9, 10).
+"""The extra references and exact tightness: their cost in one layer's statistics.
 
 One layer shaped like SmolLM2-135M (9 query heads on 3 KV heads, d = 64, base
 1e5, random queries and keys), ``numerics.stats.layer_statistics`` three ways:
 
 - ``sampled``: no extra reference, the bound checked on a seeded sample of
-  8192 causal pairs per head (what ``analyze`` did before issue 9);
+  8192 causal pairs per head (what ``analyze`` used to do);
 - ``exact``: no extra reference, the bound checked on every causal pair (the
   default now);
 - ``exact+refs``: the default analysis: exact, and ``r_split`` under every
   reference of ``reference.COMPARED`` (distance:256, distance:1000, mean).
 
 Repeats are interleaved and the medians compared within this one run.
-Target (issue 10): the extra references cost below 30% of the analysis.
+Target: the extra references cost below 30% of the analysis.
 ``--model`` also times the whole analysis of the embedded SmolLM2-135M (the
 validated capture, then every layer's statistics, ``analyze_capture``) with
 and without the extra references, the tightness exact in both.

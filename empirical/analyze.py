@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 # the split of the columns (every reference is in by_reference anyway): the paper's own,
-# reference distance 0, the same default as numerics.stats (issue 18: the split that judges the
+# reference distance 0, the same default as numerics.stats (the split that judges the
 # paper is fixed before the data, not the one that scores best on it). The mean rotation, the
 # toolkit's best Delta-free term (docs/theory.md 6), stays one --reference away and in by_reference.
 DEFAULT_REFERENCE = "zero"
@@ -127,7 +127,7 @@ class Analysis:
         return tidy(self.to_dict(), frame=frame)
 
     def to_dict(self) -> dict[str, Any]:
-        """The issue's JSON record (without the control)."""
+        """The analysis as a JSON record (without the control)."""
         return {
             "model": self.model,
             "tokens": self.n_tokens if self.n_tokens is not None else len(self.token_ids),

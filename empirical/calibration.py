@@ -96,11 +96,12 @@ def _passages(vocab: int, seed: int) -> Any:
 
 
 def _run(model: LoadedModel, twins: dict[int, LoadedModel], seed: int) -> dict[str, Any]:
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
 
-    return run_claims(model, tokens=TOKENS, grid=(TOKENS,), passages=PASSAGES,
-                      order_passages=PASSAGES, controls=twins,
-                      passage_ids=_passages(int(model.config.vocab_size), seed))  # fmt: skip
+    settings = ClaimsSettings(tokens=TOKENS, grid=(TOKENS,), passages=PASSAGES,
+                              order_passages=PASSAGES)  # fmt: skip
+    return run_claims(model, settings, controls=twins,
+                      passage_ids=_passages(int(model.config.vocab_size), seed))
 
 
 def calibration(

@@ -33,7 +33,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ from ropesplit.empirical.geometry import (
     with_rest,
 )
 from ropesplit.empirical.memory import release_growth
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ropesplit.empirical.shuffled import ShuffledFrequencies
 from ropesplit.empirical.models import (
     LoadedModel,
     as_input_ids,
@@ -66,38 +69,66 @@ from ropesplit.empirical.validate import (
 )
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
-__all__ = ["SHUFFLED_FLAG", "Capture", "LayerCapture", "capture", "capture_batch"]
+__all__ = ["Capture", "LayerCapture", "capture", "capture_batch"]
 
-# set on a model whose frequencies models.shuffled_frequencies reassigned: its theta is checked
-# against the config's as a set (each pair against the config's value of the same rank)
-SHUFFLED_FLAG = "ropesplit_shuffled_frequencies"
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
 
 @dataclass
 class LayerCapture:
-    """One layer's capture; ``Capture[name, layer]`` reads these fields."""
+    """One layer's capture; ``Capture[name, layer]`` reads these fields and the geometry's.
+
+    ``spec`` is the layer's geometry as the numerics take it (a
+    :class:`~ropesplit.numerics.spec.RopeSpec`: theta, ``s``, layout, rotary dim, window,
+    KV map), built once from what the model applies; ``theta``, ``scale``, ``kv_map``,
+    ``window``, ``layout`` and ``rotary_dim`` read it.
+    """
 
     layer: int
     q: torch.Tensor  # (H, N, d) float32, pre-RoPE, after any q norm
     k: torch.Tensor  # (Hkv, N, d) float32, pre-RoPE, after any k norm
     cos: torch.Tensor  # (N, r) as applied
     sin: torch.Tensor  # (N, r) as applied
-    theta: np.ndarray  # (d/2,) float64; 0 for non-rotating pairs
+    spec: RopeSpec  # theta (0 for non-rotating pairs), s = attn_scale a^2, layout, r, window, map
     rope_amplitude: float  # a in cos = a cos(p theta); 1 unless an attention factor
     attn_scale: float  # the module's own scale (scaling argument)
-    scale: float  # s = attn_scale * a^2, the scale of W in docs/theory.md section 2
-    kv_map: np.ndarray  # (H,) int: KV head read by each query head
-    window: int | None  # sliding window (i - j < window) or None
     softcap: float | None  # logit soft-cap (Gemma 2) or None
-    layout: str  # "half" or "interleaved"
-    rotary_dim: int  # r: coordinates that rotate
     rope_base: float | None  # the config's RoPE base for this layer's type
     reconstruction_max_abs_diff: float  # max |A - A_model| (probabilities)
     rope_max_rel_diff: float = math.nan  # max |R q - (R q)_model| / max |(R q)_model|, q and k
     logit_max_abs_diff: float = math.nan  # max |W - W_model| over the attended pairs
     logit_scale: float = math.nan  # max |W_model| over the attended pairs
     probs: torch.Tensor | None = None  # (H, N, N) the model's own, if kept
+
+    @property
+    def theta(self) -> np.ndarray:
+        """``(d/2,)`` float64 frequencies; 0 for non-rotating pairs."""
+        return self.spec.frequencies
+
+    @property
+    def scale(self) -> float:
+        """``s = attn_scale a^2``, the scale of W in docs/theory.md section 2."""
+        return self.spec.scale
+
+    @property
+    def kv_map(self) -> np.ndarray:
+        """``(H,)`` int: the KV head each query head reads."""
+        return np.asarray(self.spec.kv_map, dtype=np.int64)
+
+    @property
+    def window(self) -> int | None:
+        """The sliding window (``i - j < window``) or None."""
+        return self.spec.window
+
+    @property
+    def layout(self) -> str:
+        """``"half"`` or ``"interleaved"``."""
+        return self.spec.layout
+
+    @property
+    def rotary_dim(self) -> int:
+        """``r``: the coordinates that rotate."""
+        return self.spec.rotary_dim or self.spec.head_dim
 
     @property
     def logit_max_rel_diff(self) -> float:
@@ -107,12 +138,6 @@ class LayerCapture:
     @property
     def head_dim(self) -> int:
         return int(self.q.shape[-1])
-
-    @property
-    def spec(self) -> RopeSpec:
-        """The geometry derived here: theta, ``s``, layout, rotary dim, window, KV map."""
-        return RopeSpec.from_arrays(self.theta, self.scale, self.layout, self.rotary_dim,
-                                    self.window, self.kv_map)  # fmt: skip
 
 
 @dataclass
@@ -174,7 +199,9 @@ class Capture:
         return getattr(self.layers[layer], name)
 
 
-_FIELD_NAMES = {f.name for f in fields(LayerCapture)} - {"layer"}
+_FIELD_NAMES = ({f.name for f in fields(LayerCapture)} - {"layer"}
+                | {"theta", "scale", "kv_map", "window", "layout", "rotary_dim",
+                   "logit_max_rel_diff", "head_dim"})  # fmt: skip
 
 
 # --------------------------------------------------------------------------- taps
@@ -197,6 +224,7 @@ class _CaptureState:
         default_factory=dict
     )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude: one derivation per table
     resident: int | None = None  # streamed: bytes resident after the first layer
+    shuffled: bool = False  # under the frequency-order null: theta checked as a set
 
 
 class _LastAttention(StopForward):
@@ -274,7 +302,7 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     seq_len = int(state.positions.max()) + 1  # what a dynamic RoPE recomputes its table for
     expected = config_theta(state.loaded.config, layer_type, r, seq_len)  # (r/2,) or None
     if expected is not None:
-        if getattr(state.loaded.model, SHUFFLED_FLAG, False):  # models.shuffled_frequencies
+        if state.shuffled:  # shuffled.shuffled_frequencies: the config's values, rank-matched
             expected = np.sort(expected)[np.argsort(np.argsort(theta_r))]
         err = float(np.max(np.abs(theta_r / expected - 1.0)))
         if err > state.tol.theta:
@@ -299,10 +327,11 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         model_logits=raw["logits"][b] if "logits" in raw else None, probs=probs, rotated=(qr, kr),
     )  # fmt: skip
     return LayerCapture(
-        layer=layer, q=q, k=k, cos=cos, sin=sin, theta=theta, rope_amplitude=amplitude,
-        attn_scale=float(attn_scale), scale=float(attn_scale) * amplitude**2, kv_map=kv_map,
-        window=window, softcap=softcap, layout=layout, rotary_dim=int(r), rope_base=base,
-        reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=rope_diff,
+        layer=layer, q=q, k=k, cos=cos, sin=sin,
+        spec=RopeSpec.from_arrays(theta, float(attn_scale) * amplitude**2, layout, int(r),
+                                  window, kv_map),
+        rope_amplitude=amplitude, attn_scale=float(attn_scale), softcap=softcap,
+        rope_base=base, reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=rope_diff,
         logit_max_abs_diff=logit_diff if "logits" in raw else math.nan,
         logit_scale=logit_scale if "logits" in raw else math.nan,
         probs=probs.float().clone() if state.keep_probs else None,
@@ -317,6 +346,7 @@ def capture(
     keep_probs: bool = True,
     keep_logits: bool = False,
     validate: bool = True,
+    null: ShuffledFrequencies | None = None,
 ) -> Capture:
     r"""Run the model once and capture every layer's pre-RoPE q/k and RoPE tables.
 
@@ -331,10 +361,13 @@ def capture(
     ``keep_probs=False`` drops the ``(H, N, N)`` probabilities after that check
     (they dominate memory at large N); ``keep_logits`` keeps the model's
     output logits ``(N, vocab)`` (without it the pass stops after the last
-    layer's attention: nothing later is needed). :func:`capture_batch` runs many sequences.
+    layer's attention: nothing later is needed). ``null``: the frequency-order null in
+    force (``shuffled.shuffled_frequencies``), whose theta is checked against the config's
+    as a set. :func:`capture_batch` runs many sequences.
     """
     ids = as_input_ids(loaded, input_ids)  # (1, N)
-    (result,) = _run(loaded, ids, position_ids, keep_probs=keep_probs, keep_logits=keep_logits)
+    (result,) = _run(loaded, ids, position_ids, keep_probs=keep_probs, keep_logits=keep_logits,
+                     null=null)  # fmt: skip
     if validate:
         check_reconstruction(result)
     return result
@@ -348,6 +381,7 @@ def capture_batch(
     on_layer: Callable[[list[LayerCapture]], None],
     validate: bool = True,
     keep_probs: bool = False,
+    null: ShuffledFrequencies | None = None,
 ) -> list[Capture]:
     r"""One forward pass of ``B`` sequences ``input_ids (B, N)``, streamed layer by layer.
 
@@ -358,11 +392,12 @@ def capture_batch(
     own activations). Returns one :class:`Capture` per sequence holding the
     validation numbers only (``q``, ``k``, tables and probabilities
     released). ``position_ids`` is ``(N,)`` for every sequence or ``(B, N)``;
-    ``keep_probs`` hands each layer's probabilities to ``on_layer`` too.
+    ``keep_probs`` hands each layer's probabilities to ``on_layer`` too; ``null`` as in
+    :func:`capture`.
     """
     ids = as_input_ids(loaded, input_ids, batch=True)  # (B, N)
     return _run(loaded, ids, position_ids, keep_probs=keep_probs, keep_logits=False,
-                on_layer=on_layer, validate=validate)  # fmt: skip
+                on_layer=on_layer, validate=validate, null=null)  # fmt: skip
 
 
 def _run(
@@ -374,6 +409,7 @@ def _run(
     keep_logits: bool,
     on_layer: Callable[[list[LayerCapture]], None] | None = None,
     validate: bool = False,
+    null: ShuffledFrequencies | None = None,
 ) -> list[Capture]:
     """The forward pass through the taps: one :class:`Capture` per sequence of ``ids (B, N)``."""
     pos = as_position_ids(ids, position_ids)  # (B, N)
@@ -382,7 +418,8 @@ def _run(
         raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
     tol = tolerances(loaded.model.dtype)
     state = _CaptureState(loaded, pos.cpu().numpy(), keep_probs, tol, on_layer, validate,
-                          stop_after=None if keep_logits else loaded.n_layers - 1)  # fmt: skip
+                          stop_after=None if keep_logits else loaded.n_layers - 1,
+                          shuffled=null is not None)  # fmt: skip
     out = None
     on_rope = record_pre_rope(state.raw, dtype=torch.float32)  # (B, H, N, .) float32 copies
     with taps(loaded.model, loaded.attn, on_rope=on_rope, on_attention=_on_attention(state),

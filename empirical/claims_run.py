@@ -29,12 +29,14 @@ other axes need no new capture and take every value of ``ropesplit.core.claims.G
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 
 __all__ = [
+    "ClaimsSettings",
     "DEFAULT_GRID_TOKENS",
     "DEFAULT_ORDER_PASSAGES",
     "DEFAULT_PASSAGES",
@@ -112,43 +114,66 @@ def _corpus_ids(loaded: LoadedModel, spec: str, n_tokens: int, need: int) -> tup
     return label, passage_ids(loaded, texts, n_tokens, count=need, min_count=need)
 
 
+@dataclass(frozen=True)
+class ClaimsSettings:
+    """What one claims run measures (``ropesplit claims``' options and the report's), checked
+    when built: ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis
+    (default :data:`DEFAULT_GRID_TOKENS` up to ``tokens``; ``tokens`` added,
+    :func:`grid_tokens`); ``corpus`` the run's corpus (None: ``empirical.corpus``' default);
+    ``second_corpus`` the corpus axis' other value (``""``: :data:`SECOND_CORPUS` of the
+    run's corpus, or ``"prose"``; None: the run's corpus only); ``passages`` and
+    ``order_passages`` the counts of claims 2-5 and of the word order; ``seed`` every draw's;
+    ``batch_size`` the word order's rows per forward pass; ``shard=(A, B)`` measures only
+    the run's passages ``A..B-1`` of each corpus (a SLURM array task, an
+    ``accelerate``/``torchrun`` process): :func:`merge_records` of shards covering the run
+    is the run's record."""
+
+    corpus: str | None = None
+    second_corpus: str | None = ""
+    tokens: int = 512
+    grid: tuple[int, ...] | None = None
+    passages: int = DEFAULT_PASSAGES
+    order_passages: int = DEFAULT_ORDER_PASSAGES
+    seed: int = 0
+    batch_size: int = 8
+    shard: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        from ropesplit.core.errors import RopesplitError
+
+        passage_ranges(self.passages, self.order_passages, self.shard)
+        grid_tokens(self.tokens, self.grid)
+        if self.batch_size < 1:
+            raise RopesplitError(f"batch_size must be at least 1, got {self.batch_size}")
+
+
 def run_claims(
     loaded: LoadedModel,
+    settings: ClaimsSettings | None = None,
     *,
-    corpus: str | None = None,
-    second_corpus: str | None = "",
-    tokens: int = 512,
-    grid: Sequence[int] | None = None,
-    passages: int = DEFAULT_PASSAGES,
-    order_passages: int = DEFAULT_ORDER_PASSAGES,
-    seed: int = 0,
-    batch_size: int = 8,
     controls: dict[int, LoadedModel] | None = None,
     passage_ids: Any = None,
-    shard: tuple[int, int] | None = None,
     on_passage: Callable[[int], Any] | None = None,
     on_stage: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
-    """The record of the module docstring.
+    """The record of the module docstring, for ``settings`` (:class:`ClaimsSettings`; its
+    defaults when None).
 
-    ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis (default
-    :data:`DEFAULT_GRID_TOKENS` up to ``tokens``; ``tokens`` added, :func:`grid_tokens`).
-    ``second_corpus`` is the corpus axis' other value (``""``: :data:`SECOND_CORPUS` of
-    the run's corpus, or ``"prose"``; None: the run's corpus only). ``controls`` (seed ->
-    twin) are built when absent; ``passage_ids`` (an ``empirical.corpus.PassageIds``, or a
-    mapping corpus label -> one) replaces the corpora, e.g. for a model without a
-    tokenizer (then the axis holds the lengths up to theirs).
-    ``shard=(A, B)`` measures only the run's passages ``A..B-1`` of each corpus (a SLURM
-    array task, an ``accelerate``/``torchrun`` process): :func:`merge_records` of shards
-    covering the run is the run's record. ``on_stage(text)`` hears the plan
-    (``empirical.plan``: the forward passes by kind, the minutes from a timed warm-up)
-    before the first forward pass, then each stage.
+    ``controls`` (seed -> twin) are built when absent; ``passage_ids`` (an
+    ``empirical.corpus.PassageIds``, or a mapping corpus label -> one) replaces the
+    corpora, e.g. for a model without a tokenizer (then the axis holds the lengths up to
+    theirs). ``on_stage(text)`` hears the plan (``empirical.plan``: the forward passes by
+    kind, the minutes from a timed warm-up) before the first forward pass, then each stage;
+    ``on_passage(1)`` follows the passages.
     """
     from ropesplit.core.errors import RopesplitError
     from ropesplit.empirical.corpus import DEFAULT_CORPUS
     from ropesplit.empirical.experiments.order_passages import order_passage
     from ropesplit.empirical.passages import measure_passages
 
+    s = settings or ClaimsSettings()
+    corpus, second_corpus, tokens, grid = s.corpus, s.second_corpus, s.tokens, s.grid
+    passages, order_passages, seed, shard = s.passages, s.order_passages, s.seed, s.shard
     measured, ordered = passage_ranges(passages, order_passages, shard)
     need = max(passages, order_passages)
     lo, hi = shard or (0, need)
@@ -174,7 +199,7 @@ def run_claims(
 
         from ropesplit.empirical.plan import claims_plan, warmup
 
-        plan = claims_plan(lengths, len(corpora), measured, ordered, batch_size)
+        plan = claims_plan(lengths, len(corpora), measured, ordered, s.batch_size)
         on_stage(replace(plan, per_token=warmup(loaded)).text())
     if controls is None:
         controls = {s: random_init_twin(loaded, s) for s in CONTROL_SEEDS}
@@ -193,7 +218,7 @@ def run_claims(
             on_stage(f"{label}: word order, {len(ordered)} passages; {power}")
         for p in ordered:
             got = order_passage(loaded, chosen.ids[p, : lengths[-1]].numpy(), lengths=lengths,
-                                seed=seed * 1000 + p, batch_size=batch_size)  # fmt: skip
+                                seed=seed * 1000 + p, batch_size=s.batch_size)  # fmt: skip
             order.append({"corpus": label, "passage": p, "name": chosen.names[p], **got})
             if on_passage is not None:
                 on_passage(1)
@@ -297,9 +322,10 @@ def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
 def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One models x claims record from claims records (``ropesplit claims --model A --model
     B``, ``ropesplit compare``): per model and claim the headline verdict, its robustness
-    over the grid, the estimate (the first primary condition's interval), its threshold
-    and origin, the paper's own number where it gives one, and the first null's interval.
-    Models of the same name are numbered apart."""
+    over the grid, ``conditions``: every primary condition's estimate (its interval), its
+    threshold, direction and origin (the first's also as the row's ``measure``,
+    ``estimate``, ``threshold``), the paper's own number where it gives one, and the first
+    null's interval. Models of the same name are numbered apart."""
     from ropesplit.core.errors import RopesplitError
 
     if not records:
@@ -313,10 +339,16 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for claim in record["claims"]:
             first = claim["conditions"][0]
             null = claim["nulls"][0] if claim["nulls"] else None
+            conditions = [{"measure": c["measure"], "compare": c.get("compare", "level"),
+                           "null": c.get("null"), "estimate": c["interval"],
+                           "threshold": c["threshold"], "direction": c["direction"],
+                           "origin": c["origin"], "n": c["n"], "unit": c.get("unit")}
+                          for c in claim["conditions"]]  # fmt: skip
             rows.append({
                 "model": name, "claim": claim["claim"], "statement": claim["statement"],
                 "verdict": claim["verdict"], "robustness": claim.get("robustness"),
                 "robust_statement": claim.get("robust_statement"), "cell": claim["cell"],
+                "conditions": conditions,
                 "measure": first["measure"], "estimate": first["interval"],
                 "threshold": first["threshold"], "direction": first["direction"],
                 "origin": first["origin"], "n": first["n"],

@@ -117,10 +117,11 @@ def _pooled(runs: list[dict[str, Any]], base: float, stat: str, *, change: bool)
 def verdict(runs: list[dict[str, Any]], pred: dict[str, Any], *, n_boot: int, seed: int
             ) -> dict[str, Any]:  # fmt: skip
     """Each prediction of :func:`prediction` judged on the changes from random init, with the
-    training seed as the unit (issue 21): per seed, the mean over heads of final minus step
-    0 at each base, paired by seed across the bases, a t interval over seeds (at least
-    :data:`MIN_SEEDS`). Also records the final levels (``final_many``, ``final_few``), unjudged,
-    as bootstrap intervals over the pooled heads (``n_boot``, ``seed``)."""
+    training seed as the unit (heads of one run are not replicates): per seed, the mean over
+    heads of final minus step 0 at each base, paired by seed across the bases, a t interval
+    over seeds (at least :data:`MIN_SEEDS`). Also records the final levels (``final_many``,
+    ``final_few``), unjudged, as bootstrap intervals over the pooled heads (``n_boot``,
+    ``seed``)."""
     many, few = pred["many"], pred["few"]
     tests = (("r_split", +1), ("remainder_share", -1), ("lowfreq_share_k", +1))
     out = {}
@@ -159,7 +160,7 @@ def _seed_values(runs: list[dict[str, Any]], base: float, value: Any) -> np.ndar
 
 
 def task_prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:
-    """The recall task's predictions (issue 21), from the bound, stated before training."""
+    """The recall task's predictions, from the bound, stated before training."""
     record = prediction(cfg, bases)
     if "statement" not in record:
         return record

@@ -1,6 +1,6 @@
 r"""Edit the split inside the forward pass: attention from ``W + Delta W`` on chosen heads.
 
-The interventions of issue 20 (the changes :math:`\Delta W` are the formulas
+The interventions that test the split causally (the changes :math:`\Delta W` are the formulas
 of :mod:`ropesplit.numerics.intervention`; nothing is computed here but the
 arrays they take). Through the one patching module
 (:func:`ropesplit.empirical.adapter.taps`, as LM-Infinite):

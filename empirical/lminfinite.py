@@ -64,7 +64,7 @@ from ropesplit.numerics.lambda_attention import (
     far_query_key,
     lambda_attention,
 )
-from ropesplit.numerics.spec import repeat_kv_map
+from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
 __all__ = [
     "SETTINGS",
@@ -196,10 +196,10 @@ def _layer_capture(layer: int, raw: dict[str, Any], positions: np.ndarray, state
             "applied cos/sin do not reproduce the model's rotation"
         )
     return LayerCapture(
-        layer=layer, q=q, k=k, cos=cos, sin=sin, theta=full_theta(theta_r, d),
-        rope_amplitude=amplitude, attn_scale=raw["scaling"],
-        scale=raw["scaling"] * amplitude**2, kv_map=repeat_kv_map(q.shape[0], k.shape[0]),
-        window=None, softcap=None, layout=layout, rotary_dim=int(r), rope_base=None,
+        layer=layer, q=q, k=k, cos=cos, sin=sin,
+        spec=RopeSpec.from_arrays(full_theta(theta_r, d), raw["scaling"] * amplitude**2, layout,
+                                  int(r), None, repeat_kv_map(q.shape[0], k.shape[0])),
+        rope_amplitude=amplitude, attn_scale=raw["scaling"], softcap=None, rope_base=None,
         reconstruction_max_abs_diff=math.nan, rope_max_rel_diff=diff,
     )  # fmt: skip
 
@@ -272,7 +272,7 @@ def windowed_nll(
 
     When the text starts with the model's BOS token (``config.bos_token_id``)
     every window starts with it too, as every sequence the model was trained
-    on did (issue 18: a window cut mid-text without it measured the model off
+    on did (a window cut mid-text without it measured the model off
     its training distribution): windows are ``BOS`` plus ``L - 1`` text
     tokens, ``s_n = window_starts(N - 1, L - 1)`` over the text after BOS.
     """

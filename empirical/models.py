@@ -53,7 +53,7 @@ __all__ = [
     "model_pass",
     "random_init_twin",
     "resolve_source",
-    "shuffled_frequencies",
+    "self_name",
     "token_nll",
 ]
 
@@ -166,13 +166,37 @@ def resolve_source(model: str | None, gguf_file: str | None) -> tuple[str, str |
         folder, name = default_model_path()
         return str(folder), gguf_file or name, DEFAULT_NAME
     path = Path(model).expanduser()
-    if path.is_file() and path.suffix == ".gguf" and gguf_file is None:
-        return str(path.parent), path.name, path.stem  # a .gguf passed as --model
+    if path.is_file() and path.suffix == ".gguf" and gguf_file is None:  # a .gguf as --model
+        return str(path.parent), path.name, self_name(path) or path.stem
     if not path.exists() and _looks_like_path(model):
         raise RopesplitError(f"model path {model} does not exist")
     if gguf_file is not None and path.is_dir() and not (path / gguf_file).is_file():
         raise RopesplitError(f"GGUF file {gguf_file} not found in folder {model}")
-    return (str(path) if path.exists() else model), gguf_file, model
+    if not path.exists():  # a hub id names itself
+        return model, gguf_file, model
+    named = self_name(path / gguf_file if gguf_file else path)
+    return str(path), gguf_file, named or model
+
+
+def self_name(path: Path) -> str | None:
+    """The name a local model gives itself: a GGUF file's ``general.name``, or the hub id
+    a folder's ``config.json`` records as ``_name_or_path``; None when it gives none
+    (then the path names it)."""
+    import json
+
+    try:
+        if path.suffix == ".gguf":
+            from gguf import GGUFReader
+
+            field = GGUFReader(str(path)).fields.get("general.name")
+            name = bytes(field.parts[field.data[0]]).decode("utf-8") if field else None
+        else:
+            name = json.loads((path / "config.json").read_text("utf-8")).get("_name_or_path")
+    except Exception:  # an unreadable header or config: the loader reports it in one line
+        return None
+    if not isinstance(name, str) or not name.strip() or _looks_like_path(name):
+        return None
+    return name.strip()
 
 
 @contextlib.contextmanager
@@ -349,50 +373,6 @@ def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
         device=str(loaded.device), seed=seed,
     )  # fmt: skip
     return LoadedModel(twin.model, loaded.tokenizer, loaded.name, True, seed, twin.attn)
-
-
-@contextlib.contextmanager
-def shuffled_frequencies(loaded: LoadedModel, seed: int) -> Iterator[LoadedModel]:
-    r"""Within the block the model's RoPE frequencies are shuffled over the pairs.
-
-    Every RoPE frequency table, a tensor attribute named ``inv_freq`` or
-    ``{layer_type}_inv_freq`` of any module (one per model; in Gemma 3 one per
-    layer type, either two modules or two tables of one module, by the version
-    of transformers), has its :math:`\theta_l` reassigned to the pairs in a
-    seeded order, ``numpy.random.default_rng([seed, table index])``, so pair
-    :math:`l` turns at :math:`\theta_{\pi(l)}` in every layer while every weight
-    stays trained: the frequency-order null of claims 4 and 5 run through the
-    model itself (positions still move its later layers). A table's
-    ``original_inv_freq`` twin (what dynamic scalings reset to) moves with it.
-    Restored on exit.
-    """
-    import numpy as np
-    import torch
-
-    tables = [(m, name) for _, m in loaded.model.named_modules()
-              for name in dict.fromkeys([*m._buffers, *vars(m)])  # buffers, then attributes
-              if name.endswith("inv_freq") and not name.endswith("original_inv_freq")
-              and isinstance(getattr(m, name, None), torch.Tensor)]  # fmt: skip
-    if not tables:
-        raise RopesplitError(f"{loaded.name} has no rotary embedding module with inv_freq")
-    from ropesplit.empirical.capture import SHUFFLED_FLAG
-
-    saved: list[tuple[Any, str, Any]] = []  # (module, attribute, tensor before)
-    try:
-        setattr(loaded.model, SHUFFLED_FLAG, True)
-        for index, (module, name) in enumerate(tables):
-            table = getattr(module, name)
-            order = np.random.default_rng([seed, index]).permutation(table.numel())
-            for attr in (name, name.removesuffix("inv_freq") + "original_inv_freq"):
-                before = getattr(module, attr, None)
-                if isinstance(before, torch.Tensor):
-                    saved.append((module, attr, before))
-                    setattr(module, attr, before[torch.as_tensor(order, device=before.device)])
-        yield loaded
-    finally:
-        setattr(loaded.model, SHUFFLED_FLAG, False)
-        for module, attr, before in reversed(saved):
-            setattr(module, attr, before)
 
 
 def attention_modules(model: Any) -> list[Any]:

@@ -11,7 +11,7 @@ is measured from it. Three forward passes per group of passages:
   with its position ids jittered by up to :data:`JITTER` (BOS and special
   tokens kept);
 - the **shuffled-frequency** model: the same weights with the RoPE
-  frequencies reassigned to the pairs (``models.shuffled_frequencies``,
+  frequencies reassigned to the pairs (``shuffled.shuffled_frequencies``,
   seeded by the twin seed), at both sets of positions: the null of claim 5,
   a model whose own run still moves with the positions;
 - the **random-init twin** (seed ``CONTROL_SEEDS[p mod 5]``; passages of one
@@ -52,8 +52,9 @@ from ropesplit.core.claims import CONTROL_SEEDS, axis
 from ropesplit.empirical.capture import LayerCapture, capture_batch
 from ropesplit.empirical.experiments.base import default_layers
 from ropesplit.empirical.experiments.forward import special_positions
-from ropesplit.empirical.models import LoadedModel, shuffled_frequencies
+from ropesplit.empirical.models import LoadedModel
 from ropesplit.empirical.perturb import movable_positions, perturbed_positions
+from ropesplit.empirical.shuffled import ShuffledFrequencies, shuffled_frequencies
 from ropesplit.numerics.workers import map_each, side_by_side
 
 __all__ = [
@@ -245,14 +246,16 @@ def _twin_layer(p: _Passage, text: LayerCapture, lengths: Sequence[int], fitted:
 
 
 def _stream(loaded: LoadedModel, ids: torch.Tensor, positions: np.ndarray,
-            each: Callable[[int, list[LayerCapture]], None], count: int) -> None:  # fmt: skip
+            each: Callable[[int, list[LayerCapture]], None], count: int,
+            null: ShuffledFrequencies | None = None) -> None:  # fmt: skip
     """One validated forward pass of ``ids (B, N)`` at ``positions (B, N)``; per layer,
-    ``each(b, layers)`` for ``b < count`` side by side (``layers``: the batch's captures)."""
+    ``each(b, layers)`` for ``b < count`` side by side (``layers``: the batch's captures);
+    ``null``: the frequency-order null in force."""
 
     def on_layer(layers: list[LayerCapture]) -> None:
         map_each(lambda b: each(b, layers), range(count), side_by_side(layers[0].q.device))
 
-    capture_batch(loaded, ids, torch.as_tensor(positions), on_layer=on_layer)
+    capture_batch(loaded, ids, torch.as_tensor(positions), on_layer=on_layer, null=null)
 
 
 def _every(layer: np.ndarray) -> np.ndarray:
@@ -466,8 +469,8 @@ def measure_passages(
         def twin(b: int, got: list[LayerCapture], group: list[int] = group) -> None:
             _twin_layer(passages[group[b]], got[b], lengths, fitted)
 
-        with shuffled_frequencies(loaded, cs):
-            _stream(loaded, both, positions, shuffled, count)
+        with shuffled_frequencies(loaded, cs) as null:
+            _stream(loaded, both, positions, shuffled, count, null)
         _stream(controls[cs], both[:count], positions[:count], twin, count)
         for k in group:
             p = passages[k]

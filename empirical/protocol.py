@@ -1,4 +1,4 @@
-r"""The protocol table: what moves the measured ``r_split`` towards the paper's 0.959 (issue 10).
+r"""The protocol table: what moves the measured ``r_split`` towards the paper's 0.959.
 
 The paper reports one number and not how it was measured.  Each choice below
 is a protocol decision a reader of the paper cannot see; the table measures

@@ -1,4 +1,4 @@
-r"""Synthetic training tasks where content or position decides the answer (issue 21).
+r"""Synthetic training tasks where content or position decides the answer.
 
 Sequences of ``L`` tokens over ``V`` content tokens (:func:`task_vocab`):
 ``K = V - V // 4`` keys (ids ``0..K-1``) and ``V // 4`` values (ids

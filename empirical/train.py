@@ -1,4 +1,4 @@
-r"""Train a small RoPE language model here and keep log-spaced checkpoints (issue 11).
+r"""Train a small RoPE language model here and keep log-spaced checkpoints.
 
 The paper's claim is that training creates the pattern behind the split
 (docs/theory.md section 5: key deviations in the slow pairs, ``lowfreq_share_k``

@@ -9,7 +9,7 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
   ``numerics.stats.layer_statistics`` per window, means over windows)
   ``r_split``, ``remainder_share``, ``tightness_max``, ``lowfreq_share_k``,
   ``lowfreq_share_q`` and the rest of ``analyze.STATISTICS``, with ``kbar``
-  the mean key **without the BOS token** (issue 21: one outlier key can
+  the mean key **without the BOS token** (one outlier key can
   dominate the energy shares), and ``weighted_slow_share``, the share of
   the bound's weight :math:`|\tilde q_l||\tilde\delta_l|` in the slow pairs,
   :math:`\theta_l L < 1` (``numerics.emergence.weighted_slow_share``);
@@ -46,7 +46,7 @@ __all__ = ["FIGURE_STATS", "Measurer", "control_record", "held_out_ids", "measur
            "task_scores", "validation"]
 
 FIGURE_STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k",
-                "lowfreq_share_q")  # fmt: skip  # the issue's statistics, in figure order
+                "lowfreq_share_q")  # fmt: skip  # the statistics figure 11 plots, in order
 
 
 def held_out_ids(cfg: TrainConfig) -> np.ndarray:

@@ -20,6 +20,7 @@ Modules, one idea each:
     tolerance   the damage a word-order perturbation does to the loss (claim 1)
     intervention  the change each edit of the split makes to a head's logits
     lambda_attention  LM-Infinite's Lambda-shaped attention with its distance cap (4)
+    length      the length experiment's statistics: buckets, trained ranges, shares (4)
     emergence   what watching the pattern emerge in training needs (sections 3, 5)
     synthetic   queries and keys that satisfy, ignore or violate the pattern
     workers     independent statistics side by side, one thread per item

@@ -22,7 +22,7 @@ effect of ``E^D``. Per head and ``D`` (over the causal pairs):
 - ``query_share``: the share of ``X = W^D - W^0`` that a query-only term
   explains, ``1 - sum (X_ij - xbar_i)^2 / sum X_ij^2`` with ``xbar_i`` the
   row mean (``X = f(q_i, D) - f(q_i, 0) + E^D`` since ``E^0 = 0``): exactly 1
-  when ``E = 0``. Flawed as a test (issue 18): it divides by ``|X|``, which is
+  when ``E = 0``. Flawed as a test: it divides by ``|X|``, which is
   small when ``kbar`` sits in slow pairs (``f`` barely moves with ``D``), so a
   tiny ``E^D`` drags it far below 1; kept as a description only;
 - ``visible_change``: ``||rc(W^D - W^0)|| / ||rc(W^0)||`` with ``rc`` each
@@ -125,7 +125,7 @@ def query_only_share(x: Any, mask: Any) -> np.ndarray:
 
     (the row mean is the best query-only term in least squares). NaN where
     ``x`` is 0 on the mask. As a test of the split on ``x = W^D - W^0`` it is
-    flawed (issue 18): the denominator is ``|W^D - W^0|``, small when ``kbar``
+    flawed: the denominator is ``|W^D - W^0|``, small when ``kbar``
     sits in slow pairs, so a tiny remainder can pull the share far below 1;
     :func:`controlled_distance`'s ``visible_change`` divides by ``rc(W^0)``
     instead.
@@ -164,7 +164,7 @@ def controlled_distance(
     ``W^0 = f(q, 0) + g`` exactly, so ``D = 0`` is the reference, not a test).
     Returns the :data:`DISTANCE_MEASURES` and ``key_var`` (the same for every
     ``D``: the weight of :func:`weighted_key_corr`). ``query_share`` is
-    descriptive only (issue 18, :func:`query_only_share`); ``visible_change``
+    descriptive only (see :func:`query_only_share`); ``visible_change``
     is NaN where ``rc(W^0)`` is 0.
     """
     q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)

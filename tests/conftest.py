@@ -8,7 +8,7 @@ TINY_VOCAB = 128  # vocabulary of every tiny model here
 
 
 def llama_config(**fields):
-    """The one place the tests build a ``transformers.LlamaConfig`` (issue 22): ``fields`` as
+    """The one place the tests build a ``transformers.LlamaConfig``: ``fields`` as
     given, nothing else defaulted here, so each test states the shape it needs."""
     import transformers as T
 
@@ -150,5 +150,5 @@ def tiny_report(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(stages, "_load", _tiny_load)
     patch.setattr(stages, "_claims_ids", tiny_passages)
     patch.setattr(stages, "_intervention_ids", _tiny_intervention_passages)
-    patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # issue 11's stage, tiny
-    patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # issue 21's, tiny
+    patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # the train stage, tiny
+    patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # the recall stage, tiny

@@ -67,19 +67,19 @@ def test_numerics_never_imports_transformers():
     assert out.stdout.strip() == "False"
 
 
-# ---------------------------------------------------------- import edges between layers (issue 9)
+# -------------------------------------------------------------------- import edges between layers
 
 LAYER_FOLDERS = {"theory": "ropesplit.theory", "numerics": "ropesplit.numerics",
                  "empirical": "ropesplit.empirical", "ropesplit": "ropesplit"}  # fmt: skip
 # every layer may import the ground floor: errors, io, the paper's numbers and the claims
-# registry (issue 31); it imports no layer
+# registry; it imports no layer
 BASE = {"ropesplit.core"}
 ALLOWED = {
     "ropesplit.core": set(),
     "ropesplit.theory": BASE,
     "ropesplit.numerics": BASE | {"ropesplit.theory"},
     "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics"},
-    # figures draw from plain data (issue 31): ropesplit.report.figure_data computes it
+    # figures draw from plain data: ropesplit.report.figure_data computes it
     "ropesplit.figures": BASE | {"ropesplit.theory"},
     "ropesplit.report": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
                                 "ropesplit.figures"},
@@ -214,7 +214,7 @@ def _private_imports(folder: Path, package: str) -> list[str]:
 
 
 def test_no_module_imports_another_modules_private_names():
-    """Issue 31: what one module shares with another has a public name (``stats.tightness``,
+    """What one module shares with another has a public name (``stats.tightness``,
     ``rope.check_layout``); a leading underscore means "this module only"."""
     bad = [line for folder, package in LAYER_FOLDERS.items()
            for line in _private_imports(ROOT / folder, package)]  # fmt: skip
@@ -265,7 +265,7 @@ def _reaches_into_transformers(path: Path) -> list[str]:
 
 def test_only_the_adapter_reaches_into_transformers():
     """Outside empirical/adapter.py no module reads ``sys.modules`` or assigns to an
-    attribute of a transformers module (issue 36: one adapter, public seams)."""
+    attribute of a transformers module (one adapter: only it breaks when transformers moves)."""
     files = [p for layer in ("theory", "numerics", "empirical", "ropesplit")
              for p in (ROOT / layer).rglob("*.py") if p != ADAPTER]  # fmt: skip
     found = [line for p in files for line in _reaches_into_transformers(p)]

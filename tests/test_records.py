@@ -1,4 +1,4 @@
-"""One record builder per layer: the CLI and the report write the same records (issue 31).
+"""One record builder per layer: the CLI and the report write the same records.
 
 ``ropesplit derive --check --json`` and the report's ``derive`` stage both return
 ``theory.derive_record``; ``ropesplit bound --json`` and the report's ``bound`` stage both

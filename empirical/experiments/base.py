@@ -84,7 +84,7 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ou
             f"[{large['ci_low']:.3f}, {large['ci_high']:.3f}]")  # fmt: skip
     ends = [small["ci_low"], small["ci_high"], large["ci_low"], large["ci_high"]]
     if not all(math.isfinite(float(x)) for x in ends):
-        # one draw has no interval (issue 18: a zero-width interval is never decisive)
+        # one draw has no interval (a zero-width interval is never decisive)
         return Outcome("inconclusive", f"{text}: no interval (fewer than 2 draws)")
     if large["ci_low"] > small["ci_high"]:
         return Outcome("agrees", f"{text}: {rise}")

@@ -18,7 +18,7 @@ head and ``D``:
 - ``query_share``: the share of ``W^D - W^0`` a query-only term explains
   (exactly 1 when ``E = 0``), shown only: it divides by ``|W^D - W^0|``, small
   when ``kbar`` sits in slow pairs, so a head with a tiny remainder can score
-  low (issue 18);
+  low;
 - ``key_var``: the variance of ``g``'s key effect, the weight of the head in
   the layer and overall means of ``key_corr`` (a positional head with a nearly
   constant key effect has an arbitrary correlation and almost no weight);

@@ -173,7 +173,7 @@ def seed_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
               \pm t_{0.975,\,S-1}\,\mathrm{sd}_s/\sqrt S
 
     (``numerics.intervals.t_interval``: the draws are the replicates; a
-    percentile bootstrap over 3-8 draws under-covers, issue 18). A single
+    percentile bootstrap over 3-8 draws under-covers). A single
     draw has no interval: ``ci_low`` and ``ci_high`` are NaN, which every
     verdict reads as inconclusive. ``seed`` is kept for the signature (the t
     interval draws nothing).

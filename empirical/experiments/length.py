@@ -36,8 +36,8 @@ Per setting and bucket (queries in the bucket, pairs the setting attends):
   ``2/(n+1)`` of a fresh sample lies outside whatever the distribution);
 - ``f_outside_query``: the share of attended pairs whose ``f(q_i, Delta)``
   leaves query ``i``'s own range over the distances ``0..L``
-  (``numerics.lambda_attention.positional_range``): 0 at every trained
-  distance, so any share is an unseen angle (issue 18);
+  (``numerics.length.positional_range``): 0 at every trained
+  distance, so any share is an unseen angle;
 - ``g_shift``: RMS change of ``g`` against the vanilla pass on the same
   pairs, relative to vanilla's (0 in layer 0, where q/k do not depend on
   the attention; the vanilla rows are the reference, 0 by definition).
@@ -65,12 +65,11 @@ from ropesplit.empirical.lminfinite import (
     windowed_nll,
 )
 from ropesplit.empirical.models import LoadedModel
-from ropesplit.numerics.lambda_attention import (
-    N_GLOBAL,
+from ropesplit.numerics.lambda_attention import N_GLOBAL, lambda_mask
+from ropesplit.numerics.length import (
     bucket_edges,
     bucket_means,
     component_range,
-    lambda_mask,
     outside_query_range,
     positional_range,
     rank_correlation,

@@ -54,7 +54,7 @@ __all__ = ["EXPERIMENT", "ORDER_RATES", "TOLERANCE", "judge", "order_inputs", "v
 
 ORDER_RATES = (0.02, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.20)  # target shares moved
 # "barely moves": the loss ratio stays within 1 +- 5%; the toolkit's reading of "barely", not a
-# number from the paper (the claim's verdict is the nested test of ropesplit.core.claims, issue 18)
+# number from the paper (the claim's verdict is the nested test of ropesplit.core.claims)
 TOLERANCE = 0.05
 
 PREDICTION = (

@@ -224,7 +224,7 @@ def _run(context: Context) -> list[Row]:
 
 def judge(row: Row) -> Outcome:
     """Whether the semantic term carries less than :data:`G_SHARE` of the logit change in the
-    perturbed run (``g_share``: a statistic a model can fail, issue 18). The bound per pair
+    perturbed run (``g_share``: a statistic a model can fail). The bound per pair
     (tightness <= 1) and layer 0's unmoved g are theorems: a failure there is a bug in the
     code or the capture, and the row disagrees with a reason saying so."""
     numbers = (f"{row['scheme']} t={row['t']}: g_share {row['g_share']:.3f}, tightness "

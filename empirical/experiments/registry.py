@@ -45,13 +45,13 @@ EXPERIMENTS: dict[str, Experiment] = {
     "order": order.EXPERIMENT,
     "position": position.EXPERIMENT,
     "length": length.EXPERIMENT,
-    "remainder": remainder.EXPERIMENT,  # the interventions (issue 20): empirical.intervene
+    "remainder": remainder.EXPERIMENT,  # edits inside the forward pass: empirical.intervene
     "keys": keys.EXPERIMENT,
     "terms": terms.EXPERIMENT,
     "shuffle": shuffle.EXPERIMENT,
 }
 
-# the experiments that edit the model's attention (issue 20): they measure a corpus, not the text
+# the experiments that edit the model's attention: they measure a corpus, not the text
 INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
 
 # the prediction of each experiment, in words (the report and the CLI print them)
@@ -67,14 +67,9 @@ def _chosen(experiments: Sequence[str]) -> list[Experiment]:
     return [e for name, e in EXPERIMENTS.items() if name in experiments]
 
 
-def forward_count(experiments: Sequence[str], settings: Settings | int | None = None) -> int:
-    """Forward passes the experiments run at most (a progress bar's total).
-
-    ``settings`` may be a seed count (the old signature ``forward_count(names, seeds)``).
-    """
-    if settings is None or isinstance(settings, int):
-        settings = Settings() if settings is None else Settings(seeds=settings)
-    return sum(e.forward_count(settings) for e in _chosen(experiments))
+def forward_count(experiments: Sequence[str], settings: Settings | None = None) -> int:
+    """Forward passes the experiments run at most (a progress bar's total)."""
+    return sum(e.forward_count(settings or Settings()) for e in _chosen(experiments))
 
 
 def _header(context: Context) -> dict[str, Any]:
@@ -100,10 +95,6 @@ def run_experiments(
     *,
     experiments: Sequence[str] = tuple(EXPERIMENTS),
     settings: Settings | None = None,
-    seeds: int | None = None,
-    seed: int | None = None,
-    layers: Sequence[int] | None = None,
-    batch_size: int | None = None,
     on_forward: Callable[[int], Any] | None = None,
     on_stage: Callable[[str], Any] | None = None,
     passages: Any = None,
@@ -111,8 +102,8 @@ def run_experiments(
 ) -> dict[str, Any]:
     r"""Run the chosen experiments of :data:`EXPERIMENTS`; the record of the module docstring.
 
-    ``settings`` (default :class:`~.base.Settings`) may be overridden field
-    by field with ``seeds``, ``seed``, ``layers``, ``batch_size``.
+    ``settings`` (:class:`~.base.Settings`: draws, seed, layers, batch size) default to
+    its defaults.
     ``on_forward(k)`` follows the forward passes, ``on_stage(name)``
     announces each experiment. Every row gets ``verdict`` and ``reason``
     from its experiment's ``judge``. ``passages`` ``(P, N)`` token ids are the
@@ -121,13 +112,7 @@ def run_experiments(
     are checked and before the first pass.
     """
     chosen = _chosen(experiments)
-    base = settings or Settings()
-    settings = Settings(
-        seeds=base.seeds if seeds is None else seeds,
-        seed=base.seed if seed is None else seed,
-        layers=base.layers if layers is None else tuple(layers),
-        batch_size=base.batch_size if batch_size is None else batch_size,
-    )
+    settings = settings or Settings()
     ids = as_input_ids(loaded, input_ids)[0].cpu()  # (N,)
     context = Context(loaded, ids, settings, on_forward, passages=passages)
     context_length(context.n_tokens)  # enough tokens for a context and a continuation

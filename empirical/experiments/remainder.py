@@ -1,6 +1,6 @@
 r"""Remove the remainder: attention from ``f + g`` alone, against a removal of the same size.
 
-Claim 2 made causal (issue 20). In every layer and head, the logits are
+Claim 2 made causal, by editing the forward pass. In every layer and head, the logits are
 replaced by the split's two terms (:math:`W + \Delta W` with :math:`\Delta W
 = -E^m`, ``numerics.intervention.drop_remainder``), under the paper's split
 (``zero``, :math:`m = 1`; the primary row) and the mean rotation (``mean``;

@@ -1,6 +1,6 @@
 r"""Which term carries length generalization: cap ``f`` alone against ``g + E`` alone beyond ``L``.
 
-docs/theory.md section 4 (issue 20, edit 3). On a model whose training
+docs/theory.md section 4, tested by an edit inside the forward pass. On a model whose training
 length ``L`` the passages exceed (the one ``ropesplit train`` makes), every
 layer and head attends, at distances :math:`\Delta > L`, with
 

@@ -124,13 +124,19 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
     from ropesplit.empirical.models import load_model
 
     # bad input fails now, before any model loads (about 20 s)
     if args.tokens < 16:
         raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
     measured, ordered = check_corpus_arguments(args)
+    grid = grid_values(args)
+    run = ClaimsSettings(corpus=args.corpus, second_corpus=second_corpus(args),
+                         tokens=args.tokens, grid=None if grid is None else tuple(grid),
+                         passages=args.passages, order_passages=args.order_passages,
+                         seed=args.seed, batch_size=args.batch_size,
+                         shard=_shard(args.shard))  # fmt: skip
     models = _models(args)
     records = []
     for model, gguf in models:
@@ -141,11 +147,7 @@ def run(args: argparse.Namespace) -> int:
         corpora = 1 + bool(second_corpus(args) is not None)
         with tqdm(total=corpora * (len(measured) + len(ordered)), desc="passages",
                   unit="passage", file=sys.stderr, disable=None) as bar:  # fmt: skip
-            record = run_claims(loaded, corpus=args.corpus, second_corpus=second_corpus(args),
-                                tokens=args.tokens, grid=grid_values(args),
-                                passages=args.passages, order_passages=args.order_passages,
-                                seed=args.seed, batch_size=args.batch_size,
-                                shard=_shard(args.shard), on_passage=bar.update,
+            record = run_claims(loaded, run, on_passage=bar.update,
                                 on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
         record["header"]["seconds"] = round(time.perf_counter() - start, 1)
         print(summary(record))
@@ -222,9 +224,14 @@ def summary(record: dict[str, Any]) -> str:
 
 
 def compare_table(compare: dict[str, Any]) -> str:
-    """The models x claims table of a compare record, one line per model and claim."""
-    lines = ["model | claim | verdict | estimate [95%] | robustness"]
+    """The models x claims table of a compare record, one line per model and claim, with
+    every primary condition's estimate."""
+    from ropesplit.core.claims import condition_label
+
+    lines = ["model | claim | verdict | every primary condition [95%] | robustness"]
     for row in compare["rows"]:
-        lines.append(f"{row['model']} | {row['claim']} | {row['verdict']} | {row['measure']} "
-                     f"{_interval(row['estimate'])} | {row['robust_statement']}")  # fmt: skip
+        shown = "; ".join(f"{condition_label(c)} {_interval(c['estimate'])}"
+                          for c in row["conditions"])  # fmt: skip
+        lines.append(f"{row['model']} | {row['claim']} | {row['verdict']} | {shown} | "
+                     f"{row['robust_statement']}")  # fmt: skip
     return "\n".join(lines)

@@ -26,7 +26,7 @@ identical on re-runs.
  14    keys              intervention: the keys' fast-pair deviation removed
  15    terms             intervention: which term carries length generalization
  16    shuffle           intervention: frequencies shuffled over the pairs
- 17    recall_emergence  figure 11 for the associative recall task (issue 21)
+ 17    recall_emergence  figure 11 for the associative recall task
  18    recall_pairs      figure 12 for the associative recall task
  19    tolerance         claim 1: damage against the share of tokens moved (4)
  20    forest            every claim's estimate across models (the claims grid)

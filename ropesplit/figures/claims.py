@@ -64,17 +64,19 @@ def tolerance_figure(curves: Sequence[Mapping[str, Any]], paper: Sequence[float]
 
 
 def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "double") -> Figure:
-    """One panel per claim: each model's estimate and interval, threshold, paper, null."""
+    """One panel per claim and primary condition (``condition``, 1 when absent): each
+    model's estimate and interval, the threshold, the paper's value, the null."""
     require_rows("forest rows", rows, ("model", "claim", "measure", "estimate", "threshold",
                                        "origin", "verdict", "robustness", "paper", "null"))
-    claims = sorted({int(r["claim"]) for r in rows})
+    panels = sorted({(int(r["claim"]), int(r.get("condition", 1))) for r in rows})
     models = list(dict.fromkeys(str(r["model"]) for r in rows))
     y = {m: float(len(models) - 1 - k) for k, m in enumerate(models)}
     with styled():
-        fig = new_figure(width, 0.55 + len(claims) * (0.35 + 0.3 * len(models)))
-        axes = np.atleast_1d(fig.subplots(len(claims), 1, squeeze=False)[:, 0])
-        for ax, claim in zip(axes, claims, strict=True):
-            mine = [r for r in rows if int(r["claim"]) == claim]
+        fig = new_figure(width, 0.55 + len(panels) * (0.35 + 0.3 * len(models)))
+        axes = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False)[:, 0])
+        for ax, (claim, condition) in zip(axes, panels, strict=True):
+            mine = [r for r in rows if int(r["claim"]) == claim
+                    and int(r.get("condition", 1)) == condition]  # fmt: skip
             for r in mine:
                 yi = y[str(r["model"])]
                 est, null = r["estimate"], r["null"]
@@ -100,7 +102,8 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
             ax.set_xlabel(first["measure"])
             ax.set_ylim(-0.7, len(models) - 0.3)
             nulls = [r["null"]["measure"] for r in mine if r["null"] and r["null"].get("interval")]
-            ax.set_title(f"claim {claim}: {first['measure']} (threshold {first['threshold']:g}, "
+            ax.set_title(f"claim {claim}.{condition}: {first['measure']} (threshold "
+                         f"{first['threshold']:g}, "
                          f"{first['origin']}'s"
                          + (f"; grey: {nulls[0]}" if nulls else "")
                          + (f"; vermillion: the paper's {first['paper']:g}"

@@ -241,7 +241,7 @@ FIGURE_12 = ("emergence_pairs", "Key deviation energy per pair during training",
              "middle and the last checkpoint, one panel per RoPE base; shaded: the slow pairs "
              "(theta_l L_train < 1) where the remainder bound charges little; dotted: uniform.",
              emergence_pairs_figure)  # fmt: skip
-# figures 17 and 18: the same two figures of the associative recall task (issue 21)
+# figures 17 and 18: the same two figures of the associative recall task
 FIGURE_17 = ("recall_emergence", "The split pattern while associative recall is learned",
              "Figure 11 for the recall task (ropesplit train --task recall): a small Llama trained "
              "here to find each query's value by its key's content, 8 to L_train tokens back; the "

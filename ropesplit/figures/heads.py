@@ -60,7 +60,7 @@ def r_split_figure(
         raise RopesplitError(f"heads hold no finite {stat}")
     control = finite([r[stat] for r in control_heads]) if control_heads is not None else None
     pooled = trained if control is None else np.concatenate([trained, control])
-    # the colour scale and the bins span the data (issue 22: a fixed 0-1 scale painted the
+    # the colour scale and the bins span the data (a fixed 0-1 scale painted the
     # map one colour and put every head in one bin)
     low, high = float(pooled.min()), float(pooled.max())
     pad = max(0.02 * (high - low), 1e-3)

@@ -1,6 +1,6 @@
 r"""Figures 13-16: the interventions, each edit beside its null, and the paired difference.
 
-One drawing for the four intervention experiments (issue 20;
+One drawing for the four intervention experiments (edits inside the forward pass;
 ``empirical.experiments.remainder``, ``keys``, ``terms``, ``shuffle``): per
 row of the experiment (a setting), panel (a) shows the edit's statistic and
 its null's, each a mean over passages with its 95% t interval; panel (b)

@@ -119,7 +119,7 @@ FIGURES = (
     FigureSpec(19, "tolerance", "Claim 1: damage against the share of tokens moved",
                "The damage D (the log perplexity ratio over every target after the first moved token) at 2.5, 5, 10, 20 and 50% of the tokens moved by nested adjacent swaps, mean with its 95% t interval over passages per corpus at the headline length; dotted: the chord from 0 to D(50%), a damage linear in the share moved; dashed: the paper's 5% and 10%.", tolerance_figure, ("claims",)),  # noqa: E501
     FigureSpec(20, "forest", "Every claim across models",
-               "Per claim, each model's headline estimate (its first primary condition) with the 95% interval (squares), the null beside it (grey), the threshold (solid: the paper's; dashed: the toolkit's) and the paper's own value where it gives one (red); each row names its verdict and whether it is robust over the grid.", forest_figure, ("compare",)),  # noqa: E501
+               "Per claim and primary condition (claim.condition), each model's headline estimate with the 95% interval (squares), the null beside the first condition (grey), the threshold (solid: the paper's; dashed: the toolkit's) and the paper's own value where it gives one (red); each row names its verdict and whether it is robust over the grid.", forest_figure, ("compare",)),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

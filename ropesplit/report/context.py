@@ -37,7 +37,7 @@ class RunSettings:
     passages: int = 12  # passages of claims 2-5 per corpus (the unit of replication; >= 8)
     order_passages: int = 8  # passages of the word-order test per corpus, claim 1 (>= 8)
     claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table
-    intervention_tokens: int = 128  # tokens per passage of the interventions (issue 20)
+    intervention_tokens: int = 128  # tokens per passage of the interventions
     device: str | None = None  # torch device of a model read from disk (None: cpu)
     dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
 

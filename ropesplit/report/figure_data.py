@@ -389,8 +389,22 @@ def tolerance_data(claims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def forest_data(compare: Mapping[str, Any]) -> dict[str, Any]:
-    """Figure 20: the models x claims rows of a compare record."""
-    return {"rows": list(compare["rows"])}
+    """Figure 20: one row per model, claim and primary condition of a compare record (the
+    paper's value and the null beside the first, a level condition; a paired condition's
+    null is inside its difference)."""
+    from ropesplit.core.claims import condition_label
+
+    rows = []
+    for row in compare["rows"]:
+        for k, c in enumerate(row["conditions"], start=1):
+            first = k == 1
+            rows.append({"model": row["model"], "claim": row["claim"], "condition": k,
+                         "measure": condition_label(c), "estimate": c["estimate"],
+                         "threshold": c["threshold"], "origin": c["origin"],
+                         "verdict": row["verdict"], "robustness": row["robustness"],
+                         "paper": row["paper"] if first else None,
+                         "null": row["null"] if first else None})  # fmt: skip
+    return {"rows": rows}
 
 
 # ------------------------------------------------------ the builders: one per figure, from a view

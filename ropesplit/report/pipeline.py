@@ -25,11 +25,11 @@ records it declares (:mod:`ropesplit.report.figure_data`):
 7. ``perturb``  every experiment of ``empirical.experiments.EXPERIMENTS`` but ``length`` and the
    interventions;
 8. ``interventions`` the attention edited inside the model (``remainder``, ``keys``,
-   ``shuffle``; issue 20) over corpus passages of ``intervention_tokens`` tokens;
+   ``shuffle``) over corpus passages of ``intervention_tokens`` tokens;
 9. ``train``    a small Llama trained here at two RoPE bases, measured per checkpoint
    (:mod:`ropesplit.report.training`);
-10. ``recall``   associative recall trained at the same two bases over three seeds (issue 21;
-   :func:`ropesplit.report.training.recall_stage`), the predictions judged over seeds;
+10. ``recall``   associative recall trained at the same two bases over three seeds
+   (:func:`ropesplit.report.training.recall_stage`), the predictions judged over seeds;
 11. ``length``   LM-Infinite's length experiment on that trained model, up to 8 L_train
    (SmolLM2's training length is beyond what 2 CPU cores can run);
 12. ``terms``    which term carries length generalization, on that trained model;

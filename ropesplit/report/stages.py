@@ -72,7 +72,7 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
     from tqdm import tqdm
 
     from ropesplit.core.claims import CONTROL_SEEDS
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
     from ropesplit.empirical.models import random_init_twin
 
     s = ctx.settings
@@ -81,10 +81,11 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
                 else random_init_twin(ctx.loaded, seed) for seed in CONTROL_SEEDS}  # fmt: skip
     with tqdm(total=s.passages + s.order_passages, desc="passages", unit="passage",
               file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return run_claims(ctx.loaded, corpus=s.corpus, second_corpus=s.second_corpus,
-                          tokens=s.tokens, grid=s.grid_tokens, passages=s.passages,
-                          order_passages=s.order_passages, seed=s.seed, controls=controls,
-                          passage_ids=_claims_ids(ctx), on_passage=bar.update,
+        run = ClaimsSettings(corpus=s.corpus, second_corpus=s.second_corpus, tokens=s.tokens,
+                             grid=s.grid_tokens, passages=s.passages,
+                             order_passages=s.order_passages, seed=s.seed)  # fmt: skip
+        return run_claims(ctx.loaded, run, controls=controls, passage_ids=_claims_ids(ctx),
+                          on_passage=bar.update,
                           on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
 
 
@@ -116,7 +117,7 @@ def _with_checks(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _length_stage(ctx: RunContext) -> dict[str, Any]:
-    """LM-Infinite's length experiment on the model the ``train`` stage trained (issue 12).
+    """LM-Infinite's length experiment on the model the ``train`` stage trained.
 
     Its subject is the last checkpoint of the first base's run (trained at ``L_train``
     tokens, ``ctx.trained``), its text the first ``8 L_train`` tokens of the held-out part
@@ -124,14 +125,14 @@ def _length_stage(ctx: RunContext) -> dict[str, Any]:
     ``ropesplit perturb --experiment length --json``'s schema, plus ``checks``.
     """
     from ropesplit.empirical import tokenize
-    from ropesplit.empirical.experiments import run_experiments
+    from ropesplit.empirical.experiments import Settings, run_experiments
     from ropesplit.empirical.train import split_text
 
     trained = ctx.trained
     loaded, cfg = trained.model(), trained.cfg
     held = split_text(cfg)[1]
     record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len),
-                             experiments=["length"], seed=ctx.settings.seed)  # fmt: skip
+                             experiments=["length"], settings=Settings(seed=ctx.settings.seed))
     record["header"]["subject"] = f"{trained.subject}; held-out text"
     return _with_checks(record)
 
@@ -154,7 +155,7 @@ def _train_stage(ctx: RunContext) -> dict[str, Any]:
 
 
 def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
-    """The interventions that run on the model itself (issue 20), at the run's intervention
+    """The interventions, edits inside the model's own forward pass, at the run's intervention
     size: ``remainder``, ``keys`` and ``shuffle`` over corpus passages of
     ``intervention_tokens`` tokens."""
     tokens = ctx.settings.intervention_tokens
@@ -170,7 +171,7 @@ def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
 def _terms_stage(ctx: RunContext) -> dict[str, Any]:
     """The ``terms`` intervention on the model the ``train`` stage trained: corpus passages
     of ``4 L_train`` tokens, beyond its training length."""
-    from ropesplit.empirical.experiments import run_experiments
+    from ropesplit.empirical.experiments import Settings, run_experiments
     from ropesplit.empirical.text import tokenize
     from ropesplit.empirical.train import split_text
 
@@ -178,7 +179,7 @@ def _terms_stage(ctx: RunContext) -> dict[str, Any]:
     loaded, cfg = trained.model(), trained.cfg
     held = split_text(cfg)[1]  # the header's text; the passages come from the corpus
     record = run_experiments(loaded, tokenize(loaded, held, 4 * cfg.seq_len),
-                             experiments=["terms"], seed=ctx.settings.seed)  # fmt: skip
+                             experiments=["terms"], settings=Settings(seed=ctx.settings.seed))
     record["header"]["subject"] = trained.subject
     return record
 
@@ -285,17 +286,18 @@ def _perturb(
     from ropesplit.empirical.experiments import (
         EXPERIMENTS,
         INTERVENTIONS,
+        Settings,
         forward_count,
         run_experiments,
     )
 
     if names is None:
         names = [name for name in EXPERIMENTS if name not in INTERVENTIONS]
-    with tqdm(total=forward_count(names, settings.seeds), desc="forward passes",
+    chosen = Settings(seeds=settings.seeds, seed=settings.seed)
+    with tqdm(total=forward_count(names, chosen), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return run_experiments(loaded, ids, experiments=names, seeds=settings.seeds,
-                               seed=settings.seed, on_forward=bar.update,
-                               passages=passages)  # fmt: skip
+        return run_experiments(loaded, ids, experiments=names, settings=chosen,
+                               on_forward=bar.update, passages=passages)  # fmt: skip
 
 
 def text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-r"""The report's ``train`` stage: a small Llama trained here (``ropesplit train``, issue 11).
+r"""The report's ``train`` stage: a small Llama trained here (``ropesplit train``).
 
 :func:`train_stage` trains :data:`REPORT_TRAIN` (the default model of
 :mod:`ropesplit.empirical.train`, fewer steps than ``ropesplit train``) at the
@@ -27,7 +27,7 @@ __all__ = ["REPORT_BASES", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS", "Tra
 # the default model, fewer steps (about 1-2 min per base on 2 cores); tests set a tiny one
 REPORT_TRAIN = TrainConfig(steps=150, checkpoints=6)
 REPORT_BASES = (10000.0, 100.0)  # many vs no slow pairs at L_train = 128 (7 vs 0 of 16)
-# associative recall (issue 21) at a report's size: ropesplit train --task recall's model on
+# associative recall at a report's size: ropesplit train --task recall's model on
 # half the length (L_train 64, 21 pairs of 32 content tokens; base 10000 leaves 4 of 8 pairs
 # slow, base 100 none, though its slowest pair turns only 1.1 rad over 64 tokens), 400 steps
 # and 3 checkpoints, about 25 s a run on 2 cores, three seeds (the verdicts' unit) per base.

@@ -1,4 +1,4 @@
-"""``ropesplit analyze`` end to end on tiny local models, and its bad input (issue 4).
+"""``ropesplit analyze`` end to end on tiny local models, and its bad input.
 
 The models are tiny Llama/Gemma 2 folders written by ``save_pretrained`` with a
 byte-level tokenizer (no download). Every bad input is a one-line error with
@@ -29,7 +29,7 @@ def folders(tmp_path_factory):
     return {
         "llama": save_model(root / "llama", llama_config(**TINY)),
         "gemma2": save_model(root / "gemma2", gemma),
-        # YaRN over an original 16 positions (issue 31): 40 tokens read its scaled table
+        # YaRN over an original 16 positions: 40 tokens read its scaled table
         "yarn": save_model(root / "yarn", llama_config(**TINY, rope_parameters={
             "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
             "original_max_position_embeddings": 16})),  # fmt: skip
@@ -112,7 +112,7 @@ BAD_INPUT = [
     ("short-text", lambda f: ["--model", f["llama"], "--text", f["short"]], 2, "text has only 9"),
     ("missing-text", lambda f: ["--text", "/nonexistent.txt"], 2, "text file /nonexistent.txt"),
     ("tokens", lambda f: ["--tokens", "1"], 2, "--tokens must be at least 16, got 1"),
-    # issue 22: 3 tokens printed r_3axis = 1.000 beside the paper's number
+    # 3 tokens once printed r_3axis = 1.000 beside the paper's number
     ("few-tokens", lambda f: ["--tokens", "3"], 2, "--tokens must be at least 16, got 3"),
     ("negative-distance", lambda f: ["--reference", "distance:-5"], 2,
      "--reference distance:C needs C >= 0 (a causal distance), got distance:-5"),
@@ -158,7 +158,7 @@ def test_failed_validation_exits_1(folders, capsys, monkeypatch):
 
 @pytest.mark.parametrize("budget, sampled", [("80", True), ("1000000000", False)])
 def test_the_output_says_when_tightness_is_sampled(folders, capsys, tmp_path, budget, sampled):
-    """Issue 4 / issue 3: beyond the pair budget the bound check samples pairs, and says so."""
+    """Beyond the pair budget the bound check samples pairs, and says so."""
     js = tmp_path / "x.json"
     argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "24"]
     code, out, err = run_cli(capsys, *argv, "--no-control", "--pair-budget", budget,

@@ -1,4 +1,4 @@
-"""``ropesplit bound``: the table, the JSON, the exit codes (issue 3)."""
+"""``ropesplit bound``: the table, the JSON, the exit codes."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_all_patterns_pass_and_order(tmp_path, capsys):
     assert lines[5].startswith("r_rowcen: r_split on row-centred logits")  # the legend
     short = [r.replace("distance:", "C=") for r in REFERENCES]
     assert lines[8].split()[1:] == short and lines[13].split()[1:] == short
-    assert max(len(line) for line in lines) <= 100  # issue 22: the table was 132 wide
+    assert max(len(line) for line in lines) <= 100  # the table was once 132 wide
     # docs/theory.md section 6 on synthetic heads: one row per (pattern, reference)
     rows = {(row["pattern"], row["reference"]): row for row in data["references"]}
     assert set(rows) == {(p, r) for p in cases for r in REFERENCES}
@@ -92,7 +92,7 @@ def test_a_violation_exits_1(monkeypatch, capsys, kernel, planted, budget):
     [
         (["--d", "63"], "head_dim must be even and positive, got 63"),
         (["--tokens", "0"], "must be at least 1, got 0"),
-        (["--tokens", "1"], "--tokens must be at least 16, got 1"),  # issue 22: all-NaN tables
+        (["--tokens", "1"], "--tokens must be at least 16, got 1"),  # 1 token gave all-NaN tables
         (["--base", "1"], "base must be a finite number above 1"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
     ],
@@ -108,7 +108,7 @@ def test_bad_input_is_one_line_exit_2(args, message, capsys):
 
 
 def test_a_written_file_is_announced_on_stderr(tmp_path, capsys):
-    """Issue 22: --json printed no 'wrote PATH'; stdout keeps the tables alone."""
+    """Regression: --json printed no 'wrote PATH'; stdout keeps the tables alone."""
     out = tmp_path / "b.json"
     assert main(["bound", "--pattern", "random", "--tokens", "32", "--d", "8", "--json",
                  str(out)]) == 0  # fmt: skip

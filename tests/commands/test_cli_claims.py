@@ -1,4 +1,4 @@
-"""``ropesplit claims`` (issue 18): bad input is one line and exit 2, before any model loads."""
+"""``ropesplit claims``: bad input is one line and exit 2, before any model loads."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_grid_and_model_flags_fail_in_one_line_before_any_model_loads(flags, mes
 
 
 def test_compare_builds_one_models_by_claims_record(tmp_path, capsys):
-    """Issue 30: several claims records, one table and one record (forest-plot rows)."""
+    """Several claims records, one table and one record (forest-plot rows)."""
     import json
 
     from ropesplit.core.claims import CLAIMS
@@ -136,7 +136,7 @@ def test_report_takes_the_claims_flags_and_refuses_bad_ones_first(flags, message
 
 
 def test_report_and_figures_take_device_and_dtype():
-    """Issue 22: 'report' and 'figures' loaded the model without --device/--dtype."""
+    """Regression: 'report' and 'figures' loaded the model without --device/--dtype."""
     from ropesplit.cli import build_parser
     from ropesplit.commands.figures import settings_from
 

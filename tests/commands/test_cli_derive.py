@@ -47,7 +47,7 @@ def test_check_writes_json_with_every_step_checked(tmp_path, capsys):
     assert len(heads) == len(STEPS) + 1
     assert all(" checked " in line for line in heads[:-1])
     text = "\n".join(lines)
-    for step in STEPS:  # each step's statement and where it stands (issue 22)
+    for step in STEPS:  # each step's statement and where it stands
         assert " ".join(step.statement.split()[:6]) in " ".join(text.split()), step.id
     assert "docs/theory.md 3; the paper's claim 2: W = f + g + E" in " ".join(text.split())
     assert all(len(line) <= 100 for line in lines)

@@ -60,7 +60,7 @@ def test_console_entry_point_runs_as_module():
     assert out.stdout.startswith("ropesplit ")
 
 
-# ------------------------------------------------------------ bad input, every option (issue 9)
+# ---------------------------------------------------------------------- bad input, every option
 
 
 def _subparsers() -> dict:
@@ -121,8 +121,8 @@ def test_bad_option_values_are_one_line_exit_2(command, option, value, capsys):
     ],
     ids=["unknown-device", "absent-cuda", "out-is-a-file"],
 )
-def test_the_issues_bad_inputs_through_the_console_script(argv, message, tmp_path):
-    """Issue 9 point 8, as a new user tried them: one line, exit 2, no traceback."""
+def test_a_new_users_bad_inputs_through_the_console_script(argv, message, tmp_path):
+    """Bad inputs as a new user tried them: one line, exit 2, no traceback."""
     existing = tmp_path / "x.html"
     existing.write_text("")
     argv = [str(existing) if a == "FILE" else a for a in argv]

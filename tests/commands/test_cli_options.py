@@ -1,4 +1,4 @@
-"""Every option of every subcommand is checked where the options are parsed (issue 31).
+"""Every option of every subcommand is checked where the options are parsed.
 
 The sweep reads the live parser: each integer, float and comma-separated option gets the
 bad values of its kind, each single-valued option is given twice, and every pair of

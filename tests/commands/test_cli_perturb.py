@@ -1,4 +1,4 @@
-"""``ropesplit perturb`` end to end on a tiny randomly initialised Llama (issue 5).
+"""``ropesplit perturb`` end to end on a tiny randomly initialised Llama.
 
 The loader is swapped for one that builds a tiny model from a config with a
 character-level tokenizer, so the command runs its real path (tokenize,
@@ -59,7 +59,7 @@ def test_all_experiments_write_their_tables_and_json(tiny_loader, tmp_path, caps
         assert about["prediction"] == EXPERIMENTS[name].prediction
         assert about["verdict"] in outcomes and about["reason"]
         assert all(row["verdict"] in outcomes and row["reason"] for row in record[name])
-        flat = " ".join(text.split())  # prose wraps at 100 columns (issue 22)
+        flat = " ".join(text.split())  # prose wraps at 100 columns
         prediction = " ".join(f"prediction: {about['prediction']}".split())
         assert f"== {name}: " in text and prediction in flat
         assert f"verdict: {about['verdict'].upper()}: " in flat
@@ -108,7 +108,7 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json"),
         (["--text", "/nonexistent.txt"], "text file /nonexistent.txt does not exist"),
         (["--tokens", "70", "--experiment", "length"], "--tokens 70 exceeds the model's context"),
-        # issue 22: refused before the experiment's forward passes, not after 42 s of them
+        # refused before the experiment's forward passes, not after 42 s of them
         (["--tokens", "32", "--experiment", "length"],
          "--experiment length needs text beyond the training length 64, got --tokens 32"),
     ],

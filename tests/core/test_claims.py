@@ -1,4 +1,4 @@
-"""The claims registry (issues 18, 30): pre-registered tests, their evaluation, the grid, the run.
+"""The claims registry: pre-registered tests, their evaluation, the grid, the run.
 
 The registry is pinned field by field: changing a threshold, its origin, a
 unit or a grid axis after seeing data is a visible change to this file. The
@@ -84,7 +84,7 @@ def test_the_registry_is_pinned_field_by_field():
 
 
 def test_every_threshold_names_its_origin_and_a_paper_one_its_words():
-    """Issue 30: a number the paper does not give is the toolkit's, and says so."""
+    """A number the paper does not give is the toolkit's, and says so."""
     for test in CLAIMS:
         for c in test.conditions:
             assert c.origin in ("paper", "toolkit") and c.why
@@ -138,7 +138,7 @@ def test_the_verdict_words_follow_the_origin_of_the_threshold(conditions, verdic
 
 
 def test_the_wrong_rule_agrees_on_one_condition_alone():
-    """The rule the calibration tests must reject (issue 30): any condition agrees."""
+    """The rule the calibration tests must reject: any condition agrees."""
     one = [_c("agrees", "toolkit"), _c("inconclusive", "paper")]
     assert any_condition_verdict(one)[0] == "agrees" and graded_verdict(one)[0] == "inconclusive"
 
@@ -308,7 +308,7 @@ def test_robustness_counts_the_verdicts_by_axis_when_the_cells_are_no_product():
 @pytest.fixture(scope="module")
 def tiny_run():
     """A tiny model, its control twins and 8 given passages: ``run(shard=None)`` runs them."""
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
     from ropesplit.empirical.corpus import PassageIds
 
     loaded = tiny_llama(2, seed=1)
@@ -319,8 +319,9 @@ def tiny_run():
                        sha256="test")  # fmt: skip
 
     def run(shard=None):
-        return run_claims(loaded, tokens=96, grid=(48, 96), passages=8, order_passages=8,
-                          controls=controls, passage_ids=given, shard=shard)  # fmt: skip
+        settings = ClaimsSettings(tokens=96, grid=(48, 96), passages=8, order_passages=8,
+                                  shard=shard)  # fmt: skip
+        return run_claims(loaded, settings, controls=controls, passage_ids=given)
 
     run.loaded, run.ids = loaded, ids
     return run
@@ -342,7 +343,7 @@ def _json(record):
 
 @pytest.mark.slow  # a claims run
 def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
-    """Issue 19: disjoint shards (a SLURM array, torchrun processes) merge into the run."""
+    """Disjoint shards (a SLURM array, torchrun processes) merge into the run."""
     from ropesplit.empirical.claims_run import merge_records
 
     shards = [tiny_run((0, 3)), tiny_run((3, 5)), tiny_run((5, 7)), tiny_run((7, 8))]
@@ -422,10 +423,10 @@ def test_the_run_judges_every_cell_and_recomputes_from_its_rows(tiny_claims):
 
 
 def test_the_run_refuses_too_few_passages():
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
 
     with pytest.raises(RopesplitError, match="^passages must be at least 8, got 4"):
-        run_claims(tiny_llama(1), tokens=32, passages=4)
+        run_claims(tiny_llama(1), ClaimsSettings(tokens=32, passages=4))
 
 
 @pytest.mark.slow  # a claims run
@@ -458,9 +459,9 @@ def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_clai
 
 @pytest.mark.slow  # a claims run
 def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
-    """Issue 30: a Llama and a Qwen2 judged by the same tests, one record, one forest plot."""
+    """A Llama and a Qwen2 judged by the same tests, one record, one forest plot."""
     from ropesplit.empirical.calibration import tiny_config
-    from ropesplit.empirical.claims_run import compare_records, run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, compare_records, run_claims
     from ropesplit.empirical.corpus import PassageIds
     from ropesplit.empirical.models import load_model
     from ropesplit.figures import draw
@@ -470,7 +471,8 @@ def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     qwen = load_model(cfg, seed=1)
     ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(0))
     given = PassageIds([f"p{k}" for k in range(8)], ids, 96, 0, "test")
-    record = run_claims(qwen, tokens=96, grid=(96,), passages=8, order_passages=8,
+    record = run_claims(qwen, ClaimsSettings(tokens=96, grid=(96,), passages=8,
+                                             order_passages=8),
                         controls={s: load_model(cfg, seed=200 + s) for s in CONTROL_SEEDS},
                         passage_ids=given)  # fmt: skip
     assert record["header"]["model"] != tiny_claims["header"]["model"]
@@ -481,7 +483,9 @@ def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     same = compare_records([tiny_claims, tiny_claims])
     assert same["models"][0].endswith("[1]") and same["models"][1].endswith("[2]")
     fig = draw("forest", forest_data(both), "single")
-    assert len(fig.axes) == len(CLAIMS)
+    assert len(fig.axes) == sum(len(t.conditions) for t in CLAIMS)  # every primary condition
+    assert all(len(row["conditions"]) == len(primary(row["claim"]).conditions)
+               for row in both["rows"])  # fmt: skip
 
 
 def test_robustness_names_a_product_and_the_other_cells():

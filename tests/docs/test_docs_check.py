@@ -1,4 +1,4 @@
-"""The docs site renders its maths offline (issue 13): every built page in headless Chromium.
+"""The docs site renders its maths offline: every built page in headless Chromium.
 
 Chromium runs with no network (``tools/offline_check.py``); each page must show
 no raw TeX once MathJax has run, request nothing off the machine, and fit a

@@ -1,4 +1,4 @@
-"""The teaching notebook (issue 13): committed without outputs, and it runs top to bottom.
+"""The teaching notebook: committed without outputs, and it runs top to bottom.
 
 ``docs/notebooks/*.ipynb`` run in a real Jupyter kernel (nbclient + ipykernel,
 from the ``notebook`` extra) on the fast path: synthetic heads and a tiny

@@ -1,4 +1,4 @@
-"""Bring your own model (issue 13): an in-memory transformers causal LM and its tokenizer.
+"""Bring your own model: an in-memory transformers causal LM and its tokenizer.
 
 A tiny Llama is saved with ``save_pretrained`` (no download), then read both
 ways: by path, and as objects held in memory (loaded with the SDPA attention
@@ -19,6 +19,7 @@ from conftest import TEXT, TINY, llama_config, save_model
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical.analyze import ANALYSIS, STATISTICS
+from ropesplit.empirical.experiments import Settings
 from ropesplit.empirical.models import from_model, random_init_twin
 
 
@@ -61,7 +62,8 @@ def test_object_keeps_its_dtype_unless_told_and_runs_the_experiments(folder):
     moved = load_model(model, tokenizer=tok, dtype="float32", name="my-fine-tune")
     assert moved.model.dtype == torch.float32
     ids = tokenize(moved, TEXT, 48)
-    record = run_experiments(moved, ids, experiments=["distance"], seeds=1, layers=[0, 1])
+    record = run_experiments(moved, ids, experiments=["distance"],
+                             settings=Settings(seeds=1, layers=(0, 1)))
     assert record["header"]["model"] == "my-fine-tune" and record["distance"]
 
 
@@ -125,3 +127,25 @@ def test_report_loads_a_model_object(folder, tmp_path):
     assert loaded.model is model and control is not None and control.random_init
     assert control.config.hidden_size == model.config.hidden_size
     assert ids.tolist() == tok(TEXT)["input_ids"][:40]
+
+
+def test_a_model_is_named_by_the_name_it_gives_itself(tmp_path):
+    """A folder whose config records a hub id is named by it; one that records none, by its
+    path (the records and figure 20 label models so, not by a temporary folder)."""
+    import json
+
+    from conftest import TINY, llama_config, save_model
+
+    from ropesplit.empirical.models import resolve_source, self_name
+
+    named = save_model(tmp_path / "named", llama_config(**TINY))
+    config = json.loads((tmp_path / "named" / "config.json").read_text())
+    (tmp_path / "named" / "config.json").write_text(
+        json.dumps({**config, "_name_or_path": "org/tiny-llama"}))
+    bare = save_model(tmp_path / "bare", llama_config(**TINY))
+    assert load_model(named).name == "org/tiny-llama"
+    assert load_model(bare).name == bare
+    assert resolve_source("org/some-model", None)[2] == "org/some-model"  # a hub id as given
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps({"_name_or_path": "/tmp/x"}))
+    assert self_name(tmp_path / "odd") is None  # a path is no name

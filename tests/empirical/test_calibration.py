@@ -1,4 +1,4 @@
-"""The decision rule on models whose answer is known (issue 30): null, planted, planted twins.
+"""The decision rule on models whose answer is known: null, planted, planted twins.
 
 At random initialisation nothing is learned: every claim must read "agrees" in at
 most 5% of the runs (20 tiny Llamas and 3 random inits of the embedded model's

@@ -224,7 +224,7 @@ def test_passage_ids_errors_are_one_line(loaded):
 
 
 def test_the_prose_corpus_is_prose_and_the_measure_tells_code_apart():
-    """Issue 30: the second corpus really is prose (King James Bible, one passage per book);
+    """The second corpus really is prose (King James Bible, one passage per book);
     the measure reads code as code (a Python source file) and the default corpus in between
     (prose with code in it)."""
     from pathlib import Path

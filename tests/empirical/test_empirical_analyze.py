@@ -1,4 +1,4 @@
-"""The bridge into the numerics layer, on tiny models and on the real default model (issue 4).
+"""The bridge into the numerics layer, on tiny models and on the real default model.
 
 The strongest check of the bridge: the logits the numerics layer builds from
 the captured q/k with the derived ``theta``, scale, layout and rotary
@@ -17,7 +17,7 @@ import torch
 import transformers as T
 from conftest import llama_config
 
-from ropesplit.core.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical import capture, default_text, load_model, tokenize
 from ropesplit.empirical.analyze import (
     ANALYSIS,
@@ -106,7 +106,7 @@ def test_analyze_gives_finite_statistics_per_head(arch):
 
 def test_every_head_under_every_reference():
     loaded = load_model(CONFIGS["llama"], seed=1)
-    # the default: the paper's split (issue 18)
+    # the default: the paper's split, fixed before the data
     zero = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
     mean = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0, reference="mean"))
     for a, b in zip(zero.heads, mean.heads, strict=True):
@@ -169,7 +169,7 @@ def test_second_default_text_is_python_source():
 
 
 def test_a_batch_is_its_sequences_one_by_one(tiny_model):
-    """Issue 19: many passages in one streamed forward pass give each passage's own run."""
+    """Many passages in one streamed forward pass give each passage's own run."""
     from ropesplit.empirical.capture import capture_batch
 
     ids = torch.randint(0, 128, (3, 40), generator=torch.Generator().manual_seed(1))
@@ -239,7 +239,7 @@ print(json.dumps({{"extra": peak - rss, "grew": peak > before,
 
 @pytest.mark.slow  # a measured peak
 def test_the_memory_estimate_follows_a_measured_peak():
-    """Issue 19: check_memory is built on what the streamed capture and analysis allocate;
+    """check_memory is built on what the streamed capture and analysis allocate;
     a measured peak (a fresh process, 2 x 2048 tokens, the (N, N) terms dominating) stays
     below the estimate and above a third of it (the estimate neither misses nor refuses
     runs that fit by a wide margin)."""
@@ -278,7 +278,7 @@ def test_default_model_capture_and_statistics(smollm2):
 
 
 def test_reprs_are_one_line_and_kv_map_none_is_grouped_query_attention():
-    """Issue 19: repr(LoadedModel) printed the module tree twice, repr(Analysis) every head;
+    """Regression: repr(LoadedModel) printed the module tree twice, repr(Analysis) every head;
     layer_statistics(kv_map=None) raised a raw TypeError. A RopeSpec without a kv_map groups
     the query heads as grouped-query attention does, h // (H / Hkv), and refuses an uneven
     grouping in one line."""
@@ -307,20 +307,23 @@ def test_shuffled_frequencies_permute_every_table_and_restore(arch):
     """Every RoPE table (Gemma 3: one per layer type, with their ``original_`` twins) is
     permuted within the block, a permutation of itself, and given back exactly on exit; the
     capture inside checks theta rank-matched, so it succeeds and sees other frequencies."""
-    from ropesplit.empirical.models import shuffled_frequencies
+    from ropesplit.empirical.shuffled import shuffled_frequencies
 
     loaded = load_model(CONFIGS[arch], seed=2)
     tables = {f"{m}.{n}": b.clone() for m, mod in loaded.model.named_modules()
               for n, b in mod.named_buffers(recurse=False) if n.endswith("inv_freq")}  # fmt: skip
     assert len(tables) == (4 if arch == "gemma3" else 2)  # inv_freq and original_inv_freq
     theta = capture(loaded, IDS)["theta", 0]
-    with shuffled_frequencies(loaded, seed=1):
+    with shuffled_frequencies(loaded, seed=1) as null:
+        assert not [k for k in vars(loaded.model) if "shuffled" in k]  # nothing planted
         inside = dict(loaded.model.named_buffers())
         for name, before in tables.items():
             after = inside[name]
             assert not torch.equal(after, before)
             assert torch.equal(after.sort().values, before.sort().values)
-        shuffled = capture(loaded, IDS)["theta", 0]
+        with pytest.raises(ValidationError, match="theta of layer 0 does not match"):
+            capture(loaded, IDS)  # without the null, the shuffled theta is a failed check
+        shuffled = capture(loaded, IDS, null=null)["theta", 0]
     assert np.allclose(np.sort(shuffled), np.sort(theta)) and not np.allclose(shuffled, theta)
     after = dict(loaded.model.named_buffers())
     assert all(torch.equal(after[n], b) for n, b in tables.items())

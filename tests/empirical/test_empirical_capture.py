@@ -1,4 +1,4 @@
-"""Capture and validation on tiny randomly initialised models of every architecture (issue 4).
+"""Capture and validation on tiny randomly initialised models of every architecture.
 
 No download: each model is built from a config. The capture must reproduce
 the model's own attention probabilities (<= 1e-5 in float32) from the
@@ -361,7 +361,7 @@ def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
 
 
 def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeypatch):
-    """Issue 9 point 5: a logit error on pairs whose probability is tiny moves
+    """A logit error on pairs whose probability is tiny moves
     the probabilities by far less than 1e-4, yet every statistic is computed
     on logits. Rebuilt logits lowered by 30 wherever they already sit 20 below
     their row's largest (p < e^-20) pass the probability check and fail the
@@ -396,7 +396,7 @@ def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeyp
 
 
 def test_jumping_position_ids_keep_the_mask_causal_by_index():
-    """Regression (issue 5 review): without an explicit attention mask,
+    """Regression: without an explicit attention mask,
     transformers reads position ids that do not step by +1 as packed
     sequences and masks across each jump; capture and forward must keep the
     causal mask by index, as the rebuilt attention assumes."""
@@ -430,7 +430,7 @@ def test_tokenize_refuses_more_tokens_than_the_context():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_models_capture_and_match_their_float32_twin(dtype):
-    """Issue 19: a bf16/fp16 model passes the capture's checks at its dtype's tolerances
+    """A bf16/fp16 model passes the capture's checks at its dtype's tolerances
     (recorded in the JSON) and its statistics agree with its float32 twin within one eps of
     the dtype (measured: 5e-4 for bf16, 6e-5 for fp16, where eps is 7.8e-3 and 9.8e-4)."""
     import copy
@@ -466,7 +466,7 @@ def test_half_precision_models_capture_and_match_their_float32_twin(dtype):
 ])  # fmt: skip
 def test_scaled_rope_is_checked_against_the_config_and_exact_in_half_precision(rope, dtype):
     """The derived theta matches numerics.rope.frequencies for the config's scaling (checked
-    in every dtype); a half-precision model gets those exact frequencies (issue 19)."""
+    in every dtype); a half-precision model gets those exact frequencies."""
     import copy
 
     from ropesplit.numerics.rope import frequencies

@@ -131,7 +131,7 @@ def test_identical_rows_run_once_and_share_their_loss(tiny, distinct_ids):
 
 
 def test_perturbed_position_ids_keep_the_mask_causal_by_index(tiny, distinct_ids):
-    """Regression (issue 5): without an explicit attention mask, transformers reads a
+    """Regression: without an explicit attention mask, transformers reads a
     position step other than +1 as a new packed sequence and masks across it."""
     positions = torch.as_tensor(np.arange(N_TOKENS)[::-1].copy())[None]  # every step is -1
     weights = []
@@ -159,7 +159,7 @@ def test_seed_summary_is_the_mean_ratio_with_its_t_interval_over_draws():
 
 
 def test_one_draw_has_no_interval_and_decides_nothing():
-    """Issue 18: seeds=1 gave a zero-width interval that interval_rise read as decisive."""
+    """Regression: seeds=1 gave a zero-width interval that interval_rise read as decisive."""
     one = seed_summary(np.array([2.0]), 2.0)
     assert one["ratio"] == 1.0 and np.isnan(one["ci_low"]) and np.isnan(one["ci_high"])
     small = {"ci_low": one["ci_low"], "ci_high": one["ci_high"]}
@@ -204,13 +204,14 @@ def fake_layer(q, k, theta, *, scale=0.25, layout="half", rotary_dim=None):
 
     n_heads, n_kv = q.shape[0], k.shape[0]
     n_tokens, d = q.shape[1], q.shape[2]
+    from ropesplit.numerics.spec import RopeSpec
+
+    spec = RopeSpec.from_arrays(np.asarray(theta, dtype=np.float64), scale, layout,
+                                rotary_dim or d, None, np.arange(n_heads) // (n_heads // n_kv))
     return LayerCapture(
         layer=0, q=torch.as_tensor(q), k=torch.as_tensor(k), cos=torch.ones(n_tokens, d),
-        sin=torch.zeros(n_tokens, d), theta=np.asarray(theta, dtype=np.float64),
-        rope_amplitude=1.0, attn_scale=scale, scale=scale,
-        kv_map=np.arange(n_heads) // (n_heads // n_kv), window=None, softcap=None,
-        layout=layout, rotary_dim=rotary_dim or d, rope_base=BASE,
-        reconstruction_max_abs_diff=0.0,
+        sin=torch.zeros(n_tokens, d), spec=spec, rope_amplitude=1.0, attn_scale=scale,
+        softcap=None, rope_base=BASE, reconstruction_max_abs_diff=0.0,
     )  # fmt: skip
 
 
@@ -308,7 +309,7 @@ def test_position_judge_and_verdict():
 
 
 def test_position_rows_are_judged_on_a_statistic_a_model_can_fail():
-    """Issue 18: tightness <= 1 and layer 0's g are theorems; g_share decides the row."""
+    """Tightness <= 1 and layer 0's g are theorems; g_share decides the row."""
     row = _position_row(4, 1.0, 1.01)
     assert position.judge(row).outcome == "agrees"
     moved = position.judge(row | {"g_share": 0.6})
@@ -318,7 +319,7 @@ def test_position_rows_are_judged_on_a_statistic_a_model_can_fail():
 
 def test_distance_judge():
     row = {"distance": 16, "key_corr": 0.95, "visible_change": 0.03, "query_share": 0.2}
-    assert distance.judge(row).outcome == "agrees"  # query_share is shown only (issue 18)
+    assert distance.judge(row).outcome == "agrees"  # query_share is shown only, never judged
     assert distance.judge(row | {"visible_change": 0.5}).outcome == "disagrees"
     assert distance.judge(row | {"key_corr": float("nan")}).outcome == "inconclusive"
 
@@ -524,8 +525,9 @@ def test_run_view_of_a_capture_against_itself_is_zero(tiny, distinct_ids):
 
 def test_run_experiments_record(tiny, distinct_ids):
     counted = []
+    chosen = Settings(seeds=2, layers=(1,))
     record = run_experiments(tiny, distinct_ids[:40], experiments=("order", "distance"),
-                             seeds=2, layers=[1], on_forward=counted.append)  # fmt: skip
+                             settings=chosen, on_forward=counted.append)  # fmt: skip
     assert list(record) == ["header", "experiments", "distance", "order"]
     head = record["header"]
     assert head["tokens"] == 40 and head["context_tokens"] == 30 and head["seeds"] == 2
@@ -539,12 +541,12 @@ def test_run_experiments_record(tiny, distinct_ids):
     assert record["experiments"]["order"]["own_capture"] == []
     assert 0 < sum(counted) <= forward_count(["order", "distance"], Settings(seeds=2))
     again = run_experiments(tiny, distinct_ids[:40], experiments=("order", "distance"),
-                            seeds=2, layers=[1])  # fmt: skip
+                            settings=chosen)  # fmt: skip
     assert again == record  # deterministic for a given seed
     with pytest.raises(RopesplitError, match="experiments must be among distance, order"):
         run_experiments(tiny, distinct_ids, experiments=("melt",))
     with pytest.raises(RopesplitError, match="seeds must be at least 1, got 0"):
-        run_experiments(tiny, distinct_ids, experiments=("order",), seeds=0)
+        run_experiments(tiny, distinct_ids, experiments=("order",), settings=Settings(seeds=0))
 
 
 def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():
@@ -565,7 +567,7 @@ def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():
 
 
 def test_distance_judges_a_nearly_exact_head_with_kbar_in_slow_pairs_as_agreeing():
-    """Issue 18: with ``kbar`` in the slowest pairs ``f`` barely moves with ``D``, so the old
+    """Regression: with ``kbar`` in the slowest pairs ``f`` barely moves with ``D``, so the old
     criterion (query_share, which divides by ``|W^D - W^0|``) failed a head whose remainder is
     tiny; visible_change and the weighted key_corr judge it by the size of ``E`` itself."""
     rng = np.random.default_rng(5)
@@ -598,7 +600,7 @@ def _two_layer_capture(q, k, theta, positions):
 
 
 def test_g_share_is_zero_when_q_and_k_do_not_move_and_grows_as_keys_change():
-    """Known truth for claim 5's statistic (issue 18): in the perturbed run's own capture,
+    """Known truth for claim 5's statistic: in the perturbed run's own capture,
     ``g`` moves only through changed q, k of layers >= 1; unchanged q, k at moved positions
     give g_share = 0 exactly, a changed key deviation moves it up, monotonically."""
     rng = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""Interventions inside the forward pass, on known truth (issue 20)."""
+"""Interventions inside the forward pass, on known truth."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Each intervention's judge and verdict on rows of known answer (issue 31).
+"""Each intervention's judge and verdict on rows of known answer.
 
 The judges of remainder, keys, shuffle and terms used to run only end to end, inside the
 report's fixture. Here each gets rows built by ``edits.paired`` from per-passage values

@@ -1,4 +1,4 @@
-"""The length experiment (issue 12, issue 9 point 2): rows, verdicts and figure 8 on known truth.
+"""The length experiment: rows, verdicts and figure 8 on known truth.
 
 The subject is ``test_lminfinite.periodic_model``: a positional head whose logit returns to
 its peak at distance 2L, so its loss must rise beyond 2L without the cap and not with it,
@@ -19,7 +19,7 @@ from test_lminfinite import periodic_model, sticky_tokens
 
 from ropesplit.commands.perturb import tables
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.experiments import EXPERIMENTS, run_experiments
+from ropesplit.empirical.experiments import EXPERIMENTS, Settings, run_experiments
 from ropesplit.empirical.experiments.length import (
     EXPERIMENT,
     claims,
@@ -111,7 +111,7 @@ def _table(vanilla, lminf, mask=(1.0, 0.2), cap=(1.0, 0.0), g_out=0.0, g_null=0.
                                           "LM-Infinite near": "disagrees",
                                           "f goes with the rise": "disagrees"}),
         (_table((2.0, 0.5), (1.0, 0.0), g_out=0.2), {"g in range": "disagrees"}),
-        # issue 18: g judged against its in-length null, not against 0
+        # g judged against its in-length null, not against 0
         (_table((2.0, 0.5), (1.0, 0.0), g_out=0.2, g_null=0.195), {"g in range": "agrees"}),
     ],
 )  # fmt: skip
@@ -145,7 +145,7 @@ def test_registry_runs_it_each_setting_from_its_own_pass(periodic):
     assert EXPERIMENTS["length"] is EXPERIMENT
     assert training_length(periodic) == L
     record = run_experiments(periodic, torch.as_tensor(sticky_tokens(8 * L)),
-                             experiments=["length"], layers=[0])  # fmt: skip
+                             experiments=["length"], settings=Settings(layers=(0,)))
     about = record["experiments"]["length"]
     assert about["own_capture"] == [f"length: {s}" for s in SETTINGS]
     assert about["verdict"] == "disagrees"

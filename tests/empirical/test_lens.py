@@ -1,4 +1,4 @@
-"""TransformerLens as a source (issue 19): a tiny random HookedTransformer, built from a
+"""TransformerLens as a source: a tiny random HookedTransformer, built from a
 config (no hub), and the Hugging Face Llama with the same weights give the same statistics."""
 
 from __future__ import annotations

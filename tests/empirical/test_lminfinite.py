@@ -1,4 +1,4 @@
-"""LM-Infinite's attention (issue 12): numerics against float64 loop twins, the model install.
+"""LM-Infinite's attention: numerics against float64 loop twins, the model install.
 
 - the blockwise Lambda attention against a dense masked float64 loop (mask, cap, one softmax);
 - the cap's far query/key against numerics.rope.rotate, both layouts, partial rotary;
@@ -37,14 +37,16 @@ from ropesplit.empirical.lminfinite import (
 )
 from ropesplit.empirical.models import load_model
 from ropesplit.numerics.lambda_attention import (
-    bucket_edges,
-    bucket_means,
     capped_distances,
-    component_range,
     far_query_key,
     lambda_attention,
     lambda_mask,
     logit_elements,
+)
+from ropesplit.numerics.length import (
+    bucket_edges,
+    bucket_means,
+    component_range,
     outside_share,
     rank_correlation,
     relative_change,
@@ -418,7 +420,7 @@ def test_install_restores_the_model_even_after_an_error():
 
 
 def test_in_length_windows_restore_bos_as_the_model_was_trained():
-    """Issue 18: every in-length window starts with BOS when the text does, and each loss is
+    """Every in-length window starts with BOS when the text does, and each loss is
     -log p(x_{n+1} | BOS, x_{s..n}) computed here one window at a time."""
     n, length = 29, 8
     loaded = tiny("float32")
@@ -453,9 +455,9 @@ def test_in_length_windows_restore_bos_as_the_model_was_trained():
 
 
 def test_positional_range_is_each_querys_own_range_over_trained_distances():
-    """Issue 18: f(q_i, Delta) over Delta = 0..L per query (loop twin), and a pooled range that
+    """f(q_i, Delta) over Delta = 0..L per query (loop twin), and a pooled range that
     hides what one query never met: query 0's f beyond L leaves its own range, not the pool's."""
-    from ropesplit.numerics.lambda_attention import outside_query_range, positional_range
+    from ropesplit.numerics.length import outside_query_range, positional_range
 
     rng = np.random.default_rng(3)
     d, n, length = 8, 5, 6
@@ -483,7 +485,7 @@ def test_positional_range_is_each_querys_own_range_over_trained_distances():
 
 
 def test_lm_infinite_reads_the_rope_geometry_as_the_capture_does():
-    """Issue 19: lminfinite copied capture's table helpers and drifted (another eps); both
+    """Regression: lminfinite copied capture's table helpers and drifted (another eps); both
     now call capture.table_geometry, so layout, theta and scale agree exactly."""
     from ropesplit.empirical.capture import capture
 

@@ -267,7 +267,7 @@ def test_order_blind_model_gives_exactly_zero():
 
 
 def _linear_losses(c: float = 0.01, a: float = 8.0):
-    """Known truth for the curvature (issue 30): a "model" whose loss at target t is exactly
+    """Known truth for the curvature: a "model" whose loss at target t is exactly
     ``a + c k``, ``k`` the descents ``y_m > y_{m+1}`` before it: on ``0, 1, 2, ...`` each
     adjacent swap is one descent, so the damage is linear in the number of swaps."""
 
@@ -281,7 +281,7 @@ def _linear_losses(c: float = 0.01, a: float = 8.0):
 
 
 def test_a_dose_response_exactly_linear_gives_a_curvature_interval_holding_zero():
-    """The old local statistic read a linear dose-response as concave (-0.27, issue 30); on
+    """The old local statistic read a linear dose-response as concave (-0.27); on
     one fixed target set per draw the curvature's 95% t interval over passages holds 0, and
     the relative damage sits at the chord, 0.05 / 0.5 = 0.1."""
     from ropesplit.numerics.intervals import t_interval

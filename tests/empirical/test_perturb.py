@@ -1,4 +1,4 @@
-"""The perturbation schemes of the word-order and position experiments (issue 5).
+"""The perturbation schemes of the word-order and position experiments.
 
 Properties: every word-order scheme is a permutation that moves what its rate
 says and nothing at rate 0; every position scheme moves each id by at most

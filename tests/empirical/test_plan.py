@@ -13,7 +13,12 @@ import torch
 from conftest import tiny_llama
 
 from ropesplit.core.claims import CONTROL_SEEDS
-from ropesplit.empirical.claims_run import DEFAULT_GRID_TOKENS, grid_tokens, run_claims
+from ropesplit.empirical.claims_run import (
+    DEFAULT_GRID_TOKENS,
+    ClaimsSettings,
+    grid_tokens,
+    run_claims,
+)
 from ropesplit.empirical.corpus import PassageIds
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.plan import Kind, Plan, claims_plan, warmup
@@ -43,8 +48,8 @@ def test_the_plan_counts_the_passes_the_claims_run_makes(capsys):
     for name, model in [("trained", loaded), *((f"twin {s}", t) for s, t in twins.items())]:
         model.model.base_model.register_forward_pre_hook(lambda m, a, name=name: seen.append(name))
     said: list[str] = []
-    run_claims(loaded, tokens=80, grid=(80,), passages=8, order_passages=8, controls=twins,
-               passage_ids=passages, on_stage=said.append)  # fmt: skip
+    run_claims(loaded, ClaimsSettings(tokens=80, grid=(80,), passages=8, order_passages=8),
+               controls=twins, passage_ids=passages, on_stage=said.append)  # fmt: skip
     plan = claims_plan([80], 1, range(8), range(8), 8)
     warm = 3  # the warm-up: one untimed and one timed plain pass, one analysed sequence
     assert said[0].startswith(f"plan: {plan.passes} forward passes")

@@ -1,4 +1,4 @@
-"""Raw activations in (issue 19): RopeSpec and analyze_qk on known truth, layouts, orders."""
+"""Raw activations in: RopeSpec and analyze_qk on known truth, layouts, orders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The synthetic tasks (issue 21): their sequences, and the measures on known truth."""
+"""The synthetic tasks: their sequences, and the measures on known truth."""
 
 import numpy as np
 import pytest
@@ -63,7 +63,7 @@ def _recall_head(where: str):
 
 
 def test_a_content_head_in_non_rotating_pairs_has_r_split_1_and_slow_share_1():
-    """Known truth (issue 21): keys deviating only in non-rotating pairs give E = 0, so
+    """Known truth: keys deviating only in non-rotating pairs give E = 0, so
     r_split = 1 and the weighted slow share 1, and the head retrieves every answer by
     content (its attention's top key follows the query's key). The same head with its
     content in the rotating pairs has neither."""

@@ -1,4 +1,4 @@
-"""Tidy tables of analysis and experiment results (issue 13), and their JSON round trip."""
+"""Tidy tables of analysis and experiment results, and their JSON round trip."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ropesplit.core.io import write_json
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical import tidy as tidy_module
 from ropesplit.empirical.analyze import STATISTICS, analysis_record
+from ropesplit.empirical.experiments import Settings
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.tidy import Records, from_json, tidy, to_json, untidy
 
@@ -26,8 +27,8 @@ def records(tmp_path_factory):
     loaded = load_model(folder)
     ids = tokenize(loaded, TEXT, 48)
     trained, control = analyze(loaded, ids), analyze(random_init_twin(loaded, 1), ids)
-    experiments = run_experiments(loaded, ids, experiments=["distance", "order"], seeds=2,
-                                  layers=[0, 1])  # fmt: skip
+    experiments = run_experiments(loaded, ids, experiments=["distance", "order"],
+                                  settings=Settings(seeds=2, layers=(0, 1)))
     return {"analysis": analysis_record(trained, control, 1), "trained": trained,
             "experiments": experiments}  # fmt: skip
 
@@ -130,7 +131,7 @@ def test_experiment_records_round_trip(rows, seed):
 
 
 def test_by_reference_is_flat_columns_and_the_long_table_has_one_row_per_statistic(records):
-    """Issue 19: tidy() kept by_reference as a column of nested dicts while the CSV flattened
+    """Regression: tidy() kept by_reference as a column of nested dicts while the CSV flattened
     it; the long table is one row per (run, layer, head, reference, statistic)."""
     from ropesplit.empirical.tidy import _LONG_STATISTICS, long
 

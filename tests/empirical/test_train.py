@@ -1,4 +1,4 @@
-"""``ropesplit train`` (issue 11): determinism, resume, atomic checkpoints, analyze round trip.
+"""``ropesplit train``: determinism, resume, atomic checkpoints, analyze round trip.
 
 A tiny config (1 layer, d_model 16, 2 heads, L_train 16, 4 steps) keeps each
 training to a second or two; the statistics are whatever the numerics give,
@@ -190,7 +190,7 @@ def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> 
                  "--tokens", str(cfg.seq_len), "--json", str(js), "--no-control"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     assert json.loads(js.read_text())["token_ids"] == held_out_ids(cfg)[0].tolist()
-    # the record: each head's mean over every held-out window, kbar without BOS (issue 21)
+    # the record: each head's mean over every held-out window, kbar without BOS
     from ropesplit.empirical import analyze, load_model
     from ropesplit.empirical.analyze import ANALYSIS
 
@@ -234,7 +234,7 @@ def _fake_run(base: float, start: float, end: float, seed: int = 0, heads: int =
 @pytest.mark.parametrize(
     ("many_end", "few_end", "seeds", "word"),
     [(0.9, 0.6, 3, "agrees"), (0.6, 0.9, 3, "disagrees"), (0.7, 0.7, 3, "inconclusive"),
-     (0.9, 0.6, 1, "inconclusive")],  # one seed: no interval over training runs (issue 21)
+     (0.9, 0.6, 1, "inconclusive")],  # one seed: no interval over training runs
 )  # fmt: skip
 def test_verdict_follows_the_numbers_with_seeds_as_units(many_end, few_end, seeds, word) -> None:
     runs = [_fake_run(10000.0, 0.5, many_end + 0.01 * (s == 1), s) for s in range(seeds)]
@@ -323,7 +323,7 @@ def test_remeasure_rewrites_only_the_metrics(reference, tmp_path) -> None:
 
 
 def test_recall_task_trains_resumes_and_prints_within_100_columns(tmp_path, capsys) -> None:
-    """Issue 21: --task recall trains (one label per answer), measures accuracy, the retrieval
+    """``--task recall`` trains (one label per answer), measures accuracy, the retrieval
     head and the weighted slow share, judges over seeds, and a rerun resumes to the same."""
     js = tmp_path / "r.json"
     argv = ["train", "--task", "recall", "--out", str(tmp_path / "runs"), "--bases", "10000,100",
@@ -391,7 +391,7 @@ def test_verdict_reads_null_statistics_as_undefined_heads() -> None:
 
 
 def test_recall_reruns_bit_identical_and_a_killed_run_resumes_to_the_same(tmp_path) -> None:
-    """Issue 21: the recall task is as reproducible as the byte model: the same seed gives the
+    """The recall task is as reproducible as the byte model: the same seed gives the
     same metrics and weights, and a run stopped after its second checkpoint resumes to them."""
     from safetensors.numpy import load_file
 

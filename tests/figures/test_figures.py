@@ -1,4 +1,4 @@
-"""Figures (issue 6): each a pure function of plain data, labelled, in both widths, byte-stable.
+"""Figures: each a pure function of plain data, labelled, in both widths, byte-stable.
 
 Inputs are tiny synthetic arrays and rows with the shapes the layers produce;
 no model is loaded here.

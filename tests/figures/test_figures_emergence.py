@@ -1,4 +1,4 @@
-"""Figures 11 and 12 (issue 11): drawn from plain data, the data built from a train record."""
+"""Figures 11 and 12: drawn from plain data, the data built from a train record."""
 
 from __future__ import annotations
 

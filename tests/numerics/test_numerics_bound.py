@@ -1,4 +1,4 @@
-"""numerics.bound on its own (issue 31): the remainder E and its bound, pair by pair.
+"""numerics.bound on its own: the remainder E and its bound, pair by pair.
 
 A float64 twin computes E = s Re sum_l q_l conj(delta_l) (e^{i theta_l Delta} - m_l) from
 complex exponentials directly; hypothesis draws the pairs, frequencies and distances.

@@ -466,7 +466,7 @@ def _one_model_against_twins(rng: np.random.Generator, sims: int, n_twins: int =
 
 
 def test_the_prediction_interval_holds_its_level_for_one_model_against_its_twins() -> None:
-    """Issue 30: with the twin seed as the unit, the trained model is a unit of its own. Under
+    """With the twin seed as the unit, the trained model is a unit of its own. Under
     the null (it is one more random init) the interval for one more unit excludes 0 on the
     predicted side about 2.5% of the time; the mean's t interval about 17% (it forgets that
     the trained model itself varies)."""

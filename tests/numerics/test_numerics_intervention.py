@@ -131,7 +131,7 @@ def test_float32_input_runs_at_float32_and_matches_float64():
 @given(q=_X, k=_X, kbar=hnp.arrays(np.float64, (D,), elements=st.floats(-2, 2, width=64)),
        seed=st.integers(0, 50))  # fmt: skip
 def test_the_structured_null_is_the_shuffled_remainder_at_the_rows_of_e(q, k, kbar, seed):
-    """Issue 30: the remainder's null has E's row norms and is the remainder under the
+    """The remainder's null has E's row norms and is the remainder under the
     shuffled frequencies (dense twin), row by row rescaled."""
     s, pos = 0.5, np.arange(N, dtype=np.float64)
     qc, kc, kb = _pairs(q, k, kbar)

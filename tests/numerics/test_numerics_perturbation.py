@@ -209,7 +209,7 @@ def test_causal_pairs_are_causal_distinct_and_complete_without_budget(n, budget)
     assert len(set(zip(i.tolist(), j.tolist(), strict=True))) == i.size
 
 
-# ------------------------------------------- issue 18: kbar in slow pairs, the row-centred measures
+# ----------------------------------------------------- kbar in slow pairs, the row-centred measures
 
 SLOW_THETA = np.array([1.0, 0.6, 0.3, 0.03, 0.01, 0.0, 0.0, 0.0])  # 3 fast, 2 slow, 3 still
 FAST, SLOW, STILL = slice(0, 3), slice(3, 5), slice(5, 8)
@@ -217,8 +217,8 @@ FAST_LEVELS = (0.001, 0.01, 0.1)  # share of the deviation energy moved into the
 
 
 def slow_kbar_heads(fast_share, slow=(0.03, 0.01), seed=0, heads=3, n=32):
-    """``q, k, theta, kbar``: the mean key ``kbar`` only in the slow pairs (the case issue 18
-    flagged), deviations of fixed energy, a share ``fast_share`` in the fast pairs and the rest
+    """``q, k, theta, kbar``: the mean key ``kbar`` only in the slow pairs (where query_share
+    failed), deviations of fixed energy, a share ``fast_share`` in the fast pairs and the rest
     in the non-rotating ones (the same draws at every share)."""
     rng = np.random.default_rng(seed)
 
@@ -288,7 +288,7 @@ def test_row_centred_measures_move_away_as_deviation_moves_into_fast_pairs():
     assert np.all(np.diff(corr) < 0) and corr[-1] < 0.99 and visible[-1].min() > 0.2
 
 
-def test_issue_18_query_share_falls_far_below_one_for_a_tiny_remainder():
+def test_query_share_falls_far_below_one_for_a_tiny_remainder():
     """kbar in very slow pairs: W^D - W^0 = Delta f + E^D is small, a tiny E^D dominates it."""
     q, k, theta, _ = slow_kbar_heads(1e-4, slow=(0.003, 0.001))
     out = controlled_distance(q, k, theta, 0.35, [4])

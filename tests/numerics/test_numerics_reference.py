@@ -1,4 +1,4 @@
-"""numerics.reference: the reference rotation m_l and what the mean reference is best at (issue 10).
+"""numerics.reference: the reference rotation m_l and what the mean reference is best at.
 
 docs/theory.md section 6.  What is exact, and tested here:
 

@@ -1,4 +1,4 @@
-"""numerics.rope: frequencies, pair layouts and rotation (issue 3, docs/theory.md section 1)."""
+"""numerics.rope: frequencies, pair layouts and rotation (docs/theory.md section 1)."""
 
 from __future__ import annotations
 

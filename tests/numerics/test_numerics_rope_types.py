@@ -1,4 +1,4 @@
-"""Every RoPE type of transformers' table, against transformers' own formulas (issue 31).
+"""Every RoPE type of transformers' table, against transformers' own formulas.
 
 ``numerics.rope.frequencies`` and ``attention_factor`` are compared with
 ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (and the default rotary

@@ -1,4 +1,4 @@
-"""One RopeSpec through the numerics: one geometry object, the options one Measure (issue 31)."""
+"""One RopeSpec through the numerics: one geometry object, the options one Measure."""
 
 import importlib
 import inspect

@@ -1,4 +1,4 @@
-"""numerics.stats: the docs/theory.md section 5 statistics against a float64 loop twin (issue 3)."""
+"""numerics.stats: the docs/theory.md section 5 statistics against a float64 loop twin."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""numerics.synthetic: the patterns behave as docs/theory.md section 3 says (issue 3)."""
+"""numerics.synthetic: the patterns behave as docs/theory.md section 3 says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cross-check: the numerics equal the theory layer's lambdified per-pair formulas (issue 3).
+"""Cross-check: the numerics equal the theory layer's lambdified per-pair formulas.
 
 ``get_step(...).numeric`` evaluates one rotation pair; summing over the pairs gives
 the head's value, which the vectorised code must reproduce on random inputs.

@@ -164,7 +164,7 @@ def test_every_step_stays_on_the_device():
 
 
 def test_layer_statistics_on_a_torch_device_equals_the_compiled_path():
-    """The dispatch (issue 19): ``Measure(device=...)`` runs both N^2 parts in torch, same
+    """The dispatch: ``Measure(device=...)`` runs both N^2 parts in torch, same
     statistics."""
     from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.spec import RopeSpec

@@ -1,4 +1,4 @@
-"""Figure data gathered from the layers (issue 6): per-pair energy, head choice, head split.
+"""Figure data gathered from the layers: per-pair energy, head choice, head split.
 
 The captures come from tiny randomly initialised models built from a config.
 """

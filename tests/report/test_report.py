@@ -1,4 +1,4 @@
-"""The report (issue 6): one run of every step on a tiny random Llama, rendered offline.
+"""The report: one run of every step on a tiny random Llama, rendered offline.
 
 No download: the model is built from a config and stands in for the loaded
 model (``stages._load`` is replaced); every other stage runs the real
@@ -46,16 +46,17 @@ def _extra_section(inputs):
 
 
 def _qwen_record(folder):
-    """Another model's claims record, a tiny Qwen2 (issue 30: the models x claims table)."""
+    """Another model's claims record, a tiny Qwen2 (for the models x claims table)."""
     from ropesplit.empirical.calibration import tiny_config
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
 
     from ropesplit.core.claims import CONTROL_SEEDS
     from ropesplit.core.io import write_json
 
     cfg = tiny_config("qwen2")
-    record = run_claims(load_model(cfg, seed=1), tokens=96, grid=(96,), passages=8,
-                        order_passages=8, passage_ids=tiny_passages(None),
+    record = run_claims(load_model(cfg, seed=1),
+                        ClaimsSettings(tokens=96, grid=(96,), passages=8, order_passages=8),
+                        passage_ids=tiny_passages(None),
                         controls={s: load_model(cfg, seed=50 + s) for s in CONTROL_SEEDS})
     write_json(folder / "qwen2.json", record)
     return folder / "qwen2.json"
@@ -96,7 +97,7 @@ def test_every_step_writes_its_json_and_every_figure_both_widths_and_formats(rep
 
 
 def test_the_report_keeps_the_records_its_figures_redraw_from(report, tmp_path):
-    """Issue 22: every figure's data is kept in figures/records/, and the gallery command
+    """Every figure's data is kept in figures/records/, and the gallery command
     redraws each two-column PNG from it byte for byte."""
     from ropesplit.figures.recorded import draw_recorded
 
@@ -149,7 +150,7 @@ def test_html_holds_every_table_with_numbers_from_the_json(report):
 
 
 def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
-    """Issue 18: one line per claim, its primary test's numbers and verdict from claims.json,
+    """One line per claim, its primary test's numbers and verdict from claims.json,
     linking to the claim's detail; run metadata last."""
     html, records = report["html"], report["records"]
     headings = re.findall(r'<h2 id="([^"]*)">', html)
@@ -211,7 +212,7 @@ def test_markdown_links_the_written_pngs(report):
 
 
 # drawn by the report from the model it trains (train and length stages) or from its
-# interventions stage (issue 20), not by `figures`
+# interventions stage, not by `figures`
 INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
 TRAINED = ("emergence", "emergence_pairs", "recall_emergence", "recall_pairs")  # report only
 CLAIMS_RUN = ("tolerance", "forest")  # the claims and compare stages' (report only)
@@ -235,7 +236,7 @@ def test_figures_rerun_gives_byte_identical_files(report):
 
 
 def test_length_runs_on_the_model_the_report_trains(report):
-    """Issue 12: the report's length experiment reaches 8 L_train on the model it trained."""
+    """The report's length experiment reaches 8 L_train on the model it trained."""
     perturb, length = report["records"]["perturb"], report["records"]["length"]
     assert "length" not in perturb["experiments"]  # not on the analysed model's short text
     assert "trained here" in length["header"]["subject"]
@@ -297,7 +298,7 @@ def test_bad_flags_fail_before_anything_is_created(flags, message, tmp_path, cap
 
 
 def test_the_report_opens_with_its_run_line_and_a_table_of_contents(report):
-    """Issue 22: model, corpus and tokens, date and commit first; then links to every section."""
+    """Model, corpus and tokens, date and commit first; then links to every section."""
     html, run = report["html"], report["records"]["run"]
     assert {"date", "commit", "corpus"} <= set(run)
     top = html.split("<h1>", 1)[1].split("</nav>", 1)[0]
@@ -354,7 +355,7 @@ def test_each_claim_is_two_lines_with_every_test_collapsed(report):
 
 
 def test_the_recall_section_states_its_predictions_and_verdicts(report):
-    """Issue 21: the report trains associative recall at two bases over three seeds and says
+    """The report trains associative recall at two bases over three seeds and says
     what came out: the prediction before training, accuracy by distance, each verdict."""
     record = report["records"]["recall"]
     assert record["config"]["task"] == "recall"

@@ -1,4 +1,4 @@
-"""The report's training stage and section (issue 11), on a tiny training config."""
+"""The report's training stage and section, on a tiny training config."""
 
 from __future__ import annotations
 

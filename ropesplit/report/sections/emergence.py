@@ -1,4 +1,4 @@
-r"""Training: the split's pattern watched as it forms (``ropesplit train``, issue 11).
+r"""Training: the split's pattern watched as it forms (``ropesplit train``).
 
 Reads ``train.json``, the record of the report's ``train`` stage
 (:mod:`ropesplit.report.training`: the small Llama of

@@ -37,7 +37,7 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> Table:
 def experiment_records(records: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """``(stage, record)`` of every record made by ``run_experiments``: ``perturb``, then the
     report's ``length`` (the length experiment on the model the report trains), the
-    ``interventions`` and ``terms`` (issue 20), when present."""
+    ``interventions`` and ``terms`` (edits inside the forward pass), when present."""
     return [(stage, records[stage]) for stage in ("perturb", "length", "interventions", "terms")
             if stage in records]  # fmt: skip
 

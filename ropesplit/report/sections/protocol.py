@@ -1,4 +1,4 @@
-r"""The protocol table: which measurement choices move ``r_split`` (docs/theory.md 6, issue 10).
+r"""The protocol table: which measurement choices move ``r_split`` (docs/theory.md 6).
 
 Reads ``protocol.json`` (``empirical.protocol.protocol``): per token count,
 reference key, layer set and reference rotation, the per-head mean and the

@@ -1,4 +1,4 @@
-r"""Associative recall: a task where the pattern must appear (issue 21).
+r"""Associative recall: a task where the pattern must appear.
 
 Reads ``recall.json``, the record of the report's ``recall`` stage
 (:func:`ropesplit.report.training.recall_stage`: ``ropesplit train --task
