@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ropesplit.core.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError, one_line
 
 __all__ = [
     "CONVENTIONS",
@@ -328,6 +328,14 @@ class AttentionCall:
     _eager: Callable[..., Any] = field(repr=False)
 
     @property
+    def scale(self) -> float:
+        """The logit scale the attention applies: the call's ``scaling``, else the module's,
+        else ``d^{-1/2}``."""
+        if self.scaling is not None:
+            return self.scaling
+        return float(getattr(self.module, "scaling", None) or self.query.shape[-1] ** -0.5)
+
+    @property
     def softcap(self) -> float | None:
         value = self.kwargs.get("softcap")
         return float(value) if value else None
@@ -368,9 +376,13 @@ class Block:
         except (RopesplitError, StopForward):
             raise
         except Exception as exc:  # the model's code or a seam that moved: one line, no number
-            text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
             raise AdapterError(f"cannot follow {_describe(self.model)}: "
-                               f"{type(exc).__name__}: {text}") from None  # fmt: skip
+                               f"{one_line(exc, typed=True)}") from None  # fmt: skip
+
+    def heard(self, args: Sequence[Any], kwargs: Mapping[str, Any], result: Any) -> None:
+        """One RoPE call of the running layer, read by the convention (the hook's and the
+        wrapper's)."""
+        self.calls.setdefault(self.running(), []).extend(self.conv.read(args, kwargs, result))
 
     def running(self) -> int:
         if self.layer is None:
@@ -458,7 +470,7 @@ def _register() -> None:
 
 def _rope_hook(block: Block) -> Callable[..., None]:
     def hook(module: Any, args: Any, kwargs: Any, result: Any) -> None:
-        block.calls.setdefault(block.running(), []).extend(block.conv.read(args, kwargs, result))
+        block.heard(args, kwargs, result)
 
     return hook
 
@@ -466,7 +478,7 @@ def _rope_hook(block: Block) -> Callable[..., None]:
 def _rope_wrapper(original: Callable[..., Any], block: Block) -> Callable[..., Any]:
     def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        block.calls.setdefault(block.running(), []).extend(block.conv.read(args, kwargs, result))
+        block.heard(args, kwargs, result)
         return result
 
     return apply_rotary_pos_emb

@@ -313,10 +313,7 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         if state.tol.half:  # a half-precision table: the config's exact frequencies
             theta_r = expected
     theta = full_theta(theta_r, d)  # (d/2,)
-    attn_scale = call.scaling
-    if attn_scale is None:
-        attn_scale = getattr(module, "scaling", None) or d**-0.5
-    window, softcap = call.window, call.softcap
+    attn_scale, window, softcap = call.scale, call.window, call.softcap
     probs = weights.detach()[b]  # (H, N, N)
     qr = rotate_applied(q, cos, sin, layout)  # (H, N, d)
     kr = rotate_applied(k, cos, sin, layout)  # (Hkv, N, d)

@@ -323,9 +323,8 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One models x claims record from claims records (``ropesplit claims --model A --model
     B``, ``ropesplit compare``): per model and claim the headline verdict, its robustness
     over the grid, ``conditions``: every primary condition's estimate (its interval), its
-    threshold, direction and origin (the first's also as the row's ``measure``,
-    ``estimate``, ``threshold``), the paper's own number where it gives one, and the first
-    null's interval. Models of the same name are numbered apart."""
+    threshold, direction and origin, the paper's own number where it gives one, and the
+    first null's interval. Models of the same name are numbered apart."""
     from ropesplit.core.errors import RopesplitError
 
     if not records:
@@ -337,7 +336,6 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for name, record in zip(shown, records, strict=True):
         head = record["header"]
         for claim in record["claims"]:
-            first = claim["conditions"][0]
             null = claim["nulls"][0] if claim["nulls"] else None
             conditions = [{"measure": c["measure"], "compare": c.get("compare", "level"),
                            "null": c.get("null"), "estimate": c["interval"],
@@ -348,11 +346,7 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "model": name, "claim": claim["claim"], "statement": claim["statement"],
                 "verdict": claim["verdict"], "robustness": claim.get("robustness"),
                 "robust_statement": claim.get("robust_statement"), "cell": claim["cell"],
-                "conditions": conditions,
-                "measure": first["measure"], "estimate": first["interval"],
-                "threshold": first["threshold"], "direction": first["direction"],
-                "origin": first["origin"], "n": first["n"],
-                "paper": paper.get(claim["claim"]),
+                "conditions": conditions, "paper": paper.get(claim["claim"]),
                 "null": None if null is None else {"measure": null["measure"],
                                                    "interval": null["interval"]},
                 "corpus": head["corpus"], "tokens": head["tokens"],

@@ -187,8 +187,7 @@ def _attention(state: _State) -> Any:
             return call.eager()
         if call.softcap:
             raise RopesplitError(f"edits need attention without logit soft-capping (layer {layer})")
-        scaling = call.scaling if call.scaling is not None else query.shape[-1] ** -0.5
-        delta = _delta(state, layer, query, key, scaling).to(query.dtype)  # (B, H, N, N)
+        delta = _delta(state, layer, query, key, call.scale).to(query.dtype)  # (B, H, N, N)
         n = key.shape[-2]
         mask = call.mask
         if mask is None:

@@ -116,7 +116,6 @@ def lambda_attention_function(state: _State) -> Any:
             )
         if query.shape[0] != 1:
             raise RopesplitError(f"LM-Infinite attention runs one sequence, got {query.shape[0]}")
-        scaling = call.scaling if call.scaling is not None else query.shape[-1] ** -0.5
         spec, raw = state.spec, state.raw[layer]
         positions = call.kwargs.get("position_ids")
         n_tokens = int(query.shape[2])
@@ -131,7 +130,7 @@ def lambda_attention_function(state: _State) -> Any:
                 with_rest(raw["q"], query).to(query.dtype), with_rest(raw["k"], key).to(key.dtype),
                 theta, spec.cap, amplitude=amplitude, layout=layout, rotary_dim=r,
             )  # fmt: skip
-        out = lambda_attention(query, key, value, float(scaling), spec, far=far,
+        out = lambda_attention(query, key, value, call.scale, spec, far=far,
                                positions=pos)  # fmt: skip  # (1, H, N, dv)
         return out.transpose(1, 2).contiguous(), None  # (1, N, H, dv) as eager returns
 
@@ -154,8 +153,7 @@ def install(loaded: LoadedModel, spec: LambdaSpec, *, keep: Any = ()) -> Iterato
     def on_attention(call: AttentionCall, result: Any) -> None:
         raw = state.raw.pop(call.layer, None)
         if raw is not None and call.layer in state.keep:
-            scaling = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
-            raw["scaling"] = float(scaling)
+            raw["scaling"] = call.scale
             raw["query"], raw["key"] = call.query, call.key  # (B, H|Hkv, N, d)
             raw["value"], raw["out"] = call.value, result[0]  # (B, Hkv, N, dv), (B, N, H, dv)
             state.kept[call.layer] = raw

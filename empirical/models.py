@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ropesplit.core.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError, one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -143,12 +143,6 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
-def _one_line(exc: BaseException, limit: int = 160) -> str:
-    """The first line of an exception's message, shortened, for a one-line error."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _check_head_dim(config: Any) -> None:
     """An odd ``head_dim`` stated by the config, refused before any weight is read (older
     transformers accept the config and fail later, on the weights)."""
@@ -161,21 +155,19 @@ def _check_head_dim(config: Any) -> None:
 
 
 def resolve_source(model: str | None, gguf_file: str | None) -> tuple[str, str | None, str]:
-    """(folder or id, gguf file name or None, display name); checks local paths exist."""
+    """(folder or id, gguf file name or None, display name by path); checks local paths
+    exist. :func:`load_model` names a local model by :func:`self_name` where it gives one."""
     if model is None:
         folder, name = default_model_path()
         return str(folder), gguf_file or name, DEFAULT_NAME
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf" and gguf_file is None:  # a .gguf as --model
-        return str(path.parent), path.name, self_name(path) or path.stem
+        return str(path.parent), path.name, path.stem
     if not path.exists() and _looks_like_path(model):
         raise RopesplitError(f"model path {model} does not exist")
     if gguf_file is not None and path.is_dir() and not (path / gguf_file).is_file():
         raise RopesplitError(f"GGUF file {gguf_file} not found in folder {model}")
-    if not path.exists():  # a hub id names itself
-        return model, gguf_file, model
-    named = self_name(path / gguf_file if gguf_file else path)
-    return str(path), gguf_file, named or model
+    return (str(path) if path.exists() else model), gguf_file, model
 
 
 def self_name(path: Path) -> str | None:
@@ -267,6 +259,8 @@ def load_model(
         config, name, random_init = model, f"{model.model_type} (config)", True
     else:
         source, gguf, name = resolve_source(model, gguf_file)
+        if model is not None and Path(source).exists():  # a local model: its own name
+            name = self_name(Path(source) / gguf if gguf else Path(source)) or name
         kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
         try:
             with quiet_loading():  # the GGUF loader's own bars and advisory warnings
@@ -288,7 +282,7 @@ def load_model(
             if odd:  # transformers' own config check, said the einops way
                 raise RopesplitError(f"head_dim must be even, got {odd.group(1)}") from None
             what = f"GGUF file {gguf}" if gguf else f"model {model}"
-            raise RopesplitError(f"cannot load {what}: {_one_line(exc)}") from None
+            raise RopesplitError(f"cannot load {what}: {one_line(exc)}") from None
     if random_init:
         config._attn_implementation = "eager"
         with torch.random.fork_rng(devices=[]):
@@ -298,7 +292,7 @@ def load_model(
                     config, attn_implementation="eager", dtype=torch_dtype
                 )
             except Exception as exc:  # e.g. a config with no causal-LM class (BERT)
-                raise RopesplitError(f"cannot build {name}: {_one_line(exc)}") from None
+                raise RopesplitError(f"cannot build {name}: {one_line(exc)}") from None
     assert built is not None
     if device_map is None:
         built = built.to(device)
@@ -354,7 +348,7 @@ def from_model(
         else:  # pragma: no cover - older transformers
             config._attn_implementation = "eager"
     except Exception as exc:  # transformers raises ValueError/ImportError/...
-        raise RopesplitError(f"cannot switch {kind} to eager attention: {_one_line(exc)}") from None
+        raise RopesplitError(f"cannot switch {kind} to eager attention: {one_line(exc)}") from None
     model.eval()
     label = name or str(getattr(config, "_name_or_path", "") or "") or kind
     return LoadedModel(model, tokenizer, label, False, 0, attention_modules(model))

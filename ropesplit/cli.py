@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 from ropesplit import __version__
 from ropesplit import commands as _commands
 from ropesplit.core import io
-from ropesplit.core.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError, one_line
 
 
 def _command_modules() -> dict[str, ModuleType]:
@@ -318,9 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: one line (ROPESPLIT_TRACEBACK=1 shows it)
         if os.environ.get("ROPESPLIT_TRACEBACK"):
             raise
-        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         print(f"ropesplit {args.command}: error: internal error, please report it: "
-              f"{type(exc).__name__}: {text}", file=sys.stderr)  # fmt: skip
+              f"{one_line(exc, 200, typed=True)}", file=sys.stderr)  # fmt: skip
         return 1
 
 

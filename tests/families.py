@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ropesplit.core.errors import one_line
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "analyse-your-model.md"
 START, END = "<!-- families:start -->", "<!-- families:end -->"
@@ -119,11 +121,6 @@ def tiny_config(model_type: str) -> Any:
     return cls(**kwargs)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:157] + "..." if len(text) > 160 else text
-
-
 def build(model_type: str, folder: Path) -> str | None:
     """A tiny random-init model of the family saved in ``folder``; the reason if not."""
     import torch
@@ -139,7 +136,7 @@ def build(model_type: str, folder: Path) -> str | None:
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     except Exception as exc:  # transformers refuses the tiny shape itself
-        return f"transformers cannot build a tiny {model_type}: {_one_line(exc)}"
+        return f"transformers cannot build a tiny {model_type}: {one_line(exc)}"
     byte_tokenizer().save_pretrained(folder)
     return None
 
@@ -160,7 +157,7 @@ def analyse(model_type: str, root: Path) -> Family:
             code = main(["analyze", "--model", str(folder), "--text", str(text), "--tokens",
                          str(TOKENS), "--no-control", "--json", str(record)])  # fmt: skip
         except Exception as exc:  # what a user would see as a traceback
-            return Family(model_type, "traceback", f"{type(exc).__name__}: {_one_line(exc)}")
+            return Family(model_type, "traceback", f"{type(exc).__name__}: {one_line(exc)}")
     lines = [line for line in err.getvalue().splitlines() if "error:" in line]
     if code == 0:
         v = json.loads(record.read_text())

@@ -180,20 +180,14 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return int(a), int(b)
 
 
-def _interval(entry: dict[str, Any] | None) -> str:
-    if not entry:
-        return "n/a"
-    return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
-
-
 def claim_line(claim: dict[str, Any]) -> str:
     """One claim in a few lines: verdict, each condition's interval with its threshold's
     origin, the nulls, the gate (positive control), the secondaries (Holm-corrected p where
     tested), the robustness over the grid."""
-    from ropesplit.core.claims import condition_text
+    from ropesplit.core.claims import condition_text, interval_text
 
     parts = [condition_text({"unit": claim["unit"], **c}) for c in claim["conditions"]]
-    nulls = ", ".join(f"{n['measure']} {_interval(n['interval'])}" for n in claim["nulls"])
+    nulls = ", ".join(f"{n['measure']} {interval_text(n['interval'])}" for n in claim["nulls"])
     line = (f"claim {claim['claim']}: {claim['verdict'].upper()} (n = {claim['n']} "
             f"{claim['unit']}): " + "; ".join(parts))  # fmt: skip
     if nulls:
@@ -226,11 +220,11 @@ def summary(record: dict[str, Any]) -> str:
 def compare_table(compare: dict[str, Any]) -> str:
     """The models x claims table of a compare record, one line per model and claim, with
     every primary condition's estimate."""
-    from ropesplit.core.claims import condition_label
+    from ropesplit.core.claims import condition_label, interval_text
 
     lines = ["model | claim | verdict | every primary condition [95%] | robustness"]
     for row in compare["rows"]:
-        shown = "; ".join(f"{condition_label(c)} {_interval(c['estimate'])}"
+        shown = "; ".join(f"{condition_label(c)} {interval_text(c['estimate'])}"
                           for c in row["conditions"])  # fmt: skip
         lines.append(f"{row['model']} | {row['claim']} | {row['verdict']} | {shown} | "
                      f"{row['robust_statement']}")  # fmt: skip

@@ -82,6 +82,7 @@ __all__ = [
     "Outcome",
     "condition_label",
     "condition_text",
+    "interval_text",
     "ROBUSTNESS",
     "VERDICTS",
     "MEASURE_AXES",
@@ -158,13 +159,19 @@ def condition_label(c: Any) -> str:
     return str(get("measure")) if get("compare") == "level" else f"{get('measure')} - {get('null')}"
 
 
+def interval_text(interval: Mapping[str, Any] | None, number: Any = "{:.3f}".format) -> str:
+    """An interval as ``mean [low, high]`` (``number`` formats each), or n/a: the CLI's and
+    the report's."""
+    if not interval:
+        return "n/a"
+    return f"{number(interval['mean'])} [{number(interval['low'])}, {number(interval['high'])}]"
+
+
 def condition_text(c: Mapping[str, Any], number: Any = "{:.3f}".format) -> str:
     """A record's condition in one line, the one place it is worded (the CLI, the report):
     ``r_split 0.912 [0.897, 0.927] over passages (predicted > 0.9, toolkit's threshold)``;
     ``number`` formats the interval's numbers."""
-    interval = c.get("interval")
-    shown = ("n/a" if not interval else
-             f"{number(interval['mean'])} [{number(interval['low'])}, {number(interval['high'])}]")
+    shown = interval_text(c.get("interval"), number)
     side = ">" if c["direction"] == "above" else "<"
     origin = f", {c['origin']}'s threshold" if c.get("origin") else ""
     return (f"{condition_label(c)} {shown} over {c.get('unit', 'passages')} "

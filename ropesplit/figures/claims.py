@@ -5,11 +5,11 @@ r"""Figures 19-20: claim 1's tolerance curve, and every claim across models (a f
   against the share of tokens moved, one curve per corpus and length with its
   95% t interval over passages, beside the chord from 0 to :math:`D(50\%)`
   (a damage linear in the dose) and the paper's 5% and 10% marks.
-- :func:`forest_figure`: per claim (a panel), each model's headline estimate
-  (the first primary condition) with its 95% interval, its threshold (solid:
-  the paper's; dashed: the toolkit's), the paper's own number where it gives
-  one, and the first null's interval in grey; each row names its verdict and
-  robustness.
+- :func:`forest_figure`: per claim and primary condition (a panel), each
+  model's headline estimate with its 95% interval, its threshold (solid: the
+  paper's; dashed: the toolkit's), and beside the first condition the paper's
+  own number where it gives one and the first null's interval in grey; each
+  row names its verdict and robustness.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropesplit.core.claims import VERDICTS, condition_text, condition_word, primary
+from ropesplit.core.claims import interval_text as core_interval_text
 from ropesplit.core.paper import PAPER_CITATION, QUOTES
 from ropesplit.report.document import Details, Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
@@ -31,10 +32,8 @@ __all__ = ["SECTION", "claim_cells", "interval_text"]
 
 
 def interval_text(interval: Mapping[str, Any] | None) -> str:
-    """``mean [low, high]``, or n/a."""
-    if not interval:
-        return "n/a"
-    return f"{fmt(interval['mean'])} [{fmt(interval['low'])}, {fmt(interval['high'])}]"
+    """``mean [low, high]`` in the report's number format, or n/a."""
+    return core_interval_text(interval, fmt)
 
 
 def _condition_text(c: Mapping[str, Any]) -> str:
