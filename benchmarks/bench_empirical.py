@@ -19,7 +19,7 @@ Below each row, every run's own ``total/fwd`` and their median (paired:
 each run's capture and analysis over the forward pass beside it).
 The statistics' compiled kernels are loaded before the timed runs (a
 small batch; once a process, its time printed), as the forward pass is
-warmed up. The allocator is made steady first (:func:`steady_allocator`):
+warmed up. The allocator is made steady first (``ropesplit.core.allocator``):
 with glibc's default the forward pass alone varied by 1.6x within one run.
 
 With ``--passages P`` each row is a batch: the first ``P`` passages of the
@@ -35,30 +35,10 @@ within 2x the forward pass at ``--passages 16 --tokens 512``).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import resource
 import statistics
 import sys
 import time
-
-
-def steady_allocator() -> bool:
-    """Keep freed memory in the process (glibc ``mallopt``): no fresh ``mmap`` per large tensor.
-
-    By default glibc maps every block above a threshold afresh and gives it
-    back when freed, and it moves that threshold as blocks come and go: the
-    same forward pass at N = 1024 then took 3.3 s, 2.6 s or 2.1 s in one run,
-    depending on what ran before it (page faults).  With both thresholds at
-    1 GiB the forward pass takes about 2.0 s every time and the analysis runs in
-    the same allocator state, so their ratio measures the code, not the heap.
-    False where the C library has no ``mallopt`` (then the default stands).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-    return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 30))
 
 
 def peak_rss_gib() -> float:
@@ -136,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passages", type=int, default=1,
                         help="passages per batch (1: the default text)")  # fmt: skip
     parser.add_argument("--allocator", choices=("steady", "default"), default="steady",
-                        help="steady: glibc keeps freed memory (see steady_allocator)")  # fmt: skip
+                        help="steady: glibc keeps freed memory "
+                        "(ropesplit.core.allocator)")  # fmt: skip
     args = parser.parse_args(argv)
+    from ropesplit.core.allocator import steady_allocator
+
     steady = args.allocator == "steady" and steady_allocator()
 
     import torch

@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 from ropesplit import __version__
 from ropesplit import commands as _commands
 from ropesplit.core import io
+from ropesplit.core.allocator import steady_allocator
 from ropesplit.core.errors import RopesplitError, one_line
 
 
@@ -297,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
+    steady_allocator()  # long runs of large tensors: no page faults per tensor (core.allocator)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a bad flag (one line already printed), --help or --version

@@ -6,6 +6,7 @@ CLI) may import, and which imports no layer above it.
              whole or not at all; the path checks the CLI runs before any work
     paper    the seed paper's numbers and words (PAPER_R_SPLIT, QUOTES)
     claims   the claims registry: pre-registered primary tests, verdict words, the grid
+    allocator  steady_allocator: the C heap keeps freed memory (the CLI sets it, once)
 
 ``tests/test_packaging.py`` holds every layer to it: nothing here imports numpy, torch or a
 layer of ropesplit.
