@@ -444,16 +444,29 @@ def model_pass(model: Any, ids: torch.Tensor, positions: torch.Tensor | None = N
                  use_cache=False, **extra)  # fmt: skip
 
 
+NLL_CHUNK = 2**22  # logits per chunk of token_nll: the float64 copy stays cache-sized
+
+
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     r"""Next-token losses (nats), float64: ``logits (..., T, vocab)`` row ``t`` predicts
     ``targets (..., T)``.
 
     .. math:: \ell_t = -\log \mathrm{softmax}(z_t)_{x_t}
+
+    Rows go in chunks of about :data:`NLL_CHUNK` logits: each row's softmax is its own, so
+    the losses are those of one pass bit for bit, without a float64 copy of every row
+    (8 x 511 rows of 49152: 1.6 GB, and 3.2 times the time).
     """
     import torch
 
-    logp = torch.log_softmax(logits.double(), dim=-1)  # (..., T, vocab)
-    return -logp.gather(-1, targets.to(logp.device)[..., None].long())[..., 0]
+    vocab = logits.shape[-1]
+    flat, goal = logits.reshape(-1, vocab), targets.to(logits.device).reshape(-1, 1).long()
+    out = torch.empty(goal.shape[0], dtype=torch.float64, device=logits.device)
+    rows = max(1, NLL_CHUNK // vocab)
+    for r0 in range(0, flat.shape[0], rows):
+        logp = torch.log_softmax(flat[r0 : r0 + rows].double(), dim=-1)  # (rows, vocab)
+        out[r0 : r0 + rows] = -logp.gather(-1, goal[r0 : r0 + rows])[:, 0]
+    return out.reshape(targets.shape)
 
 
 def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> torch.Tensor:

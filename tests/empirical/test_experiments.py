@@ -18,6 +18,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_VOCAB, tiny_llama
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import capture, continuation_loss
@@ -109,6 +112,29 @@ def test_batched_losses_match_the_empirical_layers_single_pass(tiny, distinct_id
     reference = continuation_loss(tiny, distinct_ids, start=start)
     assert ours.shape == (1,)
     assert math.isclose(ours[0], reference, rel_tol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(logits=arrays(np.float32,
+                     st.tuples(st.integers(1, 3), st.integers(1, 9), st.integers(2, 40)),
+                     elements=st.floats(-30, 30, width=32)),  # fmt: skip
+       chunk=st.integers(1, 200), data=st.data())
+def test_token_nll_is_the_float64_log_softmax_bit_for_bit_in_any_chunks(logits, chunk, data):
+    """Chunking the rows (models.NLL_CHUNK logits at a time) changes no loss by one bit."""
+    from ropesplit.empirical import models
+
+    z = torch.from_numpy(logits)
+    targets = torch.from_numpy(data.draw(arrays(np.int64, logits.shape[:-1],
+                                                elements=st.integers(0, logits.shape[-1] - 1))))
+    reference = -torch.log_softmax(z.double(), -1).gather(-1, targets[..., None])[..., 0]
+    old = models.NLL_CHUNK
+    models.NLL_CHUNK = chunk
+    try:
+        got = models.token_nll(z, targets)
+    finally:
+        models.NLL_CHUNK = old
+    assert got.dtype == torch.float64 and got.shape == targets.shape
+    assert torch.equal(got, reference)
 
 
 def test_losses_do_not_depend_on_the_batch_size(tiny, distinct_ids):
