@@ -56,6 +56,7 @@ gives ``W`` and ``g`` at chosen pairs, to compare two captures;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +148,7 @@ def controlled_distance(
     *,
     kbar: Any = None,
     window: int | None = None,
+    measures: Sequence[str] = DISTANCE_MEASURES,
 ) -> dict[str, np.ndarray]:
     r"""The controlled-distance measures of the module docstring, each ``(H, K)``.
 
@@ -162,11 +164,16 @@ def controlled_distance(
 
     ``distances (K,)`` are the dummy distances ``D`` (each must be > 0:
     ``W^0 = f(q, 0) + g`` exactly, so ``D = 0`` is the reference, not a test).
-    Returns the :data:`DISTANCE_MEASURES` and ``key_var`` (the same for every
-    ``D``: the weight of :func:`weighted_key_corr`). ``query_share`` is
-    descriptive only (see :func:`query_only_share`); ``visible_change``
-    is NaN where ``rc(W^0)`` is 0.
+    Returns ``measures`` (default every one of :data:`DISTANCE_MEASURES`; a
+    subset computes only those, each to the same bits) and ``key_var`` (the
+    same for every ``D``: the weight of :func:`weighted_key_corr`).
+    ``query_share`` is descriptive only (see :func:`query_only_share`);
+    ``visible_change`` is NaN where ``rc(W^0)`` is 0.
     """
+    unknown = sorted(set(measures) - set(DISTANCE_MEASURES))
+    if unknown:
+        raise RopesplitError(f"unknown distance measures {unknown}; known: "
+                             f"{', '.join(DISTANCE_MEASURES)}")  # fmt: skip
     q, k, th, kb, dev = _pairs_of(qc, kc, theta, kbar)
     s = _inputs.check_scale(scale)
     dist = _inputs.as_float64("distances", distances, 1)
@@ -177,28 +184,36 @@ def controlled_distance(
     kt = np.conj(k).transpose(0, 2, 1)  # (H, P, N)
     w0 = s * np.real(q @ kt)  # (H, N, N): W at D = 0
     g = s * np.real(q @ np.conj(dev).transpose(0, 2, 1))  # (H, N, N)
-    out = {name: np.empty((n_heads, dist.size)) for name in DISTANCE_MEASURES}
-    spread = np.sqrt(_masked_mean((w0 - _masked_mean(w0, mask)[:, None, None]) ** 2, mask))  # (H,)
-    visible0 = np.linalg.norm(_row_centred(w0, mask), axis=(1, 2))  # (H,): ||rc(W^0)||_F
+    out = {name: np.empty((n_heads, dist.size)) for name in measures}
+    if "logit_change" in measures:
+        spread = np.sqrt(_masked_mean((w0 - _masked_mean(w0, mask)[:, None, None]) ** 2, mask))
+    if "visible_change" in measures:
+        visible0 = np.linalg.norm(_row_centred(w0, mask), axis=(1, 2))  # (H,): ||rc(W^0)||_F
     key_g = additive_fits(g, axes=2, window=window).c  # (H, N)
     out["key_var"] = np.repeat(key_g.var(axis=1)[:, None], dist.size, axis=1)  # (H, K)
     for index, d in enumerate(dist):
         turn = np.exp(1j * th * d)  # (P,)
         wd = s * np.real((q * turn) @ kt)  # (H, N, N)
-        f = s * np.real((q * turn) @ np.conj(kb)[:, :, None])  # (H, N, 1): f(q_i, D)
-        key_d = additive_fits(wd, axes=2, window=window).c  # (H, N)
-        out["key_corr"][:, index] = [_corr(key_d[h], key_g[h]) for h in range(n_heads)]
-        out["query_share"][:, index] = query_only_share(wd - w0, mask)
-        visible = np.linalg.norm(_row_centred(wd - w0, mask), axis=(1, 2))  # (H,)
-        change = np.sqrt(_masked_mean((wd - w0) ** 2, mask))  # (H,)
-        centred = _masked_mean((wd - _masked_mean(wd, mask)[:, None, None]) ** 2, mask)  # (H,)
-        remainder = _masked_mean((wd - f - g) ** 2, mask)  # (H,): E^D = W^D - f - g
+        if "key_corr" in measures:
+            key_d = additive_fits(wd, axes=2, window=window).c  # (H, N)
+            out["key_corr"][:, index] = [_corr(key_d[h], key_g[h]) for h in range(n_heads)]
+        if "query_share" in measures:
+            out["query_share"][:, index] = query_only_share(wd - w0, mask)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["visible_change"][:, index] = np.where(visible0 > 0, visible / visible0, np.nan)
-            out["logit_change"][:, index] = np.where(spread > 0, change / spread, np.nan)
-            out["remainder_share"][:, index] = np.where(
-                centred > 0, np.sqrt(remainder / centred), np.nan
-            )
+            if "visible_change" in measures:
+                visible = np.linalg.norm(_row_centred(wd - w0, mask), axis=(1, 2))  # (H,)
+                out["visible_change"][:, index] = np.where(visible0 > 0, visible / visible0,
+                                                           np.nan)  # fmt: skip
+            if "logit_change" in measures:
+                change = np.sqrt(_masked_mean((wd - w0) ** 2, mask))  # (H,)
+                out["logit_change"][:, index] = np.where(spread > 0, change / spread, np.nan)
+            if "remainder_share" in measures:
+                f = s * np.real((q * turn) @ np.conj(kb)[:, :, None])  # (H, N, 1): f(q_i, D)
+                centred = _masked_mean((wd - _masked_mean(wd, mask)[:, None, None]) ** 2, mask)
+                remainder = _masked_mean((wd - f - g) ** 2, mask)  # (H,): E^D = W^D - f - g
+                out["remainder_share"][:, index] = np.where(
+                    centred > 0, np.sqrt(remainder / centred), np.nan
+                )
     return out
 
 

@@ -10,6 +10,7 @@ from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.perturbation import (
+    DISTANCE_MEASURES,
     causal_pairs,
     controlled_distance,
     pair_logits,
@@ -418,3 +419,22 @@ def test_run_changes_are_the_mean_pair_logit_changes(seed, c):
         np.testing.assert_allclose(dw, np.abs(b["W"] - a["W"]).mean(axis=1), atol=1e-12)
     _, none = run_changes((qc0, kc0, p0), (qc0, kc0, p0 + 5.0), theta, 0.3, pairs)
     assert np.all(none == 0.0)  # one q and k: positions alone never move g
+
+
+@settings(max_examples=25, deadline=None)
+@given(q=complex_arrays((2, 9, 3)), k=complex_arrays((2, 9, 3)),
+       chosen=st.lists(st.sampled_from(DISTANCE_MEASURES), min_size=1, unique=True),
+       window=st.one_of(st.none(), st.integers(1, 10)))  # fmt: skip
+def test_a_subset_of_distance_measures_is_the_full_run_bit_for_bit(q, k, chosen, window):
+    theta, s, distances = np.array([1.0, 0.2, 0.0]), 0.6, [3.0, 5.0]
+    full = controlled_distance(q, k, theta, s, distances, window=window)
+    some = controlled_distance(q, k, theta, s, distances, window=window, measures=chosen)
+    assert set(some) == {*chosen, "key_var"}
+    for name in some:
+        np.testing.assert_array_equal(some[name], full[name], err_msg=name)
+
+
+def test_an_unknown_distance_measure_is_named():
+    q = np.ones((1, 4, 2), dtype=complex)
+    with pytest.raises(RopesplitError, match=r"unknown distance measures \['key_cor'\]"):
+        controlled_distance(q, q, [1.0, 0.1], 1.0, [2], measures=("key_cor",))
