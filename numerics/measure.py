@@ -56,6 +56,10 @@ class Measure:
     bounds: bool = True
     # layer_statistics: the torch device of the two N^2 parts (None: the compiled CPU path)
     device: Any = None
+    # layer_statistics: the split alone (r_split, its moments and the low-frequency shares
+    # under every reference); the bound check and the three-axis fit are skipped: tightness
+    # and r_3axis read NaN, sampled_pairs 0 (no pair checked), and the rest is the same bits
+    split_only: bool = False
 
     def __post_init__(self) -> None:
         budget = self.pair_budget

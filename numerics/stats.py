@@ -215,24 +215,28 @@ def layer_statistics(
     low_k = _lowfreq_share(np.abs(dc) ** 2, th)[kv]  # (H,)
     low_q = _lowfreq_share(np.abs(qc - qc.mean(axis=1, keepdims=True)) ** 2, th)  # (H,)
     sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w, [None if r.is_zero else r.m for r in refs],
-                       device)  # fmt: skip
-    gap = None if refs[0].is_zero else refs[0].one_minus
-    check = BoundCheck(qc, dc[kv], th, pq, pk, s, w, gap)
-    if device is None:
-        tight = tightness(check, pair_budget, seed)  # one per head
-    else:
-        from ropesplit.numerics import stats_torch
-
-        tight = stats_torch.tightness(check, pair_budget, seed, device)
+                       device, three_axis=not measure.split_only)  # fmt: skip
     gram = band_gram(n, w)
-    # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
-    # solved for the unit right side and scaled back (the fit is linear in it): logits near
-    # the underflow range (1e-160) would otherwise stall the iteration in subnormals
-    rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
-    norm = np.linalg.norm(rhs, axis=0)  # (H,)
-    unit = rhs / np.where(norm > 0, norm, 1.0)
-    x, _ = gram.solve(unit)
-    fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
+    if measure.split_only:  # no bound check, no three-axis fit (Measure.split_only)
+        tight = [(math.nan, math.nan, 0, 0)] * h
+        fit_share = np.full(h, math.nan)
+    else:
+        gap = None if refs[0].is_zero else refs[0].one_minus
+        check = BoundCheck(qc, dc[kv], th, pq, pk, s, w, gap)
+        if device is None:
+            tight = tightness(check, pair_budget, seed)  # one per head
+        else:
+            from ropesplit.numerics import stats_torch
+
+            tight = stats_torch.tightness(check, pair_budget, seed, device)
+        # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
+        # solved for the unit right side and scaled back (the fit is linear in it): logits
+        # near the underflow range (1e-160) would otherwise stall the iteration in subnormals
+        rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
+        norm = np.linalg.norm(rhs, axis=0)  # (H,)
+        unit = rhs / np.where(norm > 0, norm, 1.0)
+        x, _ = gram.solve(unit)
+        fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
     out = []
     for i in range(h):
         tww = sums["tww"][i]
@@ -429,6 +433,8 @@ def _logit_sums(
     window: int | None,
     refs: list[np.ndarray | None],
     device: Any = None,
+    *,
+    three_axis: bool = True,
 ) -> dict[str, Any]:
     r"""Masked second moments of ``W / s`` and ``E_m / s`` per head, and the three-axis right side.
 
@@ -436,8 +442,8 @@ def _logit_sums(
     mean, about each row's mean); per reference ``m`` of ``refs`` (``None``
     for :math:`m_l = 1`) lists of ``twe, tee, cwe, cee`` and ``e_sq``
     (:math:`\|E_m\|_F^2`); and ``rhs (K,)``: the distance, row and column sums
-    of the centred ``W``.  The scale ``s`` cancels from every statistic, so it
-    is left out.  Both are bilinear in real features,
+    of the centred ``W`` (without ``three_axis``: not formed, no ``rhs``).  The scale ``s``
+    cancels from every statistic, so it is left out.  Both are bilinear in real features,
 
     .. math:: W_{ij} = a_i\cdot y_j,\qquad E^m_{ij} = a_i\cdot b_j - u^m_i\cdot\delta_j,
               \qquad a = Rq,\ y = Rk,\ b = R\delta,\ u^m = q\,m
@@ -465,7 +471,10 @@ def _logit_sums(
     us = _real(qc * np.stack(ms)[:, None, None])  # (M, H, N, 2P): q_i m, every reference
     count_a, count_b, count_c = (torch.from_numpy(v)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
-    row_w, col_w, diag_w = _band_sums(a, y, window, heads)  # (H, N), (H, N), (H, n_a)
+    if three_axis:
+        row_w, col_w, diag_w = _band_sums(a, y, window, heads)  # (H, N), (H, N), (H, n_a)
+    else:
+        (row_w,) = _band_rows([a], y, window, heads)  # (H, N): _band_sums' rows, the same code
     (row_ab,) = _band_rows([a], b, window, heads)
     row_e = [row_ab - r for r in _band_rows(us, dp, window, heads)]  # (H, N) each, raw
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
@@ -504,9 +513,10 @@ def _logit_sums(
         "w_sq": w_sq, "e_sq": e_sq,
         "mean_w": mean_w.numpy(), "mean_e": [m.numpy() for m in mean_e],
     }  # fmt: skip
-    rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
-                     col_w - mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip
-    res["rhs"] = rhs.T.contiguous().numpy()  # (K, H)
+    if three_axis:
+        rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
+                         col_w - mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip
+        res["rhs"] = rhs.T.contiguous().numpy()  # (K, H)
     return res
 
 

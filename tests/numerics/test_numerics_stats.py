@@ -392,3 +392,23 @@ def test_memory_chunks_change_no_statistic(monkeypatch):
             b.tightness_max, b.tightness_median, b.violations)  # fmt: skip
         for name in FLOATS:
             assert getattr(a, name) == pytest.approx(getattr(b, name), abs=1e-12), name
+
+
+@settings(max_examples=40, deadline=None)
+@given(head=heads(), refs=st.lists(st.sampled_from(["zero", "mean", "distance:40"]),
+                                   min_size=1, max_size=3, unique=True))  # fmt: skip
+def test_split_only_is_the_full_run_bit_for_bit_without_the_bound_and_the_fit(head, refs):
+    """Measure.split_only skips the bound check and the three-axis fit; every other field
+    (each reference's r_split and moments, the low-frequency shares) keeps its bits."""
+    spec, full = geometry(head["theta"], head["s"], head["layout"], head["rotary_dim"],
+                          head["window"], reference=refs[0])  # fmt: skip
+    full = dataclasses.replace(full, references=tuple(refs))
+    q, k = head["q"][None], head["k"][None]
+    (want,) = layer_statistics(q, k, spec, full, positions=head["positions"])
+    (got,) = layer_statistics(q, k, spec, dataclasses.replace(full, split_only=True),
+                              positions=head["positions"])  # fmt: skip
+    assert math.isnan(got.tightness_max) and math.isnan(got.tightness_median)
+    assert math.isnan(got.r_3axis) and got.sampled_pairs == 0 and got.violations == 0
+    skipped = {"tightness_max", "tightness_median", "r_3axis", "sampled_pairs", "violations"}
+    for name in {f.name for f in dataclasses.fields(got)} - skipped:  # NaN equal to NaN
+        np.testing.assert_equal(getattr(got, name), getattr(want, name), err_msg=name)
