@@ -79,7 +79,7 @@ def _model(tokens: list[int], repeats: int, others: tuple[str, ...]) -> list[dic
     from dataclasses import replace
 
     from ropesplit.empirical import capture, default_text, load_model, tokenize
-    from ropesplit.empirical.analyze import ANALYSIS, analyze_capture
+    from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_capture
 
     loaded = load_model()
     out = []
@@ -93,7 +93,7 @@ def _model(tokens: list[int], repeats: int, others: tuple[str, ...]) -> list[dic
             times["capture"].append(time.perf_counter() - start)
             for way, refs in (("stats", ()), ("stats+refs", others)):
                 start = time.perf_counter()
-                analyze_capture(cache, replace(ANALYSIS, references=refs))
+                analyze_capture(cache, replace(DEFAULT_MEASURE, references=refs))
                 times[way].append(time.perf_counter() - start)
         med = {w: float(np.median(t)) for w, t in times.items()}
         ratio = (med["capture"] + med["stats+refs"]) / (med["capture"] + med["stats"])

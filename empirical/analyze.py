@@ -45,7 +45,7 @@ from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.workers import map_each, side_by_side
 
 __all__ = [
-    "ANALYSIS",
+    "DEFAULT_MEASURE",
     "DEFAULT_REFERENCE",
     "KBARS",
     "STATISTICS",
@@ -71,7 +71,7 @@ DEFAULT_REFERENCE = "zero"
 KBARS = KBAR_RULES  # the reference key: mean key, or without the first token
 # what every analysis measures unless told otherwise: the paper's split, every compared
 # reference beside it, the bound on every causal pair
-ANALYSIS = Measure(reference=DEFAULT_REFERENCE, references=COMPARED)
+DEFAULT_MEASURE = Measure(reference=DEFAULT_REFERENCE, references=COMPARED)
 
 STATISTICS = (
     "r_split",
@@ -244,7 +244,7 @@ def analyze_batch(
     input_ids: Any,
     position_ids: Any = None,
     *,
-    measure: Measure = ANALYSIS,
+    measure: Measure = DEFAULT_MEASURE,
     on_layer: Callable[[int], Any] | None = None,
 ) -> list[Analysis]:
     r"""Capture (validated) and measure every head of ``B`` sequences ``input_ids (B, N)``.
@@ -254,7 +254,7 @@ def analyze_batch(
     ``s = scale a^2``, ``kv_map``, layout, rotary dimension, sliding window)
     and positions (``position_ids``: ``(N,)`` for all, or ``(B, N)``).
     ``measure`` (:class:`~ropesplit.numerics.measure.Measure`, default
-    :data:`ANALYSIS`) holds the options: ``reference`` sets the split of the
+    :data:`DEFAULT_MEASURE`) holds the options: ``reference`` sets the split of the
     columns, ``references`` the others recorded in ``by_reference``,
     ``pair_budget`` (causal pairs per head, None: every pair) and ``seed`` as
     in numerics, ``kbar_rule`` ``"mean"`` or ``"mean-skip-first"`` (the mean
@@ -316,7 +316,7 @@ def analyze_batch(
 
 def analyze_capture(
     cache: Any,
-    measure: Measure = ANALYSIS,
+    measure: Measure = DEFAULT_MEASURE,
     *,
     shuffle_frequencies: int | None = None,
     layers: Any = None,
@@ -344,7 +344,7 @@ def analyze_capture(
 def capture_rows(
     layer: LayerCapture,
     positions: Any,
-    measure: Measure = ANALYSIS,
+    measure: Measure = DEFAULT_MEASURE,
     *,
     shuffle_frequencies: int | None = None,
 ) -> list[dict[str, Any]]:
@@ -367,7 +367,7 @@ def layer_rows(
     q: np.ndarray,
     k: np.ndarray,
     spec: RopeSpec,
-    measure: Measure = ANALYSIS,
+    measure: Measure = DEFAULT_MEASURE,
     *,
     positions: Any,
     rope_base: float | None,
@@ -495,7 +495,8 @@ def load_subject(model: Any, gguf_file: str | None = None, *, text: str | None, 
 
 
 def analyze_pair(loaded: LoadedModel, control: LoadedModel | None, ids: Any,
-                 measure: Measure = ANALYSIS, *, on_layer: Callable[[int], Any] | None = None,
+                 measure: Measure = DEFAULT_MEASURE, *,
+                 on_layer: Callable[[int], Any] | None = None,
                  ) -> tuple[dict[str, Any], Analysis, Analysis | None]:  # fmt: skip
     """The model and its random-init ``control`` (or None) analysed on the same ``ids``
     (:func:`analyze` under ``measure``): ``(record, trained, control)``, the record

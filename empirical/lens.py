@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.analyze import ANALYSIS, Analysis
+from ropesplit.empirical.analyze import DEFAULT_MEASURE, Analysis
 from ropesplit.empirical.raw import analyze_qk
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.spec import RopeSpec
@@ -40,7 +40,7 @@ def analyze_lens(
     tokens: Any = None,
     *,
     cache: Any = None,
-    measure: Measure = ANALYSIS,
+    measure: Measure = DEFAULT_MEASURE,
 ) -> Analysis:
     """Every layer of a ``HookedTransformer`` on one sequence ``tokens (1, N)``, or on its
     ``cache`` (an ``ActivationCache`` holding the ``hook_q``/``hook_k`` of every layer),

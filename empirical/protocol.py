@@ -25,8 +25,8 @@ above zero on the trained model; the trained model beats the random-init
 and shuffled-frequency controls under every reference; on the second text
 its ``r_split`` stays within :data:`TEXT_TOLERANCE` (the split is a property
 of the model, not of the text).  Verdicts are computed from the intervals.  Tightness is not
-needed here, so the bound is checked on a sample of :data:`PAIR_SAMPLE`
-pairs per head (reported).
+needed here: neither the bound nor the three-axis fit is computed
+(``Measure.split_only``; every ``r_split`` is the full run's, bit for bit).
 """
 
 from __future__ import annotations
@@ -39,17 +39,16 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_R_SPLIT
-from ropesplit.empirical.analyze import ANALYSIS, KBARS, analyze_capture, paired_difference
+from ropesplit.empirical.analyze import DEFAULT_MEASURE, KBARS, analyze_capture, paired_difference
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 from ropesplit.empirical.text import default_text, tokenize
 from ropesplit.numerics.reference import COMPARED
 
-__all__ = ["CONTROL_SEEDS", "PAIR_SAMPLE", "TOKENS", "protocol", "protocol_cells",
+__all__ = ["CONTROL_SEEDS", "TOKENS", "protocol", "protocol_cells",
            "protocol_table", "text_ids"]
 
 TOKENS = (512, 1024, 2048)
-PAIR_SAMPLE = 1024  # causal pairs per head for the (unused here) bound check
 CONTROL_SEEDS = (0, 1, 2)
 TEXT_TOLERANCE = 0.01  # the second text: |trained - code-text| below this counts as the same
 
@@ -110,13 +109,13 @@ def protocol(
                              f"all at most the {ids.numel()} ids given")  # fmt: skip
     n_layers = loaded.n_layers
     note = on_step or (lambda _: None)
-    sampled = replace(ANALYSIS, seed=seed, pair_budget=PAIR_SAMPLE)  # the bound on a sample
+    split = replace(DEFAULT_MEASURE, split_only=True)  # the split alone: no bound, no 3-axis fit
     rows: list[dict[str, Any]] = []
     for n in lengths:
         note(f"capture {n} tokens")
         cache = capture(loaded, ids[:n], keep_probs=False)
         for kbar in KBARS:
-            heads = analyze_capture(cache, replace(sampled, kbar_rule=kbar))
+            heads = analyze_capture(cache, replace(split, kbar_rule=kbar))
             if n == baseline and kbar == "mean":
                 trained_base, base_cache = heads, cache  # the controls' partner
             for cell in protocol_cells(heads, n_layers, seed=seed):
@@ -128,13 +127,13 @@ def protocol(
         note(f"random-init control, seed {control_seed}")
         twin = random_init_twin(loaded, control_seed)
         runs["random-init"].append(analyze_capture(capture(twin, base_ids, keep_probs=False),
-                                                   sampled))  # fmt: skip
-        runs["shuffled-theta"].append(analyze_capture(base_cache, sampled,
+                                                   split))  # fmt: skip
+        runs["shuffled-theta"].append(analyze_capture(base_cache, split,
                                                       shuffle_frequencies=control_seed))
     if code_ids is not None:
         note("second text (Python source)")
         runs["code-text"] = [analyze_capture(capture(loaded, code_ids, keep_probs=False),
-                                             sampled)]  # fmt: skip
+                                             split)]  # fmt: skip
     for name, control_runs in runs.items():
         controls[name] = {
             "runs": len(control_runs),
@@ -148,7 +147,7 @@ def protocol(
     return {
         "settings": {"tokens": list(lengths), "baseline": baseline, "kbars": list(KBARS),
                      "references": list(COMPARED), "middle_layers": _middle(n_layers),
-                     "control_seeds": list(control_seeds), "pair_sample": PAIR_SAMPLE,
+                     "control_seeds": list(control_seeds),
                      "text_tolerance": TEXT_TOLERANCE,
                      "paper_r_split": PAPER_R_SPLIT},
         "rows": rows,

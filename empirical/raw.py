@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.analyze import ANALYSIS, Analysis, layer_rows
+from ropesplit.empirical.analyze import DEFAULT_MEASURE, Analysis, layer_rows
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
@@ -67,7 +67,7 @@ def analyze_qk(
     q: Any,
     k: Any,
     spec: RopeSpec,
-    measure: Measure = ANALYSIS,
+    measure: Measure = DEFAULT_MEASURE,
     *,
     order: str = "hf",
     rotated: bool = False,

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
     from dataclasses import replace
 
-    from ropesplit.empirical.analyze import ANALYSIS, DEFAULT_REFERENCE
+    from ropesplit.empirical.analyze import DEFAULT_MEASURE, DEFAULT_REFERENCE
     from ropesplit.numerics.reference import canonical
 
     reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     twin = random_init_twin(loaded, args.seed) if args.control != "none" else None
     with tqdm(total=loaded.n_layers * (1 + (twin is not None)), desc="layers", unit="layer",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
-        measure = replace(ANALYSIS, reference=reference, seed=args.seed,
+        measure = replace(DEFAULT_MEASURE, reference=reference, seed=args.seed,
                           pair_budget=args.pair_budget)  # fmt: skip
         record, trained, control = analyze_pair(loaded, twin, ids, measure, on_layer=bar.update)
     print(_table(trained, control, PAPER_R_SPLIT))

@@ -267,11 +267,11 @@ def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str,
 
     from dataclasses import replace
 
-    from ropesplit.empirical.analyze import ANALYSIS, analyze_pair
+    from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_pair
 
     with tqdm(total=loaded.n_layers * (1 + (control is not None)), desc="layers",
               unit="layer", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return analyze_pair(loaded, control, ids, replace(ANALYSIS, seed=seed),
+        return analyze_pair(loaded, control, ids, replace(DEFAULT_MEASURE, seed=seed),
                             on_layer=bar.update)[0]  # fmt: skip
 
 

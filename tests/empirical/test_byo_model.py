@@ -18,7 +18,7 @@ from conftest import TEXT, TINY, llama_config, save_model
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
-from ropesplit.empirical.analyze import ANALYSIS, STATISTICS
+from ropesplit.empirical.analyze import DEFAULT_MEASURE, STATISTICS
 from ropesplit.empirical.experiments import Settings
 from ropesplit.empirical.models import from_model, random_init_twin
 
@@ -41,7 +41,7 @@ def test_object_and_path_give_the_same_per_head_numbers(folder):
     assert model.config._attn_implementation == "eager"  # switched in place for the capture
     ids_path, ids_object = tokenize(by_path, TEXT, 40), tokenize(by_object, TEXT, 40)
     assert ids_path.tolist() == ids_object.tolist()
-    measure = replace(ANALYSIS, seed=3)
+    measure = replace(DEFAULT_MEASURE, seed=3)
     a = analyze(by_path, ids_path, measure=measure)
     b = analyze(by_object, ids_object, measure=measure)
     assert len(a.heads) == len(b.heads) == TINY["num_hidden_layers"] * TINY["num_attention_heads"]

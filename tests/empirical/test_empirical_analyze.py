@@ -20,7 +20,7 @@ from conftest import llama_config
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical import capture, default_text, load_model, tokenize
 from ropesplit.empirical.analyze import (
-    ANALYSIS,
+    DEFAULT_MEASURE,
     STATISTICS,
     analysis_record,
     analyze,
@@ -88,7 +88,7 @@ def test_numerics_logits_are_the_models_logits(arch):
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 def test_analyze_gives_finite_statistics_per_head(arch):
     loaded = load_model(CONFIGS[arch], seed=0)
-    result = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
+    result = analyze(loaded, IDS, measure=replace(DEFAULT_MEASURE, seed=0))
     heads = 4 * 2
     assert len(result.heads) == heads
     assert [(r["layer"], r["head"]) for r in result.heads] == [
@@ -100,15 +100,15 @@ def test_analyze_gives_finite_statistics_per_head(arch):
         assert 0.0 <= row["lowfreq_share_k"] <= 1.0
     for name in STATISTICS:
         assert result.summary[name] == pytest.approx(np.mean([r[name] for r in result.heads]))
-    again = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
+    again = analyze(loaded, IDS, measure=replace(DEFAULT_MEASURE, seed=0))
     assert again.heads == result.heads  # deterministic for a seed
 
 
 def test_every_head_under_every_reference():
     loaded = load_model(CONFIGS["llama"], seed=1)
     # the default: the paper's split, fixed before the data
-    zero = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
-    mean = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0, reference="mean"))
+    zero = analyze(loaded, IDS, measure=replace(DEFAULT_MEASURE, seed=0))
+    mean = analyze(loaded, IDS, measure=replace(DEFAULT_MEASURE, seed=0, reference="mean"))
     for a, b in zip(zero.heads, mean.heads, strict=True):
         assert list(a["by_reference"]) == list(COMPARED) and a["reference"] == "zero"
         assert list(b["by_reference"]) == ["mean", *[c for c in COMPARED if c != "mean"]]
@@ -135,7 +135,7 @@ def test_controls_are_the_numerics_with_permuted_frequencies_and_other_kbar():
 
     loaded = load_model(CONFIGS["llama"], seed=4)
     cache = capture(loaded, IDS)
-    mean = replace(ANALYSIS, reference="mean", references=())
+    mean = replace(DEFAULT_MEASURE, reference="mean", references=())
     shuffled = analyze_capture(cache, replace(mean, references=("mean",)), shuffle_frequencies=7,
                                layers=[1])  # fmt: skip
     skip = analyze_capture(cache, replace(mean, kbar_rule="mean-skip-first"), layers=[1])
@@ -157,7 +157,7 @@ def test_controls_are_the_numerics_with_permuted_frequencies_and_other_kbar():
         assert row["r_split"] != rp["r_split"]  # the frequency order matters to the split
     with pytest.raises(RopesplitError,
                        match="^kbar_rule must be one of mean, mean-skip-first, got 'median'$"):
-        analyze_capture(cache, replace(ANALYSIS, kbar_rule="median"))
+        analyze_capture(cache, replace(DEFAULT_MEASURE, kbar_rule="median"))
 
 
 def test_second_default_text_is_python_source():
@@ -173,7 +173,7 @@ def test_a_batch_is_its_sequences_one_by_one(tiny_model):
     from ropesplit.empirical.capture import capture_batch
 
     ids = torch.randint(0, 128, (3, 40), generator=torch.Generator().manual_seed(1))
-    every = replace(ANALYSIS, pair_budget=None)  # every pair's bound checked
+    every = replace(DEFAULT_MEASURE, pair_budget=None)  # every pair's bound checked
     batch = analyze_batch(tiny_model, ids, measure=every)
     assert len(batch) == 3 and batch[0].seconds == batch[2].seconds
     for b in range(3):
@@ -268,7 +268,7 @@ def smollm2():
 def test_default_model_capture_and_statistics(smollm2):
     ids = tokenize(smollm2, default_text(), 48)
     assert ids.tolist() == tokenize(smollm2, default_text(), 64)[:48].tolist()
-    result = analyze(smollm2, ids, measure=replace(ANALYSIS, seed=0))
+    result = analyze(smollm2, ids, measure=replace(DEFAULT_MEASURE, seed=0))
     assert len(result.heads) == 270  # 30 layers x 9 query heads
     assert result.reconstruction_max_abs_diff <= 1e-4
     assert {r["kv_head"] for r in result.heads if r["layer"] == 7} == {0, 1, 2}
@@ -287,7 +287,7 @@ def test_reprs_are_one_line_and_kv_map_none_is_grouped_query_attention():
     loaded = load_model(CONFIGS["llama"], seed=1)
     text = repr(loaded)
     assert "\n" not in text and text.startswith("LoadedModel(") and "layers=" in text
-    result = analyze(loaded, IDS, measure=replace(ANALYSIS, seed=0))
+    result = analyze(loaded, IDS, measure=replace(DEFAULT_MEASURE, seed=0))
     text = repr(result)
     assert "\n" not in text and f"heads={len(result.heads)}" in text and "r_split" in text
     rng = np.random.default_rng(0)

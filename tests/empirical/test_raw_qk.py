@@ -13,7 +13,7 @@ import transformers as T
 from conftest import llama_config, tiny_llama
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.analyze import ANALYSIS, analyze_capture
+from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_capture
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.raw import analyze_qk
 from ropesplit.numerics.rope import from_pairs, rotate, to_pairs
@@ -44,7 +44,8 @@ SPEC = RopeSpec(theta=(1.0, 0.3, 0.05, 0.01, 0.002, 0.0005, 0.0, 0.0), scale=0.2
 
 def test_the_rows_are_numerics_layer_statistics_and_exact_when_keys_deviate_only_in_still_pairs():
     q, k = _qk(1)
-    rows = analyze_qk(q, k, SPEC, replace(ANALYSIS, reference="zero", references=("zero",))).heads
+    only_zero = replace(DEFAULT_MEASURE, reference="zero", references=("zero",))
+    rows = analyze_qk(q, k, SPEC, only_zero).heads
     want = layer_statistics(q, k, RopeSpec.from_arrays(SPEC.frequencies, SPEC.scale,
                                                        kv_map=[0, 0, 1, 1]))  # fmt: skip
     for row, w in zip(rows, want, strict=True):

@@ -192,10 +192,10 @@ def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> 
     assert json.loads(js.read_text())["token_ids"] == held_out_ids(cfg)[0].tolist()
     # the record: each head's mean over every held-out window, kbar without BOS
     from ropesplit.empirical import analyze, load_model
-    from ropesplit.empirical.analyze import ANALYSIS
+    from ropesplit.empirical.analyze import DEFAULT_MEASURE
 
     loaded = load_model(str(out / "step-000004"))
-    measure = dataclasses.replace(ANALYSIS, kbar_rule="mean-skip-first", pair_budget=None)
+    measure = dataclasses.replace(DEFAULT_MEASURE, kbar_rule="mean-skip-first", pair_budget=None)
     runs = [analyze(loaded, w, measure=measure).heads for w in held_out_ids(cfg)]
     assert records[-1]["heads"][0]["windows"] == len(runs) == cfg.val_windows
     for h, want in enumerate(records[-1]["heads"]):
