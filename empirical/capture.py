@@ -144,8 +144,10 @@ class LayerCapture:
 class Capture:
     """All layers of one forward pass, indexed by ``(name, layer)``.
 
-    ``cache["q", 3]`` is layer 3's pre-RoPE queries ``(H, N, d)``; the
-    TransformerLens-style name ``cache["blocks.3.attn.hook_q"]`` is the same.
+    ``cache["q", 3]`` is layer 3's pre-RoPE queries ``(H, N, d)``, one sequence's heads.
+    A TransformerLens name (``"blocks.3.attn.hook_q"``) is refused with a pointer: in
+    TransformerLens it means ``(batch, pos, head, d_head)``, another shape for the same
+    name (:mod:`ropesplit.empirical.lens` reads such caches).
     """
 
     layers: list[LayerCapture]
@@ -190,9 +192,10 @@ class Capture:
     def __getitem__(self, key: tuple[str, int] | str) -> Any:
         if isinstance(key, str):
             match = _HOOK_NAME.match(key)
-            if match is None:
-                raise KeyError(f"expected 'blocks.L.attn.hook_NAME' or (name, layer), got {key!r}")
-            key = (match.group(2), int(match.group(1)))
+            hint = (f"; for layer {match.group(1)}'s {match.group(2)} ((H, N, d), not "
+                    "TransformerLens' (batch, pos, head, d_head)) ask "
+                    f"cache[{match.group(2)!r}, {match.group(1)}]") if match else ""  # fmt: skip
+            raise KeyError(f"a capture is indexed by (name, layer), got {key!r}{hint}")
         name, layer = key
         if name not in _FIELD_NAMES:
             raise KeyError(f"unknown capture name {name!r}; one of {sorted(_FIELD_NAMES)}")

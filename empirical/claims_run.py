@@ -32,7 +32,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS, GRID, LEVEL, MIN_PASSAGES
+from ropesplit.core.claims import (
+    CLAIMS,
+    CONTROL_SEEDS,
+    GRID,
+    LEVEL,
+    MIN_PASSAGES,
+    PAIRED,
+    resolve_second_corpus,
+)
 from ropesplit.empirical.models import LoadedModel, random_init_twin
 
 __all__ = [
@@ -40,7 +48,6 @@ __all__ = [
     "DEFAULT_GRID_TOKENS",
     "DEFAULT_ORDER_PASSAGES",
     "DEFAULT_PASSAGES",
-    "SECOND_CORPUS",
     "claims_records",
     "grid_tokens",
     "judge_record",
@@ -53,7 +60,6 @@ __all__ = [
 
 DEFAULT_PASSAGES = 12  # passages measured for claims 2-5 (minimum MIN_PASSAGES)
 DEFAULT_ORDER_PASSAGES = 8  # passages of the word-order test (claim 1)
-SECOND_CORPUS = {"pydoc": "prose", "prose": "pydoc"}  # the corpus axis' other value
 # the tokens axis when none is given (``ropesplit claims`` and the report alike): the
 # registry's 256 and 512, never past the run's own tokens; its 1024 only when asked
 # (``--grid-tokens``): on 2 CPU cores that length alone doubles the run
@@ -120,16 +126,16 @@ class ClaimsSettings:
     when built: ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis
     (default :data:`DEFAULT_GRID_TOKENS` up to ``tokens``; ``tokens`` added,
     :func:`grid_tokens`); ``corpus`` the run's corpus (None: ``empirical.corpus``' default);
-    ``second_corpus`` the corpus axis' other value (``""``: :data:`SECOND_CORPUS` of the
-    run's corpus, or ``"prose"``; None: the run's corpus only); ``passages`` and
-    ``order_passages`` the counts of claims 2-5 and of the word order; ``seed`` every draw's;
-    ``batch_size`` the word order's rows per forward pass; ``shard=(A, B)`` measures only
-    the run's passages ``A..B-1`` of each corpus (a SLURM array task, an
-    ``accelerate``/``torchrun`` process): :func:`merge_records` of shards covering the run
-    is the run's record."""
+    ``second_corpus`` the corpus axis' other value (``core.claims.PAIRED``: the one
+    ``core.claims.SECOND_CORPUS`` pairs with the run's corpus; None: the run's corpus
+    only); ``passages`` and ``order_passages`` the counts of claims 2-5 and of the word
+    order; ``seed`` every draw's; ``batch_size`` the word order's rows per forward pass;
+    ``shard=(A, B)`` measures only the run's passages ``A..B-1`` of each corpus (a SLURM
+    array task, an ``accelerate``/``torchrun`` process): :func:`merge_records` of shards
+    covering the run is the run's record."""
 
     corpus: str | None = None
-    second_corpus: str | None = ""
+    second_corpus: str | None = PAIRED
     tokens: int = 512
     grid: tuple[int, ...] | None = None
     passages: int = DEFAULT_PASSAGES
@@ -191,8 +197,8 @@ def run_claims(
     else:
         lengths = grid_tokens(tokens, grid, limit=loaded.max_positions)
         first = corpus or DEFAULT_CORPUS
-        second = (SECOND_CORPUS.get(first, "prose") if second_corpus == "" else second_corpus)
-        specs = [first] + ([second] if second and second != first else [])
+        second = resolve_second_corpus(first, second_corpus)
+        specs = [first] + ([second] if second else [])
         corpora = dict(_corpus_ids(loaded, spec, lengths[-1], need) for spec in specs)
     if on_stage is not None:  # the plan, before the first forward pass
         from dataclasses import replace

@@ -52,7 +52,7 @@ __all__ = [
     "ORDER_SCHEMES",
     "POSITION_SCHEMES",
     "adjacent_transpositions",
-    "draws",
+    "all_draws",
     "jitter_positions",
     "movable_positions",
     "nested_adjacent_swaps",
@@ -280,19 +280,19 @@ def perturbed_positions(
     return _scheme(POSITION_SCHEMES, "position", scheme)(n, t, rng, movable)
 
 
-def draws(
-    schemes: Sequence[str], sizes: Sequence[Any], seeds: int, seed: int
+def all_draws(
+    schemes: Sequence[str], sizes: Sequence[Any], count: int, seed: int
 ) -> Iterator[tuple[str, Any, int, np.random.Generator]]:
-    """``(scheme, size, s, rng)`` for every scheme, size and seed ``s < seeds``.
+    """``(scheme, size, s, rng)`` for every scheme, size and draw ``s < count``.
 
     ``rng = numpy.random.default_rng([seed, a, b, s])`` with ``a``, ``b`` the
     scheme's and size's indices: each draw is the same whatever else is asked for.
     """
-    if seeds < 1:
-        raise RopesplitError(f"seeds must be at least 1, got {seeds}")
+    if count < 1:
+        raise RopesplitError(f"draws must be at least 1, got {count}")
     for a, scheme in enumerate(schemes):
         for b, size in enumerate(sizes):
-            for s in range(seeds):
+            for s in range(count):
                 yield scheme, size, s, np.random.default_rng([seed, a, b, s])
 
 

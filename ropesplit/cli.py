@@ -5,14 +5,14 @@ Every subcommand that produces numbers accepts ``--json PATH``.  User errors
 non-zero exit code, never a traceback.
 
 Bad flags fail while parsing, before any work, as one line
-``ropesplit CMD: error: MESSAGE`` and exit code 2 (:class:`_Parser`): every
-integer option must be at least 1 (at least 0 for those in
-:data:`INT_MINIMUM`), every float option finite and positive, ``--device``
-a device this machine has (:func:`device`), ``--dtype`` one of
-:data:`DTYPES`, every comma-separated option of :data:`LISTS` a list of such values
-without repeats (:class:`ListOf`); an option given twice, or two options setting the same
-thing, are refused (:class:`_Parser`). The checks are attached centrally in :func:`build_parser`,
-so a new subcommand's options get them without code of its own.
+``ropesplit CMD: error: MESSAGE`` and exit code 2 (:class:`_Parser`): every option
+declared ``type=int`` must be at least 1 and every ``type=float`` finite and positive
+(attached centrally in :func:`build_parser`, so a new subcommand's options get them without
+code of its own); an option that means something else declares its type where it is added
+(:mod:`ropesplit.commands._types`: ``SEED`` an integer at least 0, ``ListOf`` comma-separated
+values without repeats, ``device`` a device this machine has, ``dtype`` one of
+``DTYPES``); an option given twice, or two options setting the same thing, are refused
+(:class:`_Parser`).
 
 Paths are checked the same way, once the command line is parsed, by what the option's
 metavar says it names (:data:`PATHS`): ``PATH`` a file written, ``DIR`` a folder written,
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import pkgutil
 import sys
@@ -37,6 +36,15 @@ from typing import Any, NoReturn
 
 from ropesplit import __version__
 from ropesplit import commands as _commands
+from ropesplit.commands._types import (  # noqa: F401  (the option types, re-exported)
+    DTYPES,
+    SEED,
+    IntAtLeast,
+    ListOf,
+    device,
+    dtype,
+    positive_float,
+)
 from ropesplit.core import io
 from ropesplit.core.allocator import steady_allocator
 from ropesplit.core.errors import RopesplitError, one_line
@@ -50,12 +58,7 @@ def _command_modules() -> dict[str, ModuleType]:
     return {n: importlib.import_module(f"ropesplit.commands.{n}") for n in names}
 
 
-INT_MINIMUM = {"seed": 0, "warmup": 0}  # integer options where 0 is meaningful; others >= 1
-# comma-separated options, by dest: the element type and its smallest value (floats: > 0)
-LISTS: dict[str, tuple[type, int]] = {"seeds": (int, 0), "bases": (float, 0),
-                                      "grid_tokens": (int, 1), "layers": (int, 0)}  # fmt: skip
 REPEATABLE = (argparse._AppendAction, argparse._CountAction)  # may be given more than once
-DTYPES = ("float32", "float64", "float16", "bfloat16")
 # path options, by the metavar --help shows, and their checks (core.io): PATH a file written,
 # DIR a folder written, FILE a UTF-8 file read, NAME.json a JSON file read
 PATHS: dict[str, Callable[[str], Any]] = {
@@ -164,110 +167,15 @@ class _Parser(argparse.ArgumentParser):
                 for name in a.choices}  # fmt: skip
 
 
-def device(value: str) -> str:
-    """``--device``: ``cpu``, or ``cuda[:N]`` / ``mps`` when this machine has it.
-
-    >>> device("cpu")
-    'cpu'
-    >>> device("quantum")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: must be cpu, cuda[:N] or mps, got 'quantum'
-    """
-    if value == "cpu":
-        return value  # no torch import for the default
-    kind, _, index = value.partition(":")
-    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()):
-        raise argparse.ArgumentTypeError(f"must be cpu, cuda[:N] or mps, got {value!r}")
-    import torch
-
-    if kind == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise argparse.ArgumentTypeError(f"{value!r}: this machine has no CUDA device")
-        if index and int(index) >= count:
-            raise argparse.ArgumentTypeError(
-                f"{value!r}: this machine has {count} CUDA device(s), 0..{count - 1}"
-            )
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise argparse.ArgumentTypeError(f"{value!r}: this machine has no MPS device")
-    return value
-
-
-def dtype(value: str) -> str:
-    """``--dtype``: one of :data:`DTYPES`."""
-    if value not in DTYPES:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(DTYPES)}, got {value!r}")
-    return value
-
-
-class IntAtLeast:
-    """An argparse type: an integer ``>= minimum``."""
-
-    def __init__(self, minimum: int) -> None:
-        self.minimum = minimum
-
-    def __call__(self, value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {value!r}") from None
-        if number < self.minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {self.minimum}, got {number}")
-        return number
-
-
-def positive_float(value: str) -> float:
-    """An argparse type: a finite float ``> 0``."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
-    if not (math.isfinite(number) and number > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
-    return number
-
-
-class ListOf:
-    """An argparse type: comma-separated values, each checked like a single option of
-    ``kind`` (integers ``>= minimum``; floats finite and ``> 0``), none repeated; a tuple.
-
-    >>> ListOf(int, 0)("0,1,2")
-    (0, 1, 2)
-    >>> ListOf(int, 0)("1,1")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: repeats 1 in '1,1'
-    """
-
-    def __init__(self, kind: type, minimum: int) -> None:
-        self.one = IntAtLeast(minimum) if kind is int else positive_float
-
-    def __call__(self, value: str) -> tuple[Any, ...]:
-        parts = [p.strip() for p in str(value).split(",")]
-        if not any(parts) or not all(parts):
-            raise argparse.ArgumentTypeError(f"must be comma-separated values, got {value!r}")
-        try:
-            values = tuple(self.one(p) for p in parts)
-        except argparse.ArgumentTypeError as exc:
-            raise argparse.ArgumentTypeError(f"each value {exc} (in {value!r})") from None
-        repeated = sorted({v for v in values if values.count(v) > 1})
-        if repeated:
-            raise argparse.ArgumentTypeError(f"repeats {repeated[0]:g} in {value!r}")
-        return values
-
-
 def _checked_type(action: argparse.Action) -> Any:
-    """The central check for one option, by its type or name (None: leave as declared)."""
-    name = action.dest
-    if name in LISTS and action.type in (None, str):
-        return ListOf(*LISTS[name])
+    """The central check for an option declared with a plain ``int`` or ``float`` type
+    (None: leave as declared). An option whose values mean something else (a seed that may
+    be 0, a list, a device) declares its own type from :mod:`ropesplit.commands._types`
+    where it is added; nothing here reads an option's name."""
     if action.type is int:
-        return IntAtLeast(INT_MINIMUM.get(name, 1))
+        return IntAtLeast(1)
     if action.type is float:
         return positive_float
-    if action.type is None and action.choices is None and action.nargs != 0:
-        return {"device": device, "dtype": dtype}.get(name)
     return None
 
 

@@ -107,7 +107,7 @@ def tiny_report_settings():
     """The tiny report's run settings: 48 tokens, one seed, 8 passages."""
     from ropesplit.report import pipeline
 
-    return pipeline.RunSettings(tokens=N_TOKENS, seeds=1, figure_tokens=24, bound_tokens=64,
+    return pipeline.RunSettings(tokens=N_TOKENS, draws=1, figure_tokens=24, bound_tokens=64,
                                 passages=8, order_passages=8, intervention_tokens=N_TOKENS)
 
 

@@ -95,20 +95,20 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ou
 
 @dataclass(frozen=True)
 class Settings:
-    """What a run may vary: seeds, the base seed, the fitted layers, the forward batch size.
+    """What a run may vary: the draws, the base seed, the fitted layers, the forward batch size.
 
-    ``seeds`` is the number of perturbation draws per setting (the order
+    ``draws`` is the number of perturbation draws per setting (the order
     experiment's bootstrap resamples them); ``layers`` (default six evenly
     spaced) are the layers the per-head fits of the distance experiment use.
     """
 
-    seeds: int = 5
+    draws: int = 5
     seed: int = 0
     layers: tuple[int, ...] | None = None
     batch_size: int = 8
 
     def __post_init__(self) -> None:
-        for name, value in (("seeds", self.seeds), ("batch_size", self.batch_size)):
+        for name, value in (("draws", self.draws), ("batch_size", self.batch_size)):
             if value < 1:
                 raise RopesplitError(f"{name} must be at least 1, got {value}")
 

@@ -37,7 +37,7 @@ __all__ = [
     "forward_batch",
     "logits_loss",
     "model_context",
-    "seed_summary",
+    "draw_summary",
     "special_positions",
 ]
 
@@ -165,7 +165,7 @@ def special_positions(loaded: LoadedModel, ids: Any) -> np.ndarray:
     return np.flatnonzero(np.isin(values, sorted(special)))
 
 
-def seed_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
+def draw_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
     r"""Mean loss, mean ratio to ``baseline`` and its 95% t interval over the draws.
 
     .. math:: \mathrm{ratio} = \frac1S\sum_s L_s / L_0,\qquad
@@ -186,4 +186,4 @@ def seed_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
         ci = t_interval(ratios, unit="draws")
         low, high = ci.low, ci.high
     return {"loss": float(np.mean(losses)), "ratio": float(ratios.mean()), "ci_low": low,
-            "ci_high": high, "seeds": int(ratios.size)}  # fmt: skip
+            "ci_high": high, "draws": int(ratios.size)}  # fmt: skip

@@ -6,17 +6,17 @@ moves ``f`` and ``E`` of its logits, never ``g``.
 
 The first 75% of the tokens (the context) are perturbed by a scheme of
 :mod:`ropesplit.empirical.perturb` at each rate (the target share of context
-tokens moved; the first token and special tokens never move), ``seeds``
+tokens moved; the first token and special tokens never move), ``draws``
 draws each; the loss is the model's mean next-token loss on the last 25%
 (the continuation), whose tokens and positions never change:
 
 .. math:: \mathrm{ratio}(r) = \frac{1}{S}\sum_{s=1}^{S}
           \frac{L(\pi_{r,s}(x_{<c}),\, x_{\ge c})}{L(x)}
 
-with a 95% t interval over the draws (:func:`.forward.seed_summary`). Descriptive: claim
+with a 95% t interval over the draws (:func:`.forward.draw_summary`). Descriptive: claim
 1's verdict is the nested, per-passage test of ``ropesplit.core.claims``
 (:mod:`.order_passages`). ``moved`` is measured: the share of context
-positions whose token id changed, mean over seeds.
+positions whose token id changed, mean over draws.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from ropesplit.empirical.experiments.base import (
 from ropesplit.empirical.experiments.forward import (
     context_length,
     continuation_losses,
-    seed_summary,
+    draw_summary,
     special_positions,
 )
 from ropesplit.empirical.perturb import (
     ORDER_SCHEMES,
-    draws,
+    all_draws,
     movable_positions,
     order_permutation,
 )
@@ -72,7 +72,7 @@ def order_inputs(
     *,
     schemes: Sequence[str] = tuple(ORDER_SCHEMES),
     rates: Sequence[float] = ORDER_RATES,
-    seeds: int = 5,
+    draws: int = 5,
     seed: int = 0,
     fixed: Sequence[int] = (),
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -95,7 +95,7 @@ def order_inputs(
     movable = movable_positions(context, [f for f in fixed if f < context])  # (c,)
     labels: list[dict[str, Any]] = []
     rows: list[np.ndarray] = []
-    for scheme, rate, s, rng in draws(schemes, rates, seeds, seed):
+    for scheme, rate, s, rng in all_draws(schemes, rates, draws, seed):
         perm = order_permutation(scheme, context, float(rate), rng, movable)  # (c,)
         rows.append(np.concatenate([ids[:context][perm], ids[context:]]))  # (N,)
         moved = float(np.mean(rows[-1][:context] != ids[:context]))
@@ -106,7 +106,7 @@ def order_inputs(
 def _run(context: Context) -> list[Row]:
     settings = context.settings
     ids = context.ids.numpy()  # (N,)
-    labels, batch = order_inputs(ids, seeds=settings.seeds, seed=settings.seed,
+    labels, batch = order_inputs(ids, draws=settings.draws, seed=settings.seed,
                                  fixed=special_positions(context.loaded, ids).tolist())  # fmt: skip
     n = ids.size
     positions = np.broadcast_to(np.arange(n), (len(batch) + 1, n))  # (B + 1, N)
@@ -120,7 +120,7 @@ def _run(context: Context) -> list[Row]:
             chosen = [k for k, lab in enumerate(labels)
                       if lab["scheme"] == scheme and lab["rate"] == rate]  # fmt: skip
             moved = float(np.mean([labels[k]["moved"] for k in chosen]))
-            summary = seed_summary(losses[1:][chosen], float(losses[0]), settings.seed)
+            summary = draw_summary(losses[1:][chosen], float(losses[0]), settings.seed)
             rows.append({"scheme": scheme, "rate": float(rate), "moved": moved,
                          "baseline_loss": float(losses[0]), **summary})  # fmt: skip
     return rows
@@ -166,7 +166,7 @@ def verdict(rows: list[Row]) -> Outcome:
 
 
 def _forward_count(settings: Settings) -> int:
-    return 1 + len(ORDER_SCHEMES) * len(ORDER_RATES) * settings.seeds
+    return 1 + len(ORDER_SCHEMES) * len(ORDER_RATES) * settings.draws
 
 
 EXPERIMENT = Experiment(

@@ -2,7 +2,7 @@ r"""Position ids (docs/theory.md section 4): move only the positions, beside the
 
 The tokens stay in order; the context's position ids are jittered by up to
 ``t`` or swapped between tokens at most ``t`` apart (the first token and
-special tokens keep theirs; :mod:`ropesplit.empirical.perturb`), ``seeds``
+special tokens keep theirs; :mod:`ropesplit.empirical.perturb`), ``draws``
 draws each, and the continuation loss is measured as in the word-order
 experiment. Two views of the logits, per layer on ``PAIR_BUDGET`` seeded
 causal pairs (``numerics.perturbation``):
@@ -23,7 +23,7 @@ causal pairs (``numerics.perturbation``):
    over layers >= 1, ``g_share = g_change / W_change``.
 
 Rows per scheme and ``t``: ``ratio`` with its 95% bootstrap interval over
-seeds, ``moved`` (share of context ids changed), ``tau_mean``, ``tau_max``.
+draws, ``moved`` (share of context ids changed), ``tau_mean``, ``tau_max``.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from ropesplit.empirical.experiments.base import (
 from ropesplit.empirical.experiments.forward import (
     context_length,
     continuation_losses,
+    draw_summary,
     logits_loss,
-    seed_summary,
     special_positions,
 )
 from ropesplit.empirical.experiments.pairs import layer_pairs
 from ropesplit.empirical.perturb import (
     POSITION_SCHEMES,
-    draws,
+    all_draws,
     movable_positions,
     perturbed_positions,
 )
@@ -82,7 +82,7 @@ def position_inputs(
     *,
     schemes: Sequence[str] = tuple(POSITION_SCHEMES),
     shifts: Sequence[int] = SHIFTS,
-    seeds: int = 5,
+    draws: int = 5,
     seed: int = 0,
     fixed: Sequence[int] = (),
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -104,7 +104,7 @@ def position_inputs(
     movable = movable_positions(context, [f for f in fixed if f < context])  # (c,)
     labels: list[dict[str, Any]] = []
     rows: list[np.ndarray] = []
-    for scheme, t, s, rng in draws(schemes, shifts, seeds, seed):
+    for scheme, t, s, rng in all_draws(schemes, shifts, draws, seed):
         ids = perturbed_positions(scheme, context, t, rng, movable)  # (c,)
         rows.append(np.concatenate([ids, np.arange(context, n_tokens)]) + t)  # (N,)
         moved = float(np.mean(ids != np.arange(context)))
@@ -184,7 +184,7 @@ def _run(context: Context) -> list[Row]:
     n = ids.size
     start = context_length(n)
     labels, positions = position_inputs(
-        n, seeds=settings.seeds, seed=settings.seed,
+        n, draws=settings.draws, seed=settings.seed,
         fixed=special_positions(context.loaded, ids).tolist(),
     )  # fmt: skip
     first = [k for k, lab in enumerate(labels) if lab["seed"] == 0]  # captured: own pass
@@ -217,7 +217,7 @@ def _run(context: Context) -> list[Row]:
         rows.append({"scheme": lab["scheme"], "t": lab["t"],
                      "moved": float(np.mean([labels[m]["moved"] for m in chosen])),
                      "baseline_loss": float(losses[0]),
-                     **seed_summary(loss[chosen], float(losses[0]), settings.seed),
+                     **draw_summary(loss[chosen], float(losses[0]), settings.seed),
                      **views[k]})  # fmt: skip
     return rows
 
@@ -261,7 +261,7 @@ def verdict(rows: list[Row]) -> Outcome:
 
 
 def _forward_count(settings: Settings) -> int:
-    return 1 + len(POSITION_SCHEMES) * len(SHIFTS) * settings.seeds
+    return 1 + len(POSITION_SCHEMES) * len(SHIFTS) * settings.draws
 
 
 EXPERIMENT = Experiment(

@@ -83,7 +83,7 @@ def _header(context: Context) -> dict[str, Any]:
         "token_ids_sha256": digest,
         "token_ids": token_ids,
         "seed": context.settings.seed,
-        "seeds": context.settings.seeds,
+        "draws": context.settings.draws,
         "layers": context.layers,
         "training_length": model_context(loaded),
     }

@@ -83,10 +83,13 @@ def check_models(args: argparse.Namespace) -> None:
 
 
 def add_device_arguments(parser: argparse.ArgumentParser, *, device_map: bool = False) -> None:
-    """``--device`` and ``--dtype`` (checked by ``cli.device`` and ``cli.dtype``), and
+    """``--device`` and ``--dtype`` (checked by ``_types.device`` and ``_types.dtype``), and
     ``--device-map`` where a command can spread a model over devices."""
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
+    from ropesplit.commands._types import device, dtype
+
+    parser.add_argument("--device", type=device, default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", type=dtype, default="float32",
+                        help="float32 (default), bfloat16, ...")  # fmt: skip
     if device_map:
         parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
 

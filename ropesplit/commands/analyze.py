@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+from ropesplit.commands._types import SEED
 
 HELP = "measure the split W = f + g + E and its conditions on every head of a real model"
 
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
-    parser.add_argument("--seed", type=int, default=0, help="control weights and pair sampling")
+    parser.add_argument("--seed", type=SEED, default=0, help="control weights and pair sampling")
     parser.add_argument(
         "--control",
         choices=["random-init", "none"],

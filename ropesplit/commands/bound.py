@@ -17,6 +17,7 @@ import argparse
 import math
 
 from ropesplit.commands import write_output
+from ropesplit.commands._types import SEED
 
 HELP = "check the remainder bound and the split statistics on synthetic queries and keys"
 
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d", type=int, default=64, help="head dimension (default 64)")
     parser.add_argument("--base", type=float, default=10000.0, help="RoPE base (default 10000)")
     parser.add_argument("--tokens", type=int, default=512, help="sequence length (default 512)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=SEED, default=0, help="random seed (default 0)")
     parser.add_argument("--pair-budget", type=int, metavar="PAIRS",
                         help="check the bound on a seeded sample of this many causal pairs "
                              "(default: every causal pair)")

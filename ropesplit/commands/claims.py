@@ -31,6 +31,8 @@ from ropesplit.commands import (
     check_after_parsing,
     write_output,
 )
+from ropesplit.commands._types import SEED, ListOf
+from ropesplit.core.claims import PAIRED, resolve_second_corpus
 
 HELP = "judge each claim of the paper by its pre-registered primary test over a grid of choices"
 
@@ -40,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=512,
                         help="tokens per passage of the headline cell (default 512)")  # fmt: skip
     add_corpus_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0, help="base seed of every draw (default 0)")
+    parser.add_argument("--seed", type=SEED, default=0, help="base seed of every draw (default 0)")
     parser.add_argument("--shard", metavar="A:B",
                         help="measure only the run's passages A..B-1 (one job of a SLURM array "
                         "or one torchrun process); 'ropesplit merge' joins the shards")  # fmt: skip
@@ -56,10 +58,10 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pydoc (default: Python's language reference, a passage per "
                         "topic), prose (the King James Bible, a passage per book), a folder "
                         "of .txt files, a .jsonl file or a text file")  # fmt: skip
-    parser.add_argument("--second-corpus", metavar="CORPUS", default="",
-                        help="the grid's other corpus (default: prose, or pydoc when --corpus "
-                        "is prose; 'none' for the run's corpus alone)")  # fmt: skip
-    parser.add_argument("--grid-tokens", metavar="N,N,...",
+    parser.add_argument("--second-corpus", metavar="CORPUS", default=PAIRED,
+                        help=f"the grid's other corpus (default {PAIRED}: prose, or pydoc when "
+                        "--corpus is prose; 'none' for the run's corpus alone)")  # fmt: skip
+    parser.add_argument("--grid-tokens", metavar="N,N,...", type=ListOf(int, 1),
                         help="the grid's passage lengths (default: 256,512 up to --tokens; "
                         "--tokens is added)")  # fmt: skip
     parser.add_argument("--passages", type=int, default=12,
@@ -82,16 +84,20 @@ def check_corpora(args: argparse.Namespace) -> None:
 
 
 def grid_values(args: argparse.Namespace) -> list[int] | None:
-    """``--grid-tokens`` as a list of lengths (None: the default grid); ``cli.ListOf`` has
+    """``--grid-tokens`` as a list of lengths (None: the default grid); ``_types.ListOf`` has
     checked it (positive integers, none repeated)."""
     values = getattr(args, "grid_tokens", None)
     return None if values is None else list(values)
 
 
 def second_corpus(args: argparse.Namespace) -> str | None:
-    """``--second-corpus``: ``""`` (the default pairing), None (``none``) or a corpus."""
-    value = getattr(args, "second_corpus", "")
-    return None if value == "none" else value
+    """``--second-corpus`` resolved (``core.claims.second_corpus``): the corpus the default
+    (``core.claims.PAIRED``) pairs with ``--corpus``, a corpus given, or None (``none``, or
+    the run's own corpus)."""
+    from ropesplit.empirical.corpus import DEFAULT_CORPUS
+
+    value = getattr(args, "second_corpus", PAIRED)
+    return resolve_second_corpus(args.corpus or DEFAULT_CORPUS, None if value == "none" else value)
 
 
 def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:

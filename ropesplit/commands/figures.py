@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropesplit.commands import add_device_arguments, add_model_arguments
+from ropesplit.commands._types import SEED
 
 if TYPE_CHECKING:  # pragma: no cover
     from ropesplit.report.pipeline import RunSettings
@@ -26,9 +27,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
     add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
-    parser.add_argument("--seed", type=int, default=0, help="control weights, sampling, draws")
-    # a count of draws ('--seeds' is a list of training seeds in 'ropesplit train')
-    parser.add_argument("--draws", dest="seeds", type=int, default=2,
+    parser.add_argument("--seed", type=SEED, default=0, help="control weights, sampling, draws")
+    parser.add_argument("--draws", dest="draws", type=int, default=2,
                         help="perturbation draws per scheme and rate (default 2)")  # fmt: skip
     parser.add_argument("--head", metavar="LAYER.HEAD",
                         help="figure 1's head (default: the head with median r_split)")
@@ -58,11 +58,11 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         raise RopesplitError(
             f"--figure-tokens must lie in [2, --tokens = {args.tokens}], got {args.figure_tokens}"
         )
-    if args.seeds < 1:
-        raise RopesplitError(f"--draws must be at least 1, got {args.seeds}")
+    if args.draws < 1:
+        raise RopesplitError(f"--draws must be at least 1, got {args.draws}")
     return RunSettings(
         model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
-        seed=args.seed, seeds=args.seeds, figure_tokens=args.figure_tokens,
+        seed=args.seed, draws=args.draws, figure_tokens=args.figure_tokens,
         head=parse_head(args.head) if args.head else None, device=args.device, dtype=args.dtype,
     )  # fmt: skip
 

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+from ropesplit.commands._types import SEED, ListOf
 
 HELP = "reproduce the paper's perturbation and extrapolation experiments on a real model"
 
@@ -27,7 +28,7 @@ HELP = "reproduce the paper's perturbation and extrapolation experiments on a re
 # to the registry)
 NAMES = ("distance", "order", "position", "length", "remainder", "keys", "terms", "shuffle")
 # columns shown only in the JSON: identical in every row, or a check the verdict already reads
-HIDDEN = {"verdict", "reason", "baseline_loss", "g_change_layer0", "seeds",
+HIDDEN = {"verdict", "reason", "baseline_loss", "g_change_layer0", "draws",
           "curve_position", "curve_loss", "curve_in_length",  # length: figure 8's curves
           "L", "n_local", "n_global", "cap", "rope_max_rel_diff"}  # fmt: skip
 
@@ -38,12 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens of the text (default 512)")
-    # a count of draws ('--seeds' is a list of training seeds in 'ropesplit train')
-    parser.add_argument("--draws", dest="seeds", type=int, default=5,
+    parser.add_argument("--draws", dest="draws", type=int, default=5,
                         help="perturbation draws per setting (default 5)")  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0, help="base seed of every draw (default 0)")
+    parser.add_argument("--seed", type=SEED, default=0, help="base seed of every draw (default 0)")
     parser.add_argument(
         "--layers",
+        type=ListOf(int, 0),
         help="comma-separated layers the distance fits use "
         "(default: 6 evenly spaced; the position measures use every layer)",
     )
@@ -68,11 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.plan import experiments_plan, warmup
     from ropesplit.empirical.text import default_text, read_text, tokenize
 
-    for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.seeds, 1),
+    for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.draws, 1),
                              ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value < low:
             raise RopesplitError(f"{flag} must be at least {low}, got {value}")
-    settings = Settings(seeds=args.seeds, seed=args.seed, layers=args.layers,
+    settings = Settings(draws=args.draws, seed=args.seed, layers=args.layers,
                         batch_size=args.batch_size)  # fmt: skip
     text = read_text(args.text) if args.text else default_text()
     start = time.perf_counter()
@@ -111,7 +112,7 @@ def tables(record: dict[str, Any]) -> str:
     head = record["header"]
     lines = [_wrap(
         f"{head['model']}: {head['tokens']} tokens (context {head['context_tokens']}), "
-        f"seed {head['seed']}, {head['seeds']} seeds, fitted layers {head['layers']}"
+        f"seed {head['seed']}, {head['draws']} draws, fitted layers {head['layers']}"
     )]
     for name, about in record.get("experiments", {}).items():
         rows = [r for r in record[name] if r.get("scope", "all") != "head"]  # means only

@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from ropesplit.commands import write_output
+from ropesplit.commands._types import IntAtLeast, ListOf
 
 HELP = "train a small RoPE LM here; measure the split at log-spaced checkpoints"
 
@@ -43,9 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(default {d.vocab})")  # fmt: skip
     parser.add_argument("--out", metavar="DIR", default=d.out, help=f"run folder (default {d.out})")
     parser.add_argument("--text", metavar="FILE", help="UTF-8 corpus (default: Python's docs)")
-    parser.add_argument("--bases", default=f"{d.rope_base:g}",
+    parser.add_argument("--bases", type=ListOf(float, 0), default=f"{d.rope_base:g}",
                         help="RoPE base(s), comma-separated, e.g. 10000,100 (default 10000)")
-    parser.add_argument("--seeds", default=str(d.seed), help="seed(s), comma-separated (default 0)")
+    parser.add_argument("--seeds", type=ListOf(int, 0), default=str(d.seed),
+                        help="seed(s), comma-separated (default 0)")
     parser.add_argument("--steps", type=int,
                         help=f"steps (default {d.steps}; tasks {TASK_DEFAULTS['steps']})")
     parser.add_argument("--seq-len", type=int, default=d.seq_len,
@@ -60,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"default {d.batch} (tasks {TASK_DEFAULTS['batch']})")
     parser.add_argument("--lr", type=float,
                         help=f"peak learning rate ({d.lr}; tasks {TASK_DEFAULTS['lr']})")
-    parser.add_argument("--warmup", type=int, default=d.warmup, help=f"default {d.warmup}")
+    parser.add_argument("--warmup", type=IntAtLeast(0), default=d.warmup,
+                        help=f"default {d.warmup}")  # fmt: skip
     parser.add_argument("--init-std", type=float,
                         help=f"std of the initial weights ({d.init_std}; tasks "
                         f"{TASK_DEFAULTS['init_std']})")  # fmt: skip

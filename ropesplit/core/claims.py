@@ -80,6 +80,9 @@ __all__ = [
     "ORIGINS",
     "OUTCOMES",
     "Outcome",
+    "PAIRED",
+    "SECOND_CORPUS",
+    "resolve_second_corpus",
     "condition_label",
     "condition_text",
     "interval_text",
@@ -100,6 +103,17 @@ __all__ = [
 LEVEL = 0.95  # every interval: two-sided 95% t interval over the units
 CONTROL_SEEDS = (0, 1, 2, 3, 4)  # random-init twins; passage p is paired with seed p mod 5
 MIN_PASSAGES = 8  # fewer passages than this: inconclusive, too few replicates
+SECOND_CORPUS = {"pydoc": "prose", "prose": "pydoc"}  # the corpus axis' other value
+PAIRED = "paired"  # a run's second corpus by default: SECOND_CORPUS of its first
+
+
+def resolve_second_corpus(first: str, second: str | None) -> str | None:
+    """The corpus axis' other value: ``second`` (None: the run's corpus alone), or for
+    :data:`PAIRED` the one :data:`SECOND_CORPUS` pairs with ``first`` (``"prose"`` for a
+    corpus of the user's own); None where that is ``first`` itself."""
+    other = SECOND_CORPUS.get(first, "prose") if second == PAIRED else second
+    return None if other == first else other
+
 MIN_SEEDS = len(CONTROL_SEEDS)  # a twin-paired condition needs every twin seed
 ORIGINS = ("paper", "toolkit")
 COMPARES, DIRECTIONS, UNITS = ("level", "paired"), ("above", "below"), ("passages", "seeds")

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropesplit.core.claims import PAIRED
+
 __all__ = ["RunContext", "RunSettings", "Stage"]
 
 
@@ -24,13 +26,13 @@ class RunSettings:
     text: str | None = None  # a UTF-8 file; None: Python's language reference
     tokens: int = 512  # tokens analysed and perturbed
     seed: int = 0  # control weights, pair sampling, perturbations
-    seeds: int = 2  # perturbation seeds per (scheme, rate)
+    draws: int = 2  # perturbation draws per (scheme, rate)
     head: tuple[int, int] | None = None  # figure 1's (layer, head); None: median r_split
     figure_tokens: int = 96  # tokens of figure 1's heatmaps and figure 4's heads
     control: bool = True  # also analyse the random-init twin
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
     corpus: str | None = None  # the claims' passages: None, Python's language reference
-    second_corpus: str | None = ""  # the grid's other corpus ("": prose, or pydoc; None: none)
+    second_corpus: str | None = PAIRED  # the grid's other corpus (prose, or pydoc; None: none)
     # the grid's passage lengths (None: ropesplit claims' default, claims_run's
     # DEFAULT_GRID_TOKENS up to tokens, 256 and 512); tokens is added
     grid_tokens: tuple[int, ...] | None = None

@@ -205,7 +205,7 @@ def _figures_stage(ctx: RunContext) -> None:
                                 formats=ctx.formats)  # fmt: skip
     settings = ctx.settings
     source = {"model": getattr(ctx.loaded, "name", None), "tokens": settings.tokens,
-              "seed": settings.seed, "seeds": settings.seeds, "text": settings.text}  # fmt: skip
+              "seed": settings.seed, "draws": settings.draws, "text": settings.text}  # fmt: skip
     write_records(ctx.figure_data, ctx.figure_folder / "records", source=source)
 
 
@@ -293,7 +293,7 @@ def _perturb(
 
     if names is None:
         names = [name for name in EXPERIMENTS if name not in INTERVENTIONS]
-    chosen = Settings(seeds=settings.seeds, seed=settings.seed)
+    chosen = Settings(draws=settings.draws, seed=settings.seed)
     with tqdm(total=forward_count(names, chosen), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         return run_experiments(loaded, ids, experiments=names, settings=chosen,
@@ -302,7 +302,7 @@ def _perturb(
 
 def text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict[str, Any]:
     """The ``run.json`` header: the model, the text and digests of it and of its token ids,
-    the tokens, the seed and the perturbation seeds."""
+    the tokens, the seed and the perturbation draws."""
     import numpy as np
 
     token_ids = [int(t) for t in ids]
@@ -315,5 +315,5 @@ def text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict
         ).hexdigest(),  # the same digest as the perturb header's
         "tokens": len(token_ids),
         "seed": settings.seed,
-        "perturbation_seeds": settings.seeds,
+        "perturbation_draws": settings.draws,
     }

@@ -52,7 +52,7 @@ def test_all_experiments_write_their_tables_and_json(tiny_loader, tmp_path, caps
     assert code == 0
     record = json.loads(out.read_text())
     assert list(record) == ["header", "experiments", *EXPERIMENTS]
-    assert record["header"]["tokens"] == 40 and record["header"]["seeds"] == 2
+    assert record["header"]["tokens"] == 40 and record["header"]["draws"] == 2
     outcomes = ("agrees", "disagrees", "inconclusive")
     text = capsys.readouterr().out
     for name, about in record["experiments"].items():

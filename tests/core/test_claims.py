@@ -584,3 +584,14 @@ def test_the_passages_compute_exactly_the_passages_vocabulary():
     from ropesplit.empirical.passages import measure_names
 
     assert measure_names() == list(MEASURES["passages"])
+
+
+def test_the_paired_second_corpus_is_resolved_in_one_place():
+    from ropesplit.core.claims import PAIRED, resolve_second_corpus
+
+    assert resolve_second_corpus("pydoc", PAIRED) == "prose"
+    assert resolve_second_corpus("prose", PAIRED) == "pydoc"
+    assert resolve_second_corpus("my/notes.txt", PAIRED) == "prose"  # a corpus of one's own
+    assert resolve_second_corpus("pydoc", "my/notes.txt") == "my/notes.txt"
+    assert resolve_second_corpus("prose", "prose") is None  # the run's own corpus: no axis
+    assert resolve_second_corpus("pydoc", None) is None

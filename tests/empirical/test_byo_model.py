@@ -63,7 +63,7 @@ def test_object_keeps_its_dtype_unless_told_and_runs_the_experiments(folder):
     assert moved.model.dtype == torch.float32
     ids = tokenize(moved, TEXT, 48)
     record = run_experiments(moved, ids, experiments=["distance"],
-                             settings=Settings(seeds=1, layers=(0, 1)))
+                             settings=Settings(draws=1, layers=(0, 1)))
     assert record["header"]["model"] == "my-fine-tune" and record["distance"]
 
 

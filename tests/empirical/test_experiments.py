@@ -44,9 +44,9 @@ from ropesplit.empirical.experiments.base import (
 from ropesplit.empirical.experiments.forward import (
     context_length,
     continuation_losses,
+    draw_summary,
     forward_batch,
     model_context,
-    seed_summary,
 )
 
 VOCAB = TINY_VOCAB
@@ -176,17 +176,17 @@ def test_perturbed_position_ids_keep_the_mask_causal_by_index(tiny, distinct_ids
     torch.testing.assert_close(fast, eager, rtol=1e-5, atol=1e-5)
 
 
-def test_seed_summary_is_the_mean_ratio_with_its_t_interval_over_draws():
-    summary = seed_summary(np.array([2.0, 3.0, 4.0]), 2.0, seed=1)
+def test_draw_summary_is_the_mean_ratio_with_its_t_interval_over_draws():
+    summary = draw_summary(np.array([2.0, 3.0, 4.0]), 2.0, seed=1)
     assert summary["loss"] == 3.0 and summary["ratio"] == pytest.approx(1.5)
     half = 4.302652729911275 * 0.5 / np.sqrt(3)  # t_{0.975, 2} * sd / sqrt(n), sd of the ratios
     assert (summary["ci_low"], summary["ci_high"]) == pytest.approx((1.5 - half, 1.5 + half))
-    assert summary["seeds"] == 3
+    assert summary["draws"] == 3
 
 
 def test_one_draw_has_no_interval_and_decides_nothing():
-    """Regression: seeds=1 gave a zero-width interval that interval_rise read as decisive."""
-    one = seed_summary(np.array([2.0]), 2.0)
+    """Regression: draws=1 gave a zero-width interval that interval_rise read as decisive."""
+    one = draw_summary(np.array([2.0]), 2.0)
     assert one["ratio"] == 1.0 and np.isnan(one["ci_low"]) and np.isnan(one["ci_high"])
     small = {"ci_low": one["ci_low"], "ci_high": one["ci_high"]}
     large = {"ci_low": 2.0, "ci_high": 2.0}
@@ -419,7 +419,7 @@ def test_distance_rows_on_a_tiny_model(tiny, distinct_ids):
 
 @pytest.fixture(scope="module")
 def order_run(tiny, distinct_ids):
-    context = Context(tiny, distinct_ids, Settings(seeds=3, seed=5))
+    context = Context(tiny, distinct_ids, Settings(draws=3, seed=5))
     with seen_input_ids(tiny) as seen:
         rows = order.EXPERIMENT.run(context)
     return rows, seen.rows
@@ -431,13 +431,13 @@ def test_order_rows_cover_every_scheme_and_rate(order_run):
         (s, r) for s in ("adjacent", "subset") for r in order.ORDER_RATES
     ]
     for row in rows:
-        assert {"loss", "ratio", "ci_low", "ci_high", "moved", "seeds"} <= set(row)
-        assert row["ci_low"] <= row["ratio"] <= row["ci_high"] and row["seeds"] == 3
+        assert {"loss", "ratio", "ci_low", "ci_high", "moved", "draws"} <= set(row)
+        assert row["ci_low"] <= row["ratio"] <= row["ci_high"] and row["draws"] == 3
 
 
 def test_order_inputs_reach_the_model_and_never_move_the_first_token(order_run, distinct_ids):
     rows, seen = order_run
-    labels, batch = order.order_inputs(distinct_ids, seeds=3, seed=5)
+    labels, batch = order.order_inputs(distinct_ids, draws=3, seed=5)
     original = tuple(distinct_ids.tolist())
     context = context_length(N_TOKENS)
     assert set(seen) == {tuple(r) for r in batch.tolist()} | {original}  # each input, run once
@@ -454,7 +454,7 @@ def test_order_inputs_reach_the_model_and_never_move_the_first_token(order_run, 
 def test_order_measure_is_ideal_when_the_perturbation_cannot_change_the_text(tiny):
     """Known truth: a context of one repeated token reads the same after any re-ordering."""
     ids = torch.as_tensor([5] * 36 + list(range(10, 22)))
-    rows = order.EXPERIMENT.run(Context(tiny, ids, Settings(seeds=2)))
+    rows = order.EXPERIMENT.run(Context(tiny, ids, Settings(draws=2)))
     for row in rows:
         assert row["moved"] == 0.0 and row["ratio"] == 1.0 and row["ci_high"] == 1.0
     verdicts = {r["rate"]: order.judge(r).outcome for r in rows if r["scheme"] == "subset"}
@@ -462,17 +462,17 @@ def test_order_measure_is_ideal_when_the_perturbation_cannot_change_the_text(tin
 
 
 def test_special_tokens_never_move(tiny, distinct_ids):
-    labels, batch = order.order_inputs(distinct_ids, rates=(1.0,), seeds=2, fixed=[3, 7])
+    labels, batch = order.order_inputs(distinct_ids, rates=(1.0,), draws=2, fixed=[3, 7])
     assert np.all(batch[:, [0, 3, 7]] == distinct_ids.numpy()[[0, 3, 7]])
-    _, positions = position.position_inputs(N_TOKENS, shifts=(4,), seeds=2, fixed=[3, 7])
+    _, positions = position.position_inputs(N_TOKENS, shifts=(4,), draws=2, fixed=[3, 7])
     assert np.all(positions[:, [0, 3, 7]] - 4 == [0, 3, 7])
 
 
 def test_order_is_deterministic_per_seed(tiny, distinct_ids, order_run):
-    again = order.EXPERIMENT.run(Context(tiny, distinct_ids, Settings(seeds=3, seed=5)))
+    again = order.EXPERIMENT.run(Context(tiny, distinct_ids, Settings(draws=3, seed=5)))
     assert again == order_run[0]
-    _, other = order.order_inputs(distinct_ids, seeds=2, seed=6)
-    _, first = order.order_inputs(distinct_ids, seeds=2, seed=5)
+    _, other = order.order_inputs(distinct_ids, draws=2, seed=6)
+    _, first = order.order_inputs(distinct_ids, draws=2, seed=5)
     assert not np.array_equal(first, other)
 
 
@@ -481,7 +481,7 @@ def test_order_is_deterministic_per_seed(tiny, distinct_ids, order_run):
 
 @pytest.fixture(scope="module")
 def position_run(tiny, distinct_ids):
-    context = Context(tiny, distinct_ids, Settings(seeds=2, seed=1))
+    context = Context(tiny, distinct_ids, Settings(draws=2, seed=1))
     with seen_position_ids(tiny) as seen:
         rows = position.EXPERIMENT.run(context)
     return rows, seen.rows, context
@@ -489,7 +489,7 @@ def position_run(tiny, distinct_ids):
 
 def test_position_inputs_reach_the_rotary_embedding(position_run):
     rows, seen, _ = position_run
-    labels, positions = position.position_inputs(N_TOKENS, seeds=2, seed=1)
+    labels, positions = position.position_inputs(N_TOKENS, draws=2, seed=1)
     assert {tuple(p) for p in positions.tolist()} <= set(seen)
     context = context_length(N_TOKENS)
     for label, row in zip(labels, positions.tolist(), strict=True):
@@ -517,7 +517,7 @@ def test_position_rows_measure_their_own_capture(position_run):
 def test_position_loss_from_the_own_capture_equals_a_plain_forward_pass(tiny, distinct_ids,
                                                                          position_run):  # fmt: skip
     rows, _, _ = position_run
-    labels, positions = position.position_inputs(N_TOKENS, seeds=2, seed=1)
+    labels, positions = position.position_inputs(N_TOKENS, draws=2, seed=1)
     start = context_length(N_TOKENS)
     losses = continuation_losses(tiny, np.broadcast_to(distinct_ids.numpy(), positions.shape),
                                  positions, start)  # fmt: skip
@@ -551,12 +551,12 @@ def test_run_view_of_a_capture_against_itself_is_zero(tiny, distinct_ids):
 
 def test_run_experiments_record(tiny, distinct_ids):
     counted = []
-    chosen = Settings(seeds=2, layers=(1,))
+    chosen = Settings(draws=2, layers=(1,))
     record = run_experiments(tiny, distinct_ids[:40], experiments=("order", "distance"),
                              settings=chosen, on_forward=counted.append)  # fmt: skip
     assert list(record) == ["header", "experiments", "distance", "order"]
     head = record["header"]
-    assert head["tokens"] == 40 and head["context_tokens"] == 30 and head["seeds"] == 2
+    assert head["tokens"] == 40 and head["context_tokens"] == 30 and head["draws"] == 2
     assert head["token_ids"] == distinct_ids[:40].tolist() and len(head["token_ids_sha256"]) == 64
     for name in ("distance", "order"):
         block = record["experiments"][name]
@@ -565,14 +565,14 @@ def test_run_experiments_record(tiny, distinct_ids):
         assert all(r["verdict"] in ("agrees", "disagrees", "inconclusive") for r in record[name])
     assert record["experiments"]["distance"]["own_capture"] == ["text"]
     assert record["experiments"]["order"]["own_capture"] == []
-    assert 0 < sum(counted) <= forward_count(["order", "distance"], Settings(seeds=2))
+    assert 0 < sum(counted) <= forward_count(["order", "distance"], Settings(draws=2))
     again = run_experiments(tiny, distinct_ids[:40], experiments=("order", "distance"),
                             settings=chosen)  # fmt: skip
     assert again == record  # deterministic for a given seed
     with pytest.raises(RopesplitError, match="experiments must be among distance, order"):
         run_experiments(tiny, distinct_ids, experiments=("melt",))
-    with pytest.raises(RopesplitError, match="seeds must be at least 1, got 0"):
-        run_experiments(tiny, distinct_ids, experiments=("order",), settings=Settings(seeds=0))
+    with pytest.raises(RopesplitError, match="draws must be at least 1, got 0"):
+        run_experiments(tiny, distinct_ids, experiments=("order",), settings=Settings(draws=0))
 
 
 def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():

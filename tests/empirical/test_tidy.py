@@ -28,7 +28,7 @@ def records(tmp_path_factory):
     ids = tokenize(loaded, TEXT, 48)
     trained, control = analyze(loaded, ids), analyze(random_init_twin(loaded, 1), ids)
     experiments = run_experiments(loaded, ids, experiments=["distance", "order"],
-                                  settings=Settings(seeds=2, layers=(0, 1)))
+                                  settings=Settings(draws=2, layers=(0, 1)))
     return {"analysis": analysis_record(trained, control, 1), "trained": trained,
             "experiments": experiments}  # fmt: skip
 
