@@ -15,7 +15,11 @@ available it says so in one line and exits 0 (``--device cpu`` runs the same
 measurements on the host, without a peak).
 
     .venv/bin/python benchmarks/bench_device.py [--tokens 1024 2048 4096] [--repeats 3]
-        [--device cuda] [--dtype float32] [--json PATH]
+        [--device cuda] [--dtype float32] [--json PATH] [--geometry llama2-7b --layers 32]
+
+``--geometry llama2-7b`` measures a random-init model of Llama-2-7B's shapes
+(``geometry.py``) instead, on seeded random tokens: with ``--layers 32`` the
+paper's own scale, on one GPU (``--dtype bfloat16`` halves the weights).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--model", help="Hugging Face id or folder (default: SmolLM2-135M)")
     parser.add_argument("--gguf-file")
+    parser.add_argument("--geometry", help="a random-init model of this geometry instead "
+                        "(geometry.py: llama2-7b)")  # fmt: skip
+    parser.add_argument("--layers", type=int, help="--geometry's layers (default: its own)")
     parser.add_argument("--device", default="cuda", help="torch device of the model")
     parser.add_argument("--dtype", default="float32", help="the model's dtype (load_model's)")
     parser.add_argument("--json", metavar="PATH")
@@ -68,18 +75,31 @@ def main(argv: list[str] | None = None) -> int:
         return torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
 
     start = time.perf_counter()
-    loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
+    if args.geometry:
+        from geometry import geometry_config
+
+        source = geometry_config(args.geometry, args.layers)
+    else:
+        source = args.model
+    loaded = load_model(source, args.gguf_file, device=args.device, dtype=args.dtype)
     gpu = torch.cuda.get_device_name(device) if cuda else "host"
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s on {device} ({gpu}), "
           f"{args.dtype}, {torch.get_num_threads()} host threads")  # fmt: skip
     text = default_text()
-    analyze(loaded, tokenize(loaded, text, min(64, *args.tokens)))  # warm-up
+
+    def ids_of(n: int) -> Any:  # the default text, or seeded tokens for a model without one
+        if loaded.tokenizer is not None:
+            return tokenize(loaded, text, n)
+        return torch.randint(int(loaded.config.vocab_size), (n,),
+                             generator=torch.Generator().manual_seed(0))  # fmt: skip
+
+    analyze(loaded, ids_of(min(64, *args.tokens)))  # warm-up
     rows = []
     print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "
           f"{'capture/fwd':>12} {'analysis/fwd':>13} {'total/fwd':>10} "
           f"{'peak GiB':>9}")  # fmt: skip
     for n_tokens in sorted(args.tokens):
-        ids = tokenize(loaded, text, n_tokens)
+        ids = ids_of(n_tokens)
         forward(loaded, ids)  # warm-up: allocator, kernels at this N
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
@@ -115,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     if args.json:
         write_json(args.json, {"model": loaded.name, "device": str(device), "name": gpu,
-                               "dtype": args.dtype, "rows": rows})  # fmt: skip
+                               "dtype": args.dtype, "geometry": args.geometry,
+                               "rows": rows})  # fmt: skip
     return 0
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.core.paper import PAPER_R_SPLIT
 from ropesplit.empirical.capture import LayerCapture, capture_batch
-from ropesplit.empirical.memory import GROWTH
+from ropesplit.empirical.memory import GROWTH, resident
 from ropesplit.empirical.models import LoadedModel, as_position_ids
 from ropesplit.numerics.measure import KBAR_RULES, Measure
 from ropesplit.numerics.reference import COMPARED
@@ -61,6 +61,7 @@ __all__ = [
     "paired_difference",
     "reference_summary",
     "memory_estimate",
+    "predicted_peak",
 ]
 
 # the split of the columns (every reference is in by_reference anyway): the paper's own,
@@ -185,7 +186,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
     width = int(cfg.hidden_size)
     ffn = int(getattr(cfg, "intermediate_size", None) or 4 * width)
-    weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    weights = _weight_bytes(loaded)
     per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d + (72 * n_heads
                                                                          + 24 * n_kv) * d
     per_pair = 8 * n_heads + 8
@@ -213,13 +214,31 @@ def _available_bytes(device: Any) -> int | None:
         return None
 
 
+def _weight_bytes(loaded: LoadedModel) -> int:
+    return sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+
+
+def predicted_peak(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> int | None:
+    """The process's peak resident bytes over a run on the CPU, predicted before it: what is
+    resident now (the loaded model, the interpreter and its libraries) plus what
+    :func:`memory_estimate` says the run adds to the weights. None off the CPU or where
+    ``/proc`` has no such number."""
+    now = resident()
+    if now is None or loaded.device.type != "cpu":
+        return None
+    return now + memory_estimate(loaded, n_tokens, sequences) - _weight_bytes(loaded)
+
+
 def check_memory(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> None:
-    """Raise a one-line error when ``sequences`` of ``n_tokens`` tokens would not fit in memory."""
-    need, have = memory_estimate(loaded, n_tokens, sequences), _available_bytes(loaded.device)
+    """Raise a one-line error when ``sequences`` of ``n_tokens`` tokens would not fit in memory:
+    what the run adds to the loaded model (:func:`memory_estimate` less the weights, which
+    are resident already) against the memory still available on its device."""
+    need = memory_estimate(loaded, n_tokens, sequences) - _weight_bytes(loaded)
+    have = _available_bytes(loaded.device)
     if have is not None and need > have:
         what = f"{n_tokens} tokens" if sequences == 1 else f"{sequences} x {n_tokens} tokens"
         raise RopesplitError(
-            f"{what} need about {need / 2**30:.1f} GiB of memory, "
+            f"{what} need about {need / 2**30:.1f} GiB of memory beside the loaded model, "
             f"only {have / 2**30:.1f} GiB available; use fewer tokens (--tokens)"
             + ("" if sequences == 1 else " or smaller batches")
         )

@@ -211,10 +211,18 @@ def test_memory_check_names_both_numbers(monkeypatch):
     analyze_module = importlib.import_module("ropesplit.empirical.analyze")
     monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: 2**30)
     check_memory(loaded, 512)
-    with pytest.raises(RopesplitError, match=r"^100000 tokens need about \d+\.\d GiB of memory, "):
+    with pytest.raises(RopesplitError,
+                       match=r"^100000 tokens need about \d+\.\d GiB of memory beside the loaded"):
         check_memory(loaded, 100_000)
     with pytest.raises(RopesplitError, match=r"^64 x 4096 tokens need about .* smaller batches$"):
         check_memory(loaded, 4096, sequences=64)
+    # the weights are resident already: what is available must hold what the run adds
+    adds = memory_estimate(loaded, 512) - weights
+    monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: adds)
+    check_memory(loaded, 512)
+    monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: adds - 1)
+    with pytest.raises(RopesplitError, match=r"^512 tokens need about"):
+        check_memory(loaded, 512)
 
 
 _PEAK = """
