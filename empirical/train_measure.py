@@ -160,7 +160,9 @@ def task_scores(loaded: LoadedModel, windows: np.ndarray, labels: np.ndarray,
 
     from ropesplit.empirical.tasks import MIN_DISTANCE
 
-    with torch.no_grad():
+    from ropesplit.empirical.adapter import fast_attention
+
+    with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
         ids = torch.as_tensor(windows)
         logits = model_pass(loaded.model, ids).logits.double()  # (V, L, vocab)
     at = np.nonzero(labels >= 0)  # (window, position) of every answer

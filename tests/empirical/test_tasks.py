@@ -109,3 +109,32 @@ def test_retrieval_score_is_1_on_the_content_head_and_low_on_positional_ones():
     assert np.isnan(retrieval_score(content[None], np.full(L, -1))).all()
     with pytest.raises(RopesplitError, match="probs must be"):
         retrieval_score(content, source)
+
+
+def test_task_scores_through_the_fast_attention_are_eagers_to_float32_rounding():
+    """The recall evaluation captures nothing, so it runs through SDPA: its losses are
+    eager attention's to float32 rounding, and its accuracy (argmax) is eager's."""
+    import torch
+    from conftest import llama_config
+
+    from ropesplit.empirical import load_model
+    from ropesplit.empirical.models import model_pass
+    from ropesplit.empirical.train_measure import task_scores
+
+    loaded = load_model(llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                     num_hidden_layers=2, intermediate_size=64,
+                                     vocab_size=task_vocab(V)[2], max_position_embeddings=L))
+    rng = np.random.default_rng(1)
+    ids, labels, distance, _ = (np.asarray(x) for x in task_batch("recall", rng, 4, L, V))
+    fast = task_scores(loaded, ids, labels, distance)
+    with torch.no_grad():  # the eager pass as load_model leaves the model
+        assert loaded.model.config._attn_implementation == "eager"
+        logits = model_pass(loaded.model, torch.as_tensor(ids)).logits.double()
+    at = np.nonzero(labels >= 0)
+    scores = logits[at[0], at[1] - 1]  # (answers, vocab)
+    loss = torch.nn.functional.cross_entropy(scores, torch.as_tensor(labels[at]),
+                                             reduction="none").numpy()  # fmt: skip
+    eager = [float(loss[at[0] == v].mean()) for v in range(ids.shape[0])]
+    np.testing.assert_allclose(fast["losses"], eager, rtol=1e-5, atol=1e-6)
+    right = (scores.argmax(-1).numpy() == labels[at]).mean()
+    assert fast["accuracy"] == right
