@@ -16,7 +16,11 @@ model (``extra GiB``) beside what ``check_memory`` adds for the batch
 (``analyze.memory_estimate`` without the weights), and the absolute peak
 beside the whole estimate on the line below (target within 6 GB at N = 2048).
 Below each row, every run's own ``total/fwd`` and their median (paired:
-each run's capture and analysis over the forward pass beside it).
+each run's capture and analysis over the forward pass beside it), and where
+one sequence's time goes (:func:`profile_shares`, cProfile outside the timed
+runs): the capture's forward pass and validation, the statistics' logit sums
+(prefix moments, band kernel, band sums), bound check (ratio kernel, max and
+median) and three-axis fit, each a share of its stage.
 The statistics' compiled kernels are loaded before the timed runs (a
 small batch; once a process, its time printed), as the forward pass is
 warmed up. The allocator is made steady first (``ropesplit.core.allocator``):
@@ -97,6 +101,54 @@ def analysis_peak(model: str | None, gguf: str | None, ids: object) -> dict[str,
     return {key: value / 2**30 for key, value in got.items()}
 
 
+# what each share counts: (label, file suffix, function name) of cProfile's cumulative times
+_CAPTURE_PARTS = (("forward pass", "empirical/models.py", "model_pass"),
+                  ("validation", "empirical/validate.py", "reconstruct"))
+_STATS_PARTS = (("logit sums", "numerics/stats.py", "_logit_sums"),
+                ("  prefix moments", "numerics/stats.py", "_prefix_moments"),
+                ("  band kernel", "numerics/stats.py", "kernel"),
+                ("  band sums (FFT)", "numerics/stats.py", "_band_sums"),
+                ("bound check", "numerics/stats.py", "tightness"),
+                ("  ratio kernel", "numerics/bound.py", "kernel"),
+                ("  max and median", "numerics/stats.py", "_summary"),
+                ("three-axis fit", "numerics/fit.py", "solve"))  # fmt: skip
+
+
+def profile_shares(loaded: object, ids: object) -> dict[str, dict[str, float]]:
+    """Where one sequence's time goes (cProfile, one thread, outside the timed runs): the
+    capture's forward pass and validation, and the statistics' parts, each a share of its
+    stage. The statistics run here layer by layer in this thread (the timed runs spread the
+    sequences over the threads, which cProfile does not follow)."""
+    import cProfile
+    import pstats
+
+    from ropesplit.empirical.analyze import capture_rows
+    from ropesplit.empirical.capture import capture
+
+    def shares(call: object, parts: tuple[tuple[str, str, str], ...]) -> dict[str, float]:
+        profile = cProfile.Profile()
+        profile.runcall(call)  # type: ignore[arg-type]
+        table = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        total = max(ct for (_, _, name), (_, _, _, ct, _) in table.items()
+                    if name in ("<lambda>", "capture_all", "measure_all"))  # fmt: skip
+        out = {label: sum(ct for (path, _, name), (_, _, _, ct, _) in table.items()
+                          if path.endswith(suffix) and name == func) / total
+               for label, suffix, func in parts}  # fmt: skip
+        return out
+
+    cache = capture(loaded, ids, keep_probs=False)  # type: ignore[arg-type]
+
+    def capture_all() -> None:
+        capture(loaded, ids, keep_probs=False)  # type: ignore[arg-type]
+
+    def measure_all() -> None:
+        for layer in cache.layers:
+            capture_rows(layer, cache.positions.numpy())
+
+    return {"capture": shares(capture_all, _CAPTURE_PARTS),
+            "statistics": shares(measure_all, _STATS_PARTS)}
+
+
 def batch_forward(loaded: object, ids: object) -> None:
     """One plain forward pass of the model (its output head included) over ``ids (B, N)``."""
     import torch
@@ -168,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         paired = statistics.median(ratios)  # each run's own total/fwd, then their median
         result.seconds = {key: statistics.median(s[key] for s in analyses) for key in analyses[0]}
         memory = analysis_peak(args.model, args.gguf_file, ids)
+        profile = profile_shares(loaded, ids[0])
         row = {
             "tokens": n_tokens,
             "passages": int(ids.shape[0]),
@@ -185,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             **{f"analysis_{key}_gib": value for key, value in memory.items()},
             "reconstruction_max_abs_diff": result.reconstruction_max_abs_diff,
             **result.validation,
+            "shares": profile,
         }
         rows.append(row)
         print(f"{n_tokens:6d} {row['heads']:6d} {fwd:10.2f} {row['capture_s']:10.2f} "
@@ -195,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
               )  # fmt: skip
         print(f"  N={n_tokens}: total/fwd of each run {', '.join(f'{x:.2f}' for x in ratios)}, "
               f"their median {paired:.2f}")  # fmt: skip
+        for stage, parts in profile.items():
+            print(f"  N={n_tokens}: shares of one sequence's {stage} (cProfile, one thread): "
+                  + ", ".join(f"{k.strip()} {v:.0%}" for k, v in parts.items()))  # fmt: skip
         print(f"  N={n_tokens}: analysis alone (fresh process) peak "
               f"{row['analysis_peak_gib']:.2f} GiB against check_memory's "
               f"{row['analysis_predicted_gib']:.2f}; above the loaded model "

@@ -76,7 +76,9 @@ class Plan:
 
 def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS) -> dict[bool, float]:
     """Seconds per token of a captured sequence and of a plain forward pass, timed once each
-    on ``tokens`` tokens of the model itself (after one untimed pass)."""
+    on ``tokens`` tokens of the model itself, each after one untimed pass (a first capture
+    loads the statistics' compiled kernels: timed, it made a claims run's estimate 150
+    minutes for a run of a few)."""
     import torch
 
     from ropesplit.empirical.analyze import analyze
@@ -88,6 +90,7 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS) -> dict[bool, float
     start = time.perf_counter()
     forward(loaded, ids)
     plain = time.perf_counter() - start
+    analyze(loaded, ids)  # untimed: the compiled kernels load once a process (1.5 s or more)
     start = time.perf_counter()
     analyze(loaded, ids)
     captured = time.perf_counter() - start
