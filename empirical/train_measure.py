@@ -158,9 +158,8 @@ def task_scores(loaded: LoadedModel, windows: np.ndarray, labels: np.ndarray,
     widths from ``MIN_DISTANCE`` to the sequence length)."""
     import torch
 
-    from ropesplit.empirical.tasks import MIN_DISTANCE
-
     from ropesplit.empirical.adapter import fast_attention
+    from ropesplit.empirical.tasks import MIN_DISTANCE
 
     with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
         ids = torch.as_tensor(windows)
