@@ -255,7 +255,8 @@ def _stream(loaded: LoadedModel, ids: torch.Tensor, positions: np.ndarray,
     items = [(b, n) for n in sorted(lengths, reverse=True) for b in range(count)]
 
     def on_layer(layers: list[LayerCapture]) -> None:
-        map_each(lambda item: each(*item, layers), items, side_by_side(layers[0].q.device))
+        map_each(lambda item: each(item[0], item[1], layers), items,
+                 side_by_side(layers[0].q.device))  # fmt: skip
 
     capture_batch(loaded, ids, torch.as_tensor(positions), on_layer=on_layer, null=null)
 

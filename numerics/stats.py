@@ -218,7 +218,7 @@ def layer_statistics(
                        device, three_axis=not measure.split_only)  # fmt: skip
     gram = band_gram(n, w)
     if measure.split_only:  # no bound check, no three-axis fit (Measure.split_only)
-        tight = [(math.nan, math.nan, 0, 0)] * h
+        tight: list[tuple[float, float, int | None, int]] = [(math.nan, math.nan, 0, 0)] * h
         fit_share = np.full(h, math.nan)
     else:
         gap = None if refs[0].is_zero else refs[0].one_minus
