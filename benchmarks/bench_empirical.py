@@ -18,9 +18,9 @@ beside the whole estimate on the line below (target within 6 GB at N = 2048).
 Below each row, every run's own ``total/fwd`` and their median (paired:
 each run's capture and analysis over the forward pass beside it), and where
 one sequence's time goes (:func:`profile_shares`, cProfile outside the timed
-runs): the capture's forward pass and validation, the statistics' logit sums
-(prefix moments, band kernel, band sums), bound check (ratio kernel, max and
-median) and three-axis fit, each a share of its stage.
+runs): the capture's forward pass (its validation apart) and validation, the
+statistics' logit sums (prefix moments, band kernel, band sums), bound check
+(ratio kernel, max and median) and three-axis fit, each a share of its stage.
 The statistics' compiled kernels are loaded before the timed runs (a
 small batch; once a process, its time printed), as the forward pass is
 warmed up. The allocator is made steady first (``ropesplit.core.allocator``):
@@ -43,6 +43,7 @@ import resource
 import statistics
 import sys
 import time
+from typing import Any
 
 
 def peak_rss_gib() -> float:
@@ -101,7 +102,8 @@ def analysis_peak(model: str | None, gguf: str | None, ids: object) -> dict[str,
     return {key: value / 2**30 for key, value in got.items()}
 
 
-# what each share counts: (label, file suffix, function name) of cProfile's cumulative times
+# what each share counts: (label, file suffix, function name) of cProfile's cumulative times;
+# the validation runs inside the forward pass's hooks, so "forward pass" is model_pass less it
 _CAPTURE_PARTS = (("forward pass", "empirical/models.py", "model_pass"),
                   ("validation", "empirical/validate.py", "reconstruct"))
 _STATS_PARTS = (("logit sums", "numerics/stats.py", "_logit_sums"),
@@ -116,37 +118,38 @@ _STATS_PARTS = (("logit sums", "numerics/stats.py", "_logit_sums"),
 
 def profile_shares(loaded: object, ids: object) -> dict[str, dict[str, float]]:
     """Where one sequence's time goes (cProfile, one thread, outside the timed runs): the
-    capture's forward pass and validation, and the statistics' parts, each a share of its
-    stage. The statistics run here layer by layer in this thread (the timed runs spread the
-    sequences over the threads, which cProfile does not follow)."""
+    capture's forward pass (its validation apart) and validation, and the statistics'
+    parts, each a share of its stage. The statistics run here layer by layer in this thread
+    (the timed runs spread the sequences over the threads, which cProfile does not follow)."""
     import cProfile
     import pstats
 
     from ropesplit.empirical.analyze import capture_rows
     from ropesplit.empirical.capture import capture
 
-    def shares(call: object, parts: tuple[tuple[str, str, str], ...]) -> dict[str, float]:
+    def shares(call: Any, parts: tuple[tuple[str, str, str], ...]) -> dict[str, float]:
         profile = cProfile.Profile()
-        profile.runcall(call)  # type: ignore[arg-type]
+        profile.runcall(call)
         table = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-        total = max(ct for (_, _, name), (_, _, _, ct, _) in table.items()
-                    if name in ("<lambda>", "capture_all", "measure_all"))  # fmt: skip
-        out = {label: sum(ct for (path, _, name), (_, _, _, ct, _) in table.items()
-                          if path.endswith(suffix) and name == func) / total
-               for label, suffix, func in parts}  # fmt: skip
-        return out
+        total = next(ct for (_, _, name), (_, _, _, ct, _) in table.items()
+                     if name == call.__name__)  # fmt: skip
+        return {label: sum(ct for (path, _, name), (_, _, _, ct, _) in table.items()
+                           if path.endswith(suffix) and name == func) / total
+                for label, suffix, func in parts}  # fmt: skip
 
-    cache = capture(loaded, ids, keep_probs=False)  # type: ignore[arg-type]
+    got: dict[str, Any] = {}
 
     def capture_all() -> None:
-        capture(loaded, ids, keep_probs=False)  # type: ignore[arg-type]
+        got["cache"] = capture(loaded, ids, keep_probs=False)  # type: ignore[arg-type]
 
     def measure_all() -> None:
+        cache = got["cache"]
         for layer in cache.layers:
             capture_rows(layer, cache.positions.numpy())
 
-    return {"capture": shares(capture_all, _CAPTURE_PARTS),
-            "statistics": shares(measure_all, _STATS_PARTS)}
+    captured = shares(capture_all, _CAPTURE_PARTS)
+    captured["forward pass"] -= captured["validation"]
+    return {"capture": captured, "statistics": shares(measure_all, _STATS_PARTS)}
 
 
 def batch_forward(loaded: object, ids: object) -> None:

@@ -36,15 +36,7 @@ from typing import Any, NoReturn
 
 from ropesplit import __version__
 from ropesplit import commands as _commands
-from ropesplit.commands._types import (  # noqa: F401  (the option types, re-exported)
-    DTYPES,
-    SEED,
-    IntAtLeast,
-    ListOf,
-    device,
-    dtype,
-    positive_float,
-)
+from ropesplit.commands._types import IntAtLeast, positive_float
 from ropesplit.core import io
 from ropesplit.core.allocator import steady_allocator
 from ropesplit.core.errors import RopesplitError, one_line

@@ -70,7 +70,7 @@ def _subparsers() -> dict:
 
 def _bad_values(action) -> list[str]:
     """Wrong-typed and out-of-range values for one option, from how it is declared."""
-    from ropesplit.cli import IntAtLeast, device, dtype, positive_float
+    from ropesplit.commands._types import IntAtLeast, device, dtype, positive_float
 
     if action.choices is not None:
         return ["nonsense"]

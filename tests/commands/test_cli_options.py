@@ -17,16 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ropesplit.cli import (
-    REPEATABLE,
-    IntAtLeast,
-    ListOf,
-    build_parser,
-    main,
-    path_kind,
-    positive_float,
-)
+from ropesplit.cli import REPEATABLE, build_parser, main, path_kind
 from ropesplit.commands import check_models
+from ropesplit.commands._types import IntAtLeast, ListOf, positive_float
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
