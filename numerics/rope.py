@@ -302,8 +302,11 @@ def to_pairs(x: Any, layout: str = "half", rotary_dim: int | None = None) -> np.
     """
     x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1]
-    re, im = pair_coordinates(d, check_rotary_dim(d, rotary_dim), layout)
-    return x[..., re] + 1j * x[..., im]  # (..., P)
+    re, im = (_as_slice(idx) for idx in pair_coordinates(d, check_rotary_dim(d, rotary_dim),
+                                                         layout))  # fmt: skip
+    z = np.empty(x.shape[:-1] + (d // 2,), dtype=np.complex128)  # (..., P)
+    z.real, z.imag = x[..., re], x[..., im]  # copied in place: no complex temporaries
+    return z
 
 
 def from_pairs(z: Any, layout: str = "half", rotary_dim: int | None = None) -> np.ndarray:
@@ -323,9 +326,11 @@ def from_pairs(z: Any, layout: str = "half", rotary_dim: int | None = None) -> n
 
 
 def _as_slice(idx: np.ndarray) -> slice | np.ndarray:
-    """A run of consecutive coordinates as a slice (a plain copy, not a scatter), else as is."""
-    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
-        return slice(int(idx[0]), int(idx[0]) + idx.size)
+    """Evenly spaced coordinates (a run, or every other one) as a slice (a strided copy, not
+    a gather or a scatter), else as is."""
+    step = int(idx[1] - idx[0]) if idx.size > 1 else 1
+    if idx.size and step > 0 and np.array_equal(idx, idx[0] + step * np.arange(idx.size)):
+        return slice(int(idx[0]), int(idx[0]) + step * idx.size, step)
     return idx
 
 
