@@ -20,7 +20,8 @@ each run's capture and analysis over the forward pass beside it), and where
 one sequence's time goes (:func:`profile_shares`, cProfile outside the timed
 runs): the capture's forward pass (its validation apart) and validation, the
 statistics' logit sums (prefix moments, band kernel, band sums), bound check
-(ratio kernel, max and median) and three-axis fit, each a share of its stage.
+(its float32 screen, float64 rechecks, max and median) and three-axis fit,
+each a share of its stage.
 The statistics' compiled kernels are loaded before the timed runs (a
 small batch; once a process, its time printed), as the forward pass is
 warmed up. The allocator is made steady first (``ropesplit.core.allocator``):
@@ -111,8 +112,9 @@ _STATS_PARTS = (("logit sums", "numerics/stats.py", "_logit_sums"),
                 ("  band kernel", "numerics/stats.py", "kernel"),
                 ("  band sums (FFT)", "numerics/stats.py", "_band_sums"),
                 ("bound check", "numerics/stats.py", "tightness"),
-                ("  ratio kernel", "numerics/bound.py", "kernel"),
-                ("  max and median", "numerics/stats.py", "_summary"),
+                ("  float32 screen", "numerics/bound.py", "screen"),
+                ("  float64 rechecks", "numerics/bound.py", "exact"),
+                ("  max and median", "numerics/stats.py", "_screened_summary"),
                 ("three-axis fit", "numerics/fit.py", "solve"))  # fmt: skip
 
 

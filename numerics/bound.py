@@ -41,7 +41,8 @@ import torch
 
 from ropesplit.numerics.workers import serial
 
-__all__ = ["ATOL", "RTOL", "causal_ratios", "remainder_and_bound", "rotation_gap", "violations"]
+__all__ = ["ATOL", "RTOL", "CausalPairs", "causal_ratios", "remainder_and_bound", "rotation_gap",
+           "violations"]
 
 RTOL = 1e-12  # relative rounding allowance of |E| over the bound (float64)
 ATOL = 1e-300  # absolute allowance: below this everything is underflow
@@ -164,28 +165,98 @@ def causal_ratios(
     :func:`violations`).  The sums run in any order the compiler picks
     (vectorised), which keeps the rounding argument above.
     """
-    qc = np.asarray(q, dtype=np.complex128)
-    dc = np.asarray(dev, dtype=np.complex128)
-    h, n, p = qc.shape
-    iq = np.asarray(positions_q, dtype=np.int64)
-    ik = np.asarray(positions_k, dtype=np.int64)
-    span = n if window is None else min(n, int(window))
-    low = int(iq.min() - ik.max()) if n else 0
-    dist = np.arange(low, int(iq.max() - ik.min()) + 1 if n else 1, dtype=np.float64)
-    x = torch.from_numpy(dist[:, None] * np.asarray(theta, dtype=np.float64))  # (distances, P)
-    u = rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x), one_minus_m)  # e^{ix} - m
-    u_re, u_im = (np.ascontiguousarray(v.numpy()) for v in u)
-    u_abs = np.hypot(u_re, u_im)
-    starts = np.concatenate([[0], np.cumsum(n - np.arange(span))]).astype(np.int64)
-    ratio = np.empty((h, int(starts[-1])), dtype=np.float64)
-    bad = np.zeros((h, span), dtype=np.int64)
-    parts = [np.ascontiguousarray(z) for z in (qc.real, qc.imag, np.abs(qc),
-                                               dc.real, dc.imag, np.abs(dc))]  # fmt: skip
-    # consecutive positions: one distance per diagonal, its table row read once
-    diagonal = bool((np.diff(iq) == 1).all() and (np.diff(ik) == 1).all())
-    kernel = _causal_kernel(not serial(), p if p in _WIDTHS else 0, diagonal)
-    kernel(*parts, u_re, u_im, u_abs, iq - low, ik, float(scale), starts, RTOL, ATOL, ratio, bad)
-    return ratio, bad.sum(-1)
+    pairs = CausalPairs(q, dev, theta, positions_q, positions_k, scale, window=window,
+                        one_minus_m=one_minus_m)  # fmt: skip
+    return pairs.ratios()
+
+
+class CausalPairs:
+    r"""The causal pairs of :func:`causal_ratios`, prepared once: ``|E|/B`` of all of them
+    (:meth:`ratios`), a float32 screen of all of them (:meth:`screen`), or exactly those
+    asked for (:meth:`exact`), each pair's float64 value the same bits in both.
+
+    The screen is what makes the exact check cheap (:func:`.stats.tightness`): a float32
+    pass over every pair (twice the float64 lanes per vector register) locates the largest
+    ratio, the median and any violation to within :meth:`eps`, and only the pairs that
+    could be any of them are evaluated again in float64.  Pairs are numbered as
+    :func:`causal_ratios` lays them out: diagonal by diagonal, ``j`` ascending.
+    """
+
+    def __init__(self, q: np.ndarray, dev: np.ndarray, theta: np.ndarray,
+                 positions_q: np.ndarray, positions_k: np.ndarray, scale: float, *,
+                 window: int | None = None, one_minus_m: Any = None) -> None:  # fmt: skip
+        qc = np.asarray(q, dtype=np.complex128)
+        dc = np.asarray(dev, dtype=np.complex128)
+        self.heads, n, self.p = qc.shape
+        iq = np.asarray(positions_q, dtype=np.int64)
+        self.ik = np.asarray(positions_k, dtype=np.int64)
+        span = n if window is None else min(n, int(window))
+        low = int(iq.min() - self.ik.max()) if n else 0
+        dist = np.arange(low, int(iq.max() - self.ik.min()) + 1 if n else 1, dtype=np.float64)
+        x = torch.from_numpy(dist[:, None] * np.asarray(theta, dtype=np.float64))  # (dist, P)
+        u = rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x), one_minus_m)  # e^{ix} - m
+        u_re, u_im = (np.ascontiguousarray(v.numpy()) for v in u)
+        self.tables = (u_re, u_im, np.hypot(u_re, u_im))
+        self.starts = np.concatenate([[0], np.cumsum(n - np.arange(span))]).astype(np.int64)
+        self.parts = [np.ascontiguousarray(z) for z in (qc.real, qc.imag, np.abs(qc),
+                                                        dc.real, dc.imag, np.abs(dc))]  # fmt: skip
+        self.iq, self.scale = iq - low, float(scale)  # iq - ik: the row of the table
+        # consecutive positions: one distance per diagonal, its table row read once
+        self.diagonal = bool((np.diff(iq) == 1).all() and (np.diff(self.ik) == 1).all())
+        self.width = self.p if self.p in _WIDTHS else 0
+
+    @property
+    def count(self) -> int:
+        """Causal pairs per head."""
+        return int(self.starts[-1])
+
+    def ratios(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ratio (H, pairs), violations (H,))`` in float64: :func:`causal_ratios`."""
+        ratio = np.empty((self.heads, self.count), dtype=np.float64)
+        bad = np.zeros((self.heads, self.starts.size - 1), dtype=np.int64)
+        kernel = _causal_kernel(not serial(), self.width, self.diagonal)
+        kernel(*self.parts, *self.tables, self.iq, self.ik, self.scale, self.starts, RTOL, ATOL,
+               ratio, bad)  # fmt: skip
+        return ratio, bad.sum(-1)
+
+    def screen(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r"""``|E|/B`` of every pair evaluated in float32, ``(H, pairs)`` float64: within
+        :meth:`eps` of the float64 ratio, or NaN where float32 cannot say (``B`` below
+        ``1e-30`` or above ``1e30``, ``|E|`` above ``1e30``: ``B = 0``, underflow,
+        overflow); with each head's largest screened ratio ``(H,)`` (``-inf`` when none)
+        and its count of NaN ``(H,)``."""
+        ratio = np.empty((self.heads, self.count), dtype=np.float64)
+        span = self.starts.size - 1
+        top = np.empty((self.heads, span), dtype=np.float64)  # per diagonal, then per head
+        unsure = np.empty((self.heads, span), dtype=np.int64)
+        parts = [z.astype(np.float32) for z in self.parts]
+        tables = [t.astype(np.float32) for t in self.tables]
+        kernel = _screen_kernel(not serial(), self.width, self.diagonal)
+        kernel(*parts, *tables, self.iq, self.ik, self.starts, ratio, top, unsure)
+        return ratio, top.max(-1, initial=-math.inf), unsure.sum(-1)
+
+    def eps(self, top: float) -> float:
+        r"""How far a screened ratio may lie from the float64 one, for ratios up to ``top``.
+
+        Each input rounded to float32 (relative error :math:`u = 2^{-24}`) and each of
+        the ``P`` terms formed from them: :math:`|E_{32} - E| \le (15 + 1.5P)\,u\,B` (the
+        terms' magnitudes are at most :math:`\sqrt2\,|	ilde q_l||	ilde\delta_l||u_l|`),
+        :math:`|B_{32} - B| \le (5 + P)\,u\,B`, so :math:`|r_{32} - r| \le (15 + 1.5P +
+        (6 + P)\max(r, 1))\,u` to first order; four times that is returned.
+        """
+        return 4.0 * (16.0 + 2.0 * self.p + (7.0 + self.p) * max(float(top), 1.0)) * 2.0**-24
+
+    def exact(self, head: int, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ratio, violates)`` in float64 of head ``head``'s pairs ``index`` (numbered as
+        :meth:`ratios`), each the same bits as there."""
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        back = np.searchsorted(self.starts, index, side="right") - 1  # the diagonal i - j
+        j = index - self.starts[back]
+        ratio = np.empty(index.size, dtype=np.float64)
+        bad = np.zeros(index.size, dtype=np.bool_)
+        _pair_kernel(self.width)(*(z[head] for z in self.parts), *self.tables, self.iq, self.ik,
+                                 self.scale, j + back, j, RTOL, ATOL, ratio, bad)  # fmt: skip
+        return ratio, bad
 
 
 _WIDTHS = (8, 16, 32, 64)  # frequency pairs of the usual head dims: a build with the width fixed
@@ -236,5 +307,78 @@ def _causal_kernel(parallel: bool = True, width: int = 0, diagonal: bool = False
                     count += 1
                 ratio[h, starts[back] + j] = e / b if b > 0.0 else -math.inf
             bad[h, back] = count
+
+    return kernel  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _screen_kernel(parallel: bool = True, width: int = 0, diagonal: bool = False
+                   ) -> Callable[..., None]:  # fmt: skip
+    """:func:`_causal_kernel`'s loop in float32 (:meth:`CausalPairs.screen`): no scale (the
+    ratio does not depend on it), NaN where float32 cannot say."""
+    import numba
+
+    loop = numba.prange if parallel else range
+
+    @numba.njit(parallel=parallel, cache=True, nogil=True, fastmath={"reassoc", "contract"})
+    def kernel(qr, qi, q_abs, dr, di, d_abs, u_re, u_im, u_abs, iq, ik, starts, ratio, top,
+               unsure):  # type: ignore[no-untyped-def]  # fmt: skip
+        heads, n, p = qr.shape
+        if width:
+            p = width
+        span = starts.size - 1
+        for task in loop(heads * span):
+            h = task // span
+            back = task - h * span
+            along = iq[back] - ik[0]
+            largest, count = -math.inf, 0
+            for j in range(n - back):
+                i = j + back
+                t = along if diagonal else iq[i] - ik[j]
+                e = np.float32(0.0)
+                b = np.float32(0.0)
+                for l in range(p):
+                    a, c, dc, de = qr[h, i, l], qi[h, i, l], dr[h, j, l], di[h, j, l]
+                    e += (a * dc + c * de) * u_re[t, l] + (a * de - c * dc) * u_im[t, l]
+                    b += q_abs[h, i, l] * d_abs[h, j, l] * u_abs[t, l]
+                e = abs(e)
+                if b > 1e-30 and b < 1e30 and e < 1e30:  # False for NaN and inf too
+                    r = e / b
+                    ratio[h, starts[back] + j] = r
+                    largest = max(largest, r)  # type: ignore[assignment]
+                else:
+                    ratio[h, starts[back] + j] = np.nan
+                    count += 1
+            top[h, back] = largest
+            unsure[h, back] = count
+
+    return kernel  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _pair_kernel(width: int = 0) -> Callable[..., None]:
+    """:func:`_causal_kernel`'s float64 loop for a list of one head's pairs ``(i, j)``
+    (:meth:`CausalPairs.exact`): the same expression, the same bits."""
+    import numba
+
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+    def kernel(qr, qi, q_abs, dr, di, d_abs, u_re, u_im, u_abs, iq, ik, s, rows, cols, rtol,
+               atol, ratio, bad):  # type: ignore[no-untyped-def]  # fmt: skip
+        p = qr.shape[1]
+        if width:
+            p = width
+        for x in range(rows.size):
+            i, j = rows[x], cols[x]
+            t = iq[i] - ik[j]
+            e = 0.0
+            b = 0.0
+            for l in range(p):
+                a, c, dc, de = qr[i, l], qi[i, l], dr[j, l], di[j, l]
+                e += (a * dc + c * de) * u_re[t, l] + (a * de - c * dc) * u_im[t, l]
+                b += q_abs[i, l] * d_abs[j, l] * u_abs[t, l]
+            e = abs(e) * s
+            b = b * s
+            bad[x] = e > b * (1.0 + rtol) + atol
+            ratio[x] = e / b if b > 0.0 else -math.inf
 
     return kernel  # type: ignore[no-any-return]

@@ -40,9 +40,12 @@ How it is computed (all float64):
   for the centred logits ``w``.
 - the bound is the only ``N^2 P`` term: ``E`` and ``B`` are evaluated term by
   term (:mod:`.bound`) and compared with the tolerance of
-  :func:`.bound.violations`: compiled, one fused loop per pair
-  (:func:`.bound.causal_ratios`), when positions are whole numbers of a step
-  (every unperturbed sequence); in row chunks of batched tensors otherwise.
+  :func:`.bound.violations`: compiled, one fused loop per pair, when
+  positions are whole numbers of a step (every unperturbed sequence): a
+  float32 screen of every pair, then float64 for the pairs that could be the
+  largest ratio, the median or a violation (:func:`_screened_summary`, the
+  numbers of :func:`.bound.causal_ratios` on every pair); in row chunks of
+  batched tensors otherwise.
   Pairs with ``B = 0`` are left out of the tightness ratio (their ``E`` is
   0, else they count as violations); the median is selected exactly inside a
   bracket read off a sample (:func:`_order_statistics`), not by sorting.  The
@@ -72,7 +75,7 @@ import torch
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bootstrap import Interval
-from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
+from ropesplit.numerics.bound import RTOL, CausalPairs, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.measure import EXACT, Measure
 from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
@@ -688,7 +691,8 @@ def tightness(
     Exact over every causal pair unless ``pair_budget`` is below the number
     of causal pairs: then on one seeded uniform sample of ``pair_budget``
     pairs shared by every head (the same pairs for a given seed).  The exact
-    check runs compiled (:func:`.bound.causal_ratios`) when the positions are
+    check runs compiled (:class:`.bound.CausalPairs`, screened in float32 and
+    rechecked in float64: :func:`_screened_summary`) when the positions are
     whole numbers of a step (:func:`whole_steps`), else in row chunks with
     all heads at once (the angles are shared).
     """
@@ -700,10 +704,11 @@ def tightness(
         iq, ik, step = whole
         out = []
         for h0 in range(0, h, chunk := max(1, WORK_BYTES // (8 * n_pairs))):
-            ratio, bad_np = causal_ratios(qc[h0 : h0 + chunk], dc[h0 : h0 + chunk],
-                                          theta * step, iq, ik, s, window=window,
-                                          one_minus_m=gap)  # fmt: skip
-            out += [_summary(r, None, int(b)) for r, b in zip(ratio, bad_np, strict=True)]
+            pairs = CausalPairs(qc[h0 : h0 + chunk], dc[h0 : h0 + chunk], theta * step, iq, ik,
+                                s, window=window, one_minus_m=gap)  # fmt: skip
+            ratio, top, unsure = pairs.screen()
+            out += [_screened_summary(pairs, x, ratio[x], float(top[x]), int(unsure[x]))
+                    for x in range(ratio.shape[0])]  # fmt: skip
         return out
     q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
     d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
@@ -755,6 +760,89 @@ def _summary(ratio: Any, sampled: int | None, bad: int) -> tuple[float, float, i
         return math.nan, math.nan, sampled, bad
     low, high = _order_statistics(r, [left_out + (valid - 1) // 2, left_out + valid // 2])
     return float(top), 0.5 * (low + high), sampled, bad
+
+
+def _screened_summary(pairs: CausalPairs, head: int, screened: np.ndarray, top: float,
+                      unsure_count: int, sample: int = _MEDIAN_SAMPLE,
+                      ) -> tuple[float, float, int | None, int]:  # fmt: skip
+    r""":func:`_summary` of head ``head``'s exact ratios, read off their float32 screen.
+
+    ``screened (pairs,)``, ``top`` and ``unsure_count`` (:meth:`.bound.CausalPairs.screen`):
+    each ratio to within ``eps`` (NaN where float32 cannot say: those are evaluated in
+    float64 first, in place), the largest and the count of NaN.  One compiled pass then
+    gathers the pairs that could be the largest (within ``2 eps`` of the screened
+    largest), a violation (above ``1 + RTOL - 2 eps``) or one of the median's two order
+    statistics (inside a bracket read off an evenly strided sample, widened by ``2 eps``:
+    every pair below it is below the exact median, every pair above it above; the
+    screened order statistics inside narrow it to ``2 eps`` about them), and counts the
+    pairs below; only those are evaluated in float64 (:meth:`~.bound.CausalPairs.exact`).
+    Should the bracket miss a rank, every pair is (slower, never wrong).  The numbers are
+    those of :func:`_summary` of every float64 ratio (to the rounding of two compiled
+    float64 loops: the order of a sum's terms may differ).
+    """
+    unsure = np.flatnonzero(np.isnan(screened)) if unsure_count else np.zeros(0, np.int64)
+    if unsure.size:
+        exact = pairs.exact(head, unsure)[0]  # -inf where B = 0
+        screened[unsure] = exact
+        top = max(top, float(exact.max()))
+    left_out = int(np.count_nonzero(screened[unsure] == -math.inf)) if unsure.size else 0
+    n, valid = screened.size, screened.size - left_out
+    eps = pairs.eps(top)
+    ranks = [left_out + (valid - 1) // 2, left_out + valid // 2]
+    drawn = np.sort(screened[:: max(1, n // sample)])
+    margin = 2.0 * math.sqrt(drawn.size) + 8  # four standard deviations of a sample rank
+    at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
+          for k, d in ((ranks[0], -margin), (ranks[1], margin))]  # fmt: skip
+    lo, hi = float(drawn[at[0]]) - 2.0 * eps, float(drawn[at[1]]) + 2.0 * eps
+    if drawn.size == n:  # every value drawn: the bracket is every pair
+        lo, hi = -math.inf, math.inf
+    below, inside, tops, suspects = _candidates()(screened, lo, hi, top - 2.0 * eps,
+                                                  1.0 + RTOL - 2.0 * eps)  # fmt: skip
+    bad = int(pairs.exact(head, np.union1d(unsure, suspects))[1].sum())
+    if valid == 0:
+        return math.nan, math.nan, None, bad
+    exact_top = float(pairs.exact(head, tops)[0].max())
+    if not (below <= ranks[0] and below + inside.size > ranks[1]):  # the bracket missed
+        below, inside = 0, np.arange(n)
+    # the screened order statistics narrow it further: the exact ones lie within eps of them
+    near = screened[inside]
+    near.partition([k - below for k in ranks])
+    lo, hi = near[ranks[0] - below] - 2.0 * eps, near[ranks[1] - below] + 2.0 * eps
+    below += int(np.count_nonzero(screened[inside] < lo))
+    inside = inside[(screened[inside] >= lo) & (screened[inside] <= hi)]
+    values = pairs.exact(head, inside)[0]
+    values.partition([k - below for k in ranks])
+    low, high = (float(values[k - below]) for k in ranks)
+    return exact_top, 0.5 * (low + high), None, bad
+
+
+@functools.cache
+def _candidates() -> Any:
+    """Compiled, one pass: ``(count below lo, indices inside [lo, hi], indices at or above
+    top, indices above limit)`` of a 1-d float64 array."""
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def candidates(r, lo, hi, top, limit):  # type: ignore[no-untyped-def]
+        n = r.size
+        inside = np.empty(n, dtype=np.int64)
+        tops = np.empty(n, dtype=np.int64)
+        over = np.empty(n, dtype=np.int64)
+        below, c_in, c_top, c_over = 0, 0, 0, 0
+        for i in range(n):
+            x = r[i]
+            below += x < lo
+            inside[c_in] = i  # kept only when the count moves on (branch-free)
+            c_in += (x >= lo) & (x <= hi)
+            if x >= top:
+                tops[c_top] = i
+                c_top += 1
+            if x > limit:
+                over[c_over] = i
+                c_over += 1
+        return below, inside[:c_in].copy(), tops[:c_top].copy(), over[:c_over].copy()
+
+    return candidates
 
 
 def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAMPLE) -> list[float]:

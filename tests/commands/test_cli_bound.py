@@ -65,18 +65,23 @@ def _halved_pairs(real):
 
 
 def _halved_ratios(real):
-    """The compiled kernel (``causal_ratios``) as if its bound were half the true one."""
+    """The compiled check (``CausalPairs``) as if its bound were half the true one."""
 
-    def halved(*args, **kwargs):
-        ratio, _ = real(*args, **kwargs)
-        ratio = 2.0 * ratio  # -inf (no ratio) stays -inf
-        return ratio, (ratio > 1.0 + RTOL).sum(-1)
+    class Halved(real):
+        def screen(self):
+            ratio, top, unsure = super().screen()
+            return 2.0 * ratio, 2.0 * top, unsure  # NaN (no verdict) stays NaN
 
-    return halved
+        def exact(self, head, index):
+            ratio, _ = super().exact(head, index)
+            ratio = 2.0 * ratio  # -inf (no ratio) stays -inf
+            return ratio, ratio > 1.0 + RTOL
+
+    return Halved
 
 
 @pytest.mark.parametrize("kernel, planted, budget",
-                         [("causal_ratios", _halved_ratios, []),  # exact: compiled, every pair
+                         [("CausalPairs", _halved_ratios, []),  # exact: compiled, every pair
                           ("remainder_and_bound", _halved_pairs, ["--pair-budget", "50"])])
 def test_a_violation_exits_1(monkeypatch, capsys, kernel, planted, budget):
     # a kernel whose bound is half the true one must be caught, not reported as a pass

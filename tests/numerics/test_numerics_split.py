@@ -12,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import bound as bound_module
-from ropesplit.numerics.bound import ATOL, RTOL, causal_ratios, remainder_and_bound
+from ropesplit.numerics.bound import ATOL, RTOL, CausalPairs, causal_ratios, remainder_and_bound
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, to_pairs
 from ropesplit.numerics.spec import RopeSpec
@@ -354,6 +354,65 @@ def test_causal_ratios_count_what_breaks_the_tolerance(monkeypatch):
     _, bad = causal_ratios(*case[:6])
     _, want = causal_twin(*case, rtol=-0.5)
     assert bad.tolist() == want.tolist() and bad.min() > 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=causal_cases())
+def test_the_float32_screen_stays_within_its_error_bound(case):
+    # the lemma CausalPairs.eps states, falsification-tested: every pair float32 judges lies
+    # within eps of its float64 ratio; the ones it cannot judge are NaN, never a wrong number
+    pairs = CausalPairs(*case[:6], window=case[6], one_minus_m=case[7])
+    ratio, _ = pairs.ratios()
+    screened, top, unsure = pairs.screen()
+    sure = ~np.isnan(screened)
+    assert unsure.tolist() == (~sure).sum(-1).tolist()
+    assert top.tolist() == [r[s].max(initial=-np.inf) for r, s in zip(screened, sure, strict=True)]
+    assert np.all(ratio[sure] > -np.inf)  # B = 0 is never judged in float32
+    if sure.any():
+        eps = pairs.eps(ratio[sure].max())
+        assert np.abs(screened[sure] - ratio[sure]).max() <= eps
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=causal_cases(), halve=st.booleans())
+def test_the_screened_summary_is_the_float64_summary(case, halve):
+    # max, median and violations read off the float32 screen with float64 rechecks: those of
+    # every float64 ratio (halve: a bound at half its value, so that violations occur)
+    from ropesplit.numerics import stats
+
+    q, dev, theta, pq, pk, s, window, gap = case
+    pairs = CausalPairs(q, dev, theta, pq, pk, s, window=window, one_minus_m=gap)
+    if halve:
+        pairs = _halved(pairs)
+    ratio, bad = pairs.ratios()
+    want = [stats._summary(r, None, int(b)) for r, b in zip(ratio, bad, strict=True)]
+    screened, top, unsure = pairs.screen()
+    got = [stats._screened_summary(pairs, x, r, t, u)
+           for x, (r, t, u) in enumerate(zip(screened, top, unsure, strict=True))]
+    for g, w in zip(got, want, strict=True):
+        assert g[2:] == w[2:]  # no sample; the violations exactly
+        for x, y in zip(g[:2], w[:2], strict=True):  # two float64 builds: rounding apart
+            assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, rel=1e-9, abs=1e-12)
+
+
+def _halved(pairs):
+    """``pairs`` whose every ratio is twice the true one (a bound at half its value)."""
+
+    class Halved(CausalPairs):
+        def ratios(self):
+            ratio, _ = super().ratios()
+            return 2.0 * ratio, (2.0 * ratio > 1.0 + RTOL).sum(-1)
+
+        def screen(self):
+            ratio, top, unsure = super().screen()
+            return 2.0 * ratio, 2.0 * top, unsure
+
+        def exact(self, head, index):
+            ratio, _ = super().exact(head, index)
+            return 2.0 * ratio, 2.0 * ratio > 1.0 + RTOL
+
+    pairs.__class__ = Halved
+    return pairs
 
 
 def test_causal_ratios_do_not_depend_on_the_thread_count():
