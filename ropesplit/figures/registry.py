@@ -9,7 +9,10 @@ format as ``fig{number}-{name}-{width}.{format}``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,11 +146,15 @@ def write_figures(
     widths: Sequence[str] = tuple(WIDTHS),
     formats: Sequence[str] = FORMATS,
     on_figure: Callable[[str], Any] | None = None,
+    workers: int | None = None,
 ) -> list[Path]:
     """Draw every figure present in ``data`` at each width and save it in each format.
 
     Returns the paths written, in figure order. ``on_figure(name)`` is called
     after each figure (progress). Figures absent from ``data`` are skipped.
+    Each file is drawn on a fresh figure by itself, so the files are drawn by
+    ``workers`` processes side by side (default: the CPUs this process may use;
+    forked, so ``data`` is not copied): the same bytes as one process draws.
     """
     folder = Path(out)
     if not folder.is_dir():
@@ -155,14 +162,46 @@ def write_figures(
     unknown = sorted(set(data) - set(_BY_NAME))
     if unknown:
         raise RopesplitError(f"unknown figure {unknown[0]!r}; known: {', '.join(_BY_NAME)}")
+    jobs = [(spec.name, width, folder / figure_files(spec, width, fmt))
+            for spec in FIGURES if spec.name in data for width in widths for fmt in formats]
+    per_figure = len(widths) * len(formats)
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    workers = min(workers, len(jobs))
+    written: list[Path] = []
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        results: Iterator[Path] = (_write_one(data, *job) for job in jobs)
+        return _collect(results, jobs, per_figure, on_figure)
+    global _DATA
+    _DATA = data  # what the forked workers read (fork copies it on write only)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            written = _collect(pool.map(_write_forked, jobs), jobs, per_figure, on_figure)
+    finally:
+        _DATA = None
+    return written
+
+
+_DATA: Mapping[str, Mapping[str, Any]] | None = None  # write_figures' data, for its workers
+
+
+def _write_one(data: Mapping[str, Mapping[str, Any]], name: str, width: str, path: Path) -> Path:
+    """One file: figure ``name`` drawn afresh at ``width`` (the layout never depends on
+    which format was saved first)."""
+    return save_figure(draw(name, data[name], width), path)
+
+
+def _write_forked(job: tuple[str, str, Path]) -> Path:
+    assert _DATA is not None
+    return _write_one(_DATA, *job)
+
+
+def _collect(results: Iterator[Path], jobs: list[tuple[str, str, Path]], per_figure: int,
+             on_figure: Callable[[str], Any] | None) -> list[Path]:  # fmt: skip
+    """The paths in job order, ``on_figure(name)`` after each figure's last file."""
     written = []
-    for spec in FIGURES:
-        if spec.name not in data:
-            continue
-        for width in widths:
-            for fmt in formats:  # a fresh figure per file: the layout never depends on
-                fig = draw(spec.name, data[spec.name], width)  # which format was saved first
-                written.append(save_figure(fig, folder / figure_files(spec, width, fmt)))
-        if on_figure is not None:
-            on_figure(spec.name)
+    for index, path in enumerate(results):
+        written.append(path)
+        if on_figure is not None and (index + 1) % per_figure == 0:
+            on_figure(jobs[index][0])
     return written

@@ -166,3 +166,20 @@ def test_read_records_refuses_other_files(tmp_path):
         read_records(tmp_path / "missing")
     with pytest.raises(RopesplitError, match="^cannot write figure records to .*: folder"):
         write_records({"bound": figure_kwargs("bound")}, tmp_path / "a" / "b")
+
+
+def test_figures_drawn_side_by_side_are_the_bytes_drawn_in_one_process(tmp_path):
+    # forked workers draw each file on its own figure: the same files, in the same order,
+    # with the progress callback after each figure's last file
+    data = {name: figure_kwargs(name) for name in ("decomposition", "sweep", "distance")}
+    files, names = {}, {}
+    for workers in (1, 2):
+        (tmp_path / str(workers)).mkdir()
+        seen: list[str] = []
+        files[workers] = write_figures(data, tmp_path / str(workers), formats=("png", "pdf"),
+                                       on_figure=seen.append, workers=workers)  # fmt: skip
+        names[workers] = seen
+    assert [p.name for p in files[1]] == [p.name for p in files[2]] and len(files[1]) == 12
+    assert names[1] == names[2] == [s.name for s in FIGURES if s.name in data]
+    for a, b in zip(files[1], files[2], strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
