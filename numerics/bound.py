@@ -173,7 +173,8 @@ def causal_ratios(
 class CausalPairs:
     r"""The causal pairs of :func:`causal_ratios`, prepared once: ``|E|/B`` of all of them
     (:meth:`ratios`), a float32 screen of all of them (:meth:`screen`), or exactly those
-    asked for (:meth:`exact`), each pair's float64 value the same bits in both.
+    asked for (:meth:`exact`), each pair's float64 value the same expression in both
+    (its sum's terms may be added in another order: a few ulps apart).
 
     The screen is what makes the exact check cheap (:func:`.stats.tightness`): a float32
     pass over every pair (twice the float64 lanes per vector register) locates the largest
@@ -240,7 +241,7 @@ class CausalPairs:
 
         Each input rounded to float32 (relative error :math:`u = 2^{-24}`) and each of
         the ``P`` terms formed from them: :math:`|E_{32} - E| \le (15 + 1.5P)\,u\,B` (the
-        terms' magnitudes are at most :math:`\sqrt2\,|	ilde q_l||	ilde\delta_l||u_l|`),
+        terms' magnitudes are at most :math:`\sqrt2\,|\tilde q_l||\tilde\delta_l||u_l|`),
         :math:`|B_{32} - B| \le (5 + P)\,u\,B`, so :math:`|r_{32} - r| \le (15 + 1.5P +
         (6 + P)\max(r, 1))\,u` to first order; four times that is returned.
         """
@@ -248,7 +249,7 @@ class CausalPairs:
 
     def exact(self, head: int, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(ratio, violates)`` in float64 of head ``head``'s pairs ``index`` (numbered as
-        :meth:`ratios`), each the same bits as there."""
+        :meth:`ratios`), each the expression evaluated there (to the order of its sum)."""
         index = np.ascontiguousarray(index, dtype=np.int64)
         back = np.searchsorted(self.starts, index, side="right") - 1  # the diagonal i - j
         j = index - self.starts[back]
@@ -358,7 +359,8 @@ def _screen_kernel(parallel: bool = True, width: int = 0, diagonal: bool = False
 @functools.cache
 def _pair_kernel(width: int = 0) -> Callable[..., None]:
     """:func:`_causal_kernel`'s float64 loop for a list of one head's pairs ``(i, j)``
-    (:meth:`CausalPairs.exact`): the same expression, the same bits."""
+    (:meth:`CausalPairs.exact`): the same expression, its sum compiled apart (a few ulps
+    from :func:`_causal_kernel`'s)."""
     import numba
 
     @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

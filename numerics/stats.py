@@ -786,16 +786,12 @@ def _screened_summary(pairs: CausalPairs, head: int, screened: np.ndarray, top: 
         screened[unsure] = exact
         top = max(top, float(exact.max()))
     left_out = int(np.count_nonzero(screened[unsure] == -math.inf)) if unsure.size else 0
-    n, valid = screened.size, screened.size - left_out
+    valid = screened.size - left_out
     eps = pairs.eps(top)
     ranks = [left_out + (valid - 1) // 2, left_out + valid // 2]
-    drawn = np.sort(screened[:: max(1, n // sample)])
-    margin = 2.0 * math.sqrt(drawn.size) + 8  # four standard deviations of a sample rank
-    at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
-          for k, d in ((ranks[0], -margin), (ranks[1], margin))]  # fmt: skip
-    lo, hi = float(drawn[at[0]]) - 2.0 * eps, float(drawn[at[1]]) + 2.0 * eps
-    if drawn.size == n:  # every value drawn: the bracket is every pair
-        lo, hi = -math.inf, math.inf
+    bracket = _sample_bracket(screened, ranks, sample)  # None: the bracket is every pair
+    lo, hi = (-math.inf, math.inf) if bracket is None else (bracket[0] - 2.0 * eps,
+                                                            bracket[1] + 2.0 * eps)
     below, inside, tops, suspects = _candidates()(screened, lo, hi, top - 2.0 * eps,
                                                   1.0 + RTOL - 2.0 * eps)  # fmt: skip
     bad = int(pairs.exact(head, np.union1d(unsure, suspects))[1].sum())
@@ -803,13 +799,13 @@ def _screened_summary(pairs: CausalPairs, head: int, screened: np.ndarray, top: 
         return math.nan, math.nan, None, bad
     exact_top = float(pairs.exact(head, tops)[0].max())
     if not (below <= ranks[0] and below + inside.size > ranks[1]):  # the bracket missed
-        below, inside = 0, np.arange(n)
+        below, inside = 0, np.arange(screened.size)
     # the screened order statistics narrow it further: the exact ones lie within eps of them
     near = screened[inside]
-    near.partition([k - below for k in ranks])
-    lo, hi = near[ranks[0] - below] - 2.0 * eps, near[ranks[1] - below] + 2.0 * eps
-    below += int(np.count_nonzero(screened[inside] < lo))
-    inside = inside[(screened[inside] >= lo) & (screened[inside] <= hi)]
+    order = np.partition(near, [k - below for k in ranks])
+    lo, hi = order[ranks[0] - below] - 2.0 * eps, order[ranks[1] - below] + 2.0 * eps
+    below += int(np.count_nonzero(near < lo))
+    inside = inside[(near >= lo) & (near <= hi)]
     values = pairs.exact(head, inside)[0]
     values.partition([k - below for k in ranks])
     low, high = (float(values[k - below]) for k in ranks)
@@ -855,20 +851,31 @@ def _order_statistics(r: np.ndarray, ranks: list[int], sample: int = _MEDIAN_SAM
     ``r``: slower, never wrong).
     """
     n = r.size
-    step = max(1, n // sample)
-    if step > 1:
-        drawn = np.sort(r[::step])
-        margin = 2.0 * math.sqrt(drawn.size) + 8  # four standard deviations of a sample rank
-        at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
-              for k, d in ((min(ranks), -margin), (max(ranks), margin))]  # fmt: skip
+    bracket = _sample_bracket(r, ranks, sample)
+    if bracket is not None:
         inside = np.empty(n)
-        below, count = _bracket()(r, float(drawn[at[0]]), float(drawn[at[1]]), inside)
+        below, count = _bracket()(r, *bracket, inside)
         if below <= min(ranks) and below + count > max(ranks):
             inside = inside[:count]
             inside.partition([k - below for k in ranks])
             return [float(inside[k - below]) for k in ranks]
     part = np.partition(r, ranks)
     return [float(part[k]) for k in ranks]
+
+
+def _sample_bracket(r: np.ndarray, ranks: list[int], sample: int) -> tuple[float, float] | None:
+    """``(lo, hi)`` likely to hold the values of rank ``min(ranks)`` .. ``max(ranks)`` of
+    ``r``, read off an evenly strided sample of about ``sample`` values (four standard
+    deviations of a sample rank to either side); None when that sample is all of ``r``."""
+    n = r.size
+    step = max(1, n // sample)
+    if step == 1:
+        return None
+    drawn = np.sort(r[::step])
+    margin = 2.0 * math.sqrt(drawn.size) + 8  # four standard deviations of a sample rank
+    at = [int(np.clip(k / n * drawn.size + d, 0, drawn.size - 1))
+          for k, d in ((min(ranks), -margin), (max(ranks), margin))]  # fmt: skip
+    return float(drawn[at[0]]), float(drawn[at[1]])
 
 
 @functools.cache

@@ -168,7 +168,6 @@ def write_figures(
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     workers = min(workers, len(jobs))
-    written: list[Path] = []
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         results: Iterator[Path] = (_write_one(data, *job) for job in jobs)
         return _collect(results, jobs, per_figure, on_figure)
@@ -176,10 +175,9 @@ def write_figures(
     _DATA = data  # what the forked workers read (fork copies it on write only)
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            written = _collect(pool.map(_write_forked, jobs), jobs, per_figure, on_figure)
+            return _collect(pool.map(_write_forked, jobs), jobs, per_figure, on_figure)
     finally:
         _DATA = None
-    return written
 
 
 _DATA: Mapping[str, Mapping[str, Any]] | None = None  # write_figures' data, for its workers
