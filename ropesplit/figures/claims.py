@@ -14,15 +14,17 @@ r"""Figures 19-20: claim 1's tolerance curve, and every claim across models (a f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
-from ropesplit.figures.style import OKABE_ITO, new_figure, styled
+from ropesplit.figures.style import OKABE_ITO, check_width, fit_text, new_figure, styled
 
 __all__ = ["forest_figure", "tolerance_figure"]
 
@@ -56,7 +58,8 @@ def tolerance_figure(curves: Sequence[Mapping[str, Any]], paper: Sequence[float]
                         xycoords=("data", "axes fraction"), ha="left", va="top",
                         fontsize=6, xytext=(2, -2), textcoords="offset points")  # fmt: skip
         ax.axhline(0.0, color="black", lw=0.6)
-        ax.set_xlabel("tokens moved by nested adjacent swaps (% of the passage)")
+        ax.set_xlabel(fit_text("tokens moved by nested adjacent swaps (% of the passage)",
+                               check_width(width) - 0.7))
         ax.set_ylabel("damage D (log perplexity ratio)")
         ax.legend(loc="lower right", frameon=False, fontsize=6)  # clear of the rate labels
         panel_label(ax, "a")
@@ -65,19 +68,31 @@ def tolerance_figure(curves: Sequence[Mapping[str, Any]], paper: Sequence[float]
 
 def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "double") -> Figure:
     """One panel per claim and primary condition (``condition``, 1 when absent): each
-    model's estimate and interval, the threshold, the paper's value, the null."""
+    model's estimate and interval, the threshold, the paper's value, the null.
+
+    At one column's width (below :data:`_NARROW` in) each row's verdict goes under its
+    model's name and the titles wrap: beside the panel they would squeeze it to nothing."""
     require_rows("forest rows", rows, ("model", "claim", "measure", "estimate", "threshold",
                                        "origin", "verdict", "robustness", "paper", "null"))
     panels = sorted({(int(r["claim"]), int(r.get("condition", 1))) for r in rows})
     models = list(dict.fromkeys(str(r["model"]) for r in rows))
     y = {m: float(len(models) - 1 - k) for k, m in enumerate(models)}
+    inches = check_width(width)
+    narrow = inches < _NARROW
+    room = inches - _LABELS if narrow else math.inf  # inches of a panel's title and x label
+    mine = [[r for r in rows if (int(r["claim"]), int(r.get("condition", 1))) == panel]
+            for panel in panels]  # fmt: skip
+    titles = [fit_text(_forest_title(m), room, 7.0) for m in mine]
+    xlabels = [fit_text(str(m[0]["measure"]), room) for m in mine]
+    lines = sum(t.count("\n") for t in titles + xlabels)  # wrapped lines beyond the first
+    per_model = 0.45 if narrow else 0.3  # a narrow row's label holds its verdict too
     with styled():
-        fig = new_figure(width, 0.55 + len(panels) * (0.35 + 0.3 * len(models)))
+        fig = new_figure(width, 0.55 + len(panels) * (0.35 + per_model * len(models))
+                         + 0.12 * lines)  # fmt: skip
         axes = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False)[:, 0])
-        for ax, (claim, condition) in zip(axes, panels, strict=True):
-            mine = [r for r in rows if int(r["claim"]) == claim
-                    and int(r.get("condition", 1)) == condition]  # fmt: skip
-            for r in mine:
+        for ax, panel, title, xlabel in zip(axes, mine, titles, xlabels, strict=True):
+            labels = dict.fromkeys(models, "")
+            for r in panel:
                 yi = y[str(r["model"])]
                 est, null = r["estimate"], r["null"]
                 if null and null.get("interval"):
@@ -89,25 +104,41 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
                     ax.errorbar(est["mean"], yi, xerr=[[est["mean"] - est["low"]],
                                                        [est["high"] - est["mean"]]],
                                 fmt="s", ms=4, color=OKABE_ITO["blue"], capsize=2)  # fmt: skip
-                ax.annotate(f"{r['verdict']}, {r['robustness']}", (1.0, yi),
-                            xycoords=("axes fraction", "data"), ha="left", va="center",
-                            fontsize=6, xytext=(3, 0), textcoords="offset points")  # fmt: skip
-            first = mine[0]
+                verdict = f"{r['verdict']}, {r['robustness']}"
+                if narrow:
+                    labels[str(r["model"])] = "\n" + verdict
+                else:
+                    ax.annotate(verdict, (1.0, yi), xycoords=("axes fraction", "data"),
+                                ha="left", va="center", fontsize=6, xytext=(3, 0),
+                                textcoords="offset points")  # fmt: skip
+            first = panel[0]
             style = "-" if first["origin"] == "paper" else "--"
             ax.axvline(float(first["threshold"]), color="black", lw=0.7, ls=style)
             if first["paper"] is not None:
                 ax.axvline(float(first["paper"]), color=OKABE_ITO["vermillion"], lw=0.9)
-            ax.set_yticks([y[m] for m in models], models)
+            ax.set_yticks([y[m] for m in models], [m + labels[m] for m in models],
+                          fontsize=6 if narrow else None)  # fmt: skip
+            if narrow:  # few ticks: a short axis would print them over each other
+                ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
             ax.set_ylabel("model")
-            ax.set_xlabel(first["measure"])
+            ax.set_xlabel(xlabel)
             ax.set_ylim(-0.7, len(models) - 0.3)
-            nulls = [r["null"]["measure"] for r in mine if r["null"] and r["null"].get("interval")]
-            ax.set_title(f"claim {claim}.{condition}: {first['measure']} (threshold "
-                         f"{first['threshold']:g}, "
-                         f"{first['origin']}'s"
-                         + (f"; grey: {nulls[0]}" if nulls else "")
-                         + (f"; vermillion: the paper's {first['paper']:g}"
-                            if first["paper"] is not None else "")
-                         + ")", fontsize=7, loc="left")  # fmt: skip
+            ax.set_title(title, fontsize=7, loc="left")
         panel_label(axes[0], "a")
     return fig
+
+
+_NARROW = 5.0  # inches: below this the forest's verdicts and titles are laid out for a column
+_LABELS = 1.4  # inches: a narrow forest's tick labels (model and verdict) left of the panels
+
+
+def _forest_title(mine: Sequence[Mapping[str, Any]]) -> str:
+    """A forest panel's title from its rows."""
+    first = mine[0]
+    nulls = [r["null"]["measure"] for r in mine if r["null"] and r["null"].get("interval")]
+    return (f"claim {first['claim']}.{first.get('condition', 1)}: {first['measure']} "
+             f"(threshold {first['threshold']:g}, {first['origin']}'s"
+             + (f"; grey: {nulls[0]}" if nulls else "")
+             + (f"; vermillion: the paper's {first['paper']:g}"
+                if first["paper"] is not None else "")
+             + ")")  # fmt: skip

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
-from ropesplit.figures.style import OKABE_ITO, new_figure, styled
+from ropesplit.figures.style import OKABE_ITO, check_width, fit_text, new_figure, styled
 
 __all__ = ["INTERVENTION_FIGURES", "intervention_figure"]
 
@@ -36,6 +36,9 @@ INTERVENTION_FIGURES: dict[str, tuple[tuple[str, ...], str, str | None, str]] = 
 }  # fmt: skip
 
 
+_TICK_LABELS = 1.2  # inches: the rows' names and the axis label left of panel (a)
+
+
 def intervention_figure(rows: Rows, *, experiment: str, width: float | str = "double") -> Figure:
     """Edit and null per row (a) and the paired difference against 0 (b), with verdicts."""
     if experiment not in INTERVENTION_FIGURES:
@@ -47,6 +50,7 @@ def intervention_figure(rows: Rows, *, experiment: str, width: float | str = "do
     require_rows(f"{experiment} rows", rows, need + ([null] if null else []))
     names = [", ".join(str(r[k]) for k in labels) for r in rows]
     y = np.arange(len(rows))[::-1].astype(float)
+    panels = check_width(width) - _TICK_LABELS  # inches left for the two panels, 3 : 2
     with styled():
         fig = new_figure(width, 0.5 + 0.42 * len(rows) + 0.6)
         ax_a, ax_b = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
@@ -62,7 +66,7 @@ def intervention_figure(rows: Rows, *, experiment: str, width: float | str = "do
                           label="edit" if name == stat else "null")  # fmt: skip
         ax_a.axvline(0.0, color="black", lw=0.6)
         ax_a.set_yticks(y, names)
-        ax_a.set_xlabel(axis)
+        ax_a.set_xlabel(fit_text(axis, 0.6 * panels))
         ax_a.set_ylabel(", ".join(labels))
         if null is not None:
             ax_a.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False,
@@ -77,7 +81,7 @@ def intervention_figure(rows: Rows, *, experiment: str, width: float | str = "do
         for yi, r in zip(y, rows, strict=True):
             ax_b.annotate(str(r["verdict"]), (0.98, yi + 0.3), xycoords=("axes fraction", "data"),
                           ha="right", va="center", fontsize=6)  # fmt: skip
-        ax_b.set_xlabel("paired difference\n(predicted side shaded)")
+        ax_b.set_xlabel(fit_text("paired difference\n(predicted side shaded)", 0.4 * panels))
         lo, hi = ax_b.get_xlim()
         for yi, r in zip(y, rows, strict=True):
             side = (lo, 0.0) if r["direction"] == "below" else (0.0, hi)

@@ -575,3 +575,44 @@ def test_pair_and_token_axes_tick_whole_numbers_only(name):
     for ax in data_axes(fig):
         if "pair" in ax.get_xlabel() or "key j" in ax.get_xlabel():
             assert_integer_ticks(ax.xaxis)
+
+
+def _report_forest_rows() -> list[dict]:
+    """Figure 20 as the report draws it: ten panels, a long model name, long measure names."""
+    rows = []
+    for claim in range(1, 6):
+        for condition, measure in ((1, "lowfreq_share_k"), (2, "lowfreq_share_k - "
+                                                               "lowfreq_share_k_control")):
+            rows.append({"model": "SmolLM2-135M-Instruct", "claim": claim,
+                         "condition": condition, "measure": measure,
+                         "estimate": {"mean": 0.895, "low": 0.89, "high": 0.9},
+                         "threshold": 0.9, "origin": "toolkit", "paper": 0.959,
+                         "verdict": "weaker than the paper", "robustness": "fragile",
+                         "null": {"measure": "lowfreq_share_k_control",
+                                  "interval": {"mean": 0.82, "low": 0.81, "high": 0.83}}})
+    return rows
+
+
+_LAID_OUT = {**FIGURES, "forest (as in the report)":
+             lambda w: draw("forest", {"rows": _report_forest_rows()}, w)}
+
+
+@pytest.mark.parametrize("name", _LAID_OUT)
+@pytest.mark.parametrize("width", ["single", "double"])
+def test_text_stays_inside_the_figure_and_the_layout_holds(name, width, recwarn):
+    """No title, axis label, tick label or annotation is cut by the figure's edge, and the
+    constrained layout is applied (it warns when text squeezes the panels to nothing)."""
+    fig = _LAID_OUT[name](width)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer, edge = canvas.get_renderer(), fig.bbox
+    for ax in data_axes(fig):
+        low, high = sorted(ax.get_xlim())
+        ticks = [t.label1 for t in ax.xaxis.get_major_ticks() if low <= t.get_loc() <= high]
+        for text in (ax.title, ax.xaxis.label, ax.yaxis.label, *ticks, *ax.get_yticklabels(),
+                     *ax.texts):
+            if text.get_visible() and text.get_text():
+                box = text.get_window_extent(renderer)
+                assert edge.x0 - 1 <= box.x0 and box.x1 <= edge.x1 + 1, text.get_text()
+    layout = [w for w in recwarn if "constrained_layout not applied" in str(w.message)]
+    assert not layout, layout[0].message
