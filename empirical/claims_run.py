@@ -203,10 +203,12 @@ def run_claims(
     if on_stage is not None:  # the plan, before the first forward pass
         from dataclasses import replace
 
+        from ropesplit.empirical.analyze import DEFAULT_MEASURE
         from ropesplit.empirical.plan import claims_plan, warmup
 
         plan = claims_plan(lengths, len(corpora), measured, ordered, s.batch_size)
-        on_stage(replace(plan, per_token=warmup(loaded)).text())
+        split = replace(DEFAULT_MEASURE, split_only=True)  # what the passages measure
+        on_stage(replace(plan, cost=warmup(loaded, measure=split)).text())
     if controls is None:
         controls = {s: random_init_twin(loaded, s) for s in CONTROL_SEEDS}
     power = power_statement(order_passages)

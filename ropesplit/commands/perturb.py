@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     def show_plan(counts: dict[str, int]) -> None:  # the checks passed, no pass run yet
         plan = experiments_plan({name: n for name, n in counts.items() if n}, args.tokens)
-        bar.write(replace(plan, per_token=warmup(loaded)).text(), file=sys.stderr)
+        bar.write(replace(plan, cost=warmup(loaded)).text(), file=sys.stderr)
 
     with tqdm(total=forward_count(chosen, settings), desc="forward passes", unit="input",
               file=sys.stderr, disable=None) as bar:  # fmt: skip
