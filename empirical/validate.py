@@ -22,6 +22,7 @@ Shapes (one layer of one sequence)::
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -241,13 +242,21 @@ def reconstruct(
     attended pairs they are compared with the model's
     pre-softmax logits ``model_logits`` ``(H, N, N)`` (when tapped); their
     softmax is compared with ``probs``, and each row of ``probs`` must put
-    all its mass inside its block (a model attending beyond the mask fails).
+    all its mass on the attended pairs (a model attending beyond the mask
+    fails). The comparisons are one compiled pass each over the attended pairs
+    (:func:`_compare_kernels`; the torch ops they replace made ten passes over
+    every pair of the block: 8.7 ms against 6.0 for a layer of the default
+    model at 512 tokens, one thread).
     ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``.
     """
     (n_heads, n_tokens) = q.shape[:2]
     qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
-    allowed = allowed_pairs(n_tokens, window, q.device)  # (N, N)
     step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
+    width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
+    logits_kernel, probs_kernel = _compare_kernels()
+    model = (_plain(model_logits) if model_logits is not None  # (H, N, N) float32, C order
+             else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
+    model_probs = _plain(probs)
     logit_diff = logit_scale = prob_diff = 0.0
     for r0 in range(0, n_tokens, step):
         r1 = min(r0 + step, n_tokens)
@@ -256,20 +265,77 @@ def reconstruct(
         logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
                                 layout=layout, rows=rows, cols=cols, dtype=torch.float32,
                                 rotated=(qr, kr))  # fmt: skip  # (H, n, c)
-        attended = allowed[rows, cols]  # (n, c)
-        keep = attended.to(logits.dtype)  # (n, c): 1 attended, 0 masked
-        if model_logits is not None:  # its masked entries may be -inf: where, not a product
-            model = torch.where(attended, model_logits[:, rows, cols], 0.0)  # (H, n, c)
-            logit_scale = max(logit_scale, max_abs(model))
-            logits.mul_(keep)  # the attended pairs only (rebuilt logits are finite)
-            logit_diff = max(logit_diff, max_abs(model.sub_(logits)))
-            del model
-        model_probs = probs[:, rows, cols].float()  # (H, n, c)
-        outside = max_abs(1.0 - model_probs.sum(-1))  # mass beyond the block
-        masked = torch.zeros_like(keep).masked_fill_(~attended, -math.inf)  # (n, c)
-        rebuilt = torch.softmax(logits.add_(masked), dim=-1)  # (H, n, c)
-        prob_diff = max(prob_diff, outside, max_abs(rebuilt.sub_(model_probs)))
+        # the model's logits on the attended pairs against these; then -inf off them
+        logits = logits.cpu()  # compared on the CPU (a GPU model's blocks are copied over)
+        scale, diff = logits_kernel(logits.numpy(), model, model.view(np.uint32), r0, c0, width)
+        if model_logits is not None:
+            logit_scale, logit_diff = max(logit_scale, scale), max(logit_diff, diff)
+        rebuilt = torch.softmax(logits, dim=-1)  # (H, n, c)
+        prob_diff = max(prob_diff, *probs_kernel(rebuilt.numpy(), model_probs,
+                                                 model_probs.view(np.uint32), r0, c0, width))
     return logit_diff, logit_scale, prob_diff
+
+
+def _plain(x: torch.Tensor) -> np.ndarray:
+    """``x`` as a C-ordered float32 CPU array (a copy only where it is not one already)."""
+    return np.ascontiguousarray(x.detach().float().cpu().numpy())
+
+
+@functools.cache
+def _compare_kernels() -> tuple[Any, Any]:
+    """Compiled, one pass over a block of rows ``r0 + t`` and columns ``c0 + u`` each:
+    ``logits(W, model, r0, c0, width) -> (max |model|, max |model - W|)`` over the
+    attended pairs (``i - width < j <= i``; an empty ``model`` compares nothing), ``W``
+    set to ``-inf`` off them; ``probs(A, model, r0, c0, width) -> (max |A - model|,
+    max |1 - sum_j model|)`` over the attended pairs (the second: the mass a row of the
+    model puts outside them, summed in float64). ``W`` and ``A`` are the block, ``model``
+    the whole ``(H, N, N)``. Any NaN read makes the maxima NaN (the check then fails)."""
+    import numba
+
+    # the maxima vectorised (fastmath); a NaN or inf read is caught from its bits instead
+    fast, special = True, np.uint32(0x7F800000)  # float32 exponent all ones: NaN or inf
+
+    @numba.njit(cache=True, nogil=True, fastmath=fast)
+    def logits(w, model, bits, r0, c0, width):  # type: ignore[no-untyped-def]
+        heads, n, c = w.shape
+        scale, diff, nan = np.float32(0.0), np.float32(0.0), 0
+        compare = model.shape[0] > 0
+        for h in range(heads):
+            for t in range(n):
+                i = r0 + t
+                lo, hi = max(c0, i - width + 1) - c0, i - c0 + 1  # attended columns
+                w[h, t, :lo] = -np.inf
+                w[h, t, hi:] = -np.inf
+                if compare:
+                    for u in range(lo, hi):
+                        m = model[h, i, c0 + u]
+                        x = abs(m - w[h, t, u])
+                        nan += (bits[h, i, c0 + u] & special) == special
+                        scale = max(scale, abs(m))
+                        diff = max(diff, x)
+        if nan:
+            return np.nan, np.nan
+        return float(scale), float(diff)
+
+    @numba.njit(cache=True, nogil=True, fastmath=fast)
+    def probs(a, model, bits, r0, c0, width):  # type: ignore[no-untyped-def]
+        heads, n, _ = a.shape
+        diff, outside, nan = np.float32(0.0), 0.0, 0
+        for h in range(heads):
+            for t in range(n):
+                i = r0 + t
+                total = 0.0
+                for u in range(max(c0, i - width + 1) - c0, i - c0 + 1):
+                    m = model[h, i, c0 + u]
+                    total += m
+                    nan += (bits[h, i, c0 + u] & special) == special
+                    diff = max(diff, abs(a[h, t, u] - m))
+                outside = max(outside, abs(1.0 - total))
+        if nan:
+            return np.nan, np.nan
+        return float(diff), outside
+
+    return logits, probs
 
 
 def check_reconstruction(cache: Capture) -> None:

@@ -18,6 +18,7 @@ import transformers as T
 from conftest import llama_config
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical import capture, load_model
@@ -194,10 +195,10 @@ def test_validation_in_row_blocks_gives_the_same_numbers(name, monkeypatch):
 def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypatch):
     """The blocks hold only the pairs the capture thinks attended; a model that
     puts mass beyond them (a window read too narrow) is caught by row mass."""
-    val = importlib.import_module("ropesplit.empirical.validate")
-    original = val.allowed_pairs
-    monkeypatch.setattr(val, "allowed_pairs",
-                        lambda n, window=None, device=None: original(n, (window or n) - 3, device))
+    cap = importlib.import_module("ropesplit.empirical.capture")
+    original = cap.reconstruct
+    monkeypatch.setattr(cap, "reconstruct", lambda *args, window, **kw: original(
+        *args, window=(window or N_TOKENS) - 3, **kw))  # the window read 3 pairs too narrow
     loaded = load_model(ARCHS["mistral"][0], seed=0)  # window 8
     with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001"):
         capture(loaded, token_ids())
@@ -485,3 +486,42 @@ def test_scaled_rope_is_checked_against_the_config_and_exact_in_half_precision(r
         np.testing.assert_allclose(got, want, rtol=1e-4)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+_BLOCK = st.integers(2, 7).flatmap(lambda n: st.tuples(
+    st.just(n), st.integers(0, n - 1), st.integers(1, n),  # N, first row, window
+    arrays(np.float32, (2, n, n), elements=st.floats(-4, 4, width=32)),  # model logits
+    arrays(np.float32, (2, n, n), elements=st.floats(0, 1, width=32)),  # model probs
+    arrays(np.float32, (2, n, n), elements=st.floats(-4, 4, width=32))))  # rebuilt
+
+
+@given(_BLOCK)
+@settings(max_examples=60, deadline=None)
+def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block):
+    """One block of rows r0.. against columns c0..: the validation's compiled passes give
+    max |model|, max |model - W|, max |A - probs| over the pairs i - w < j <= i and the
+    largest |1 - row mass| there, as a reference computed with the mask (differences in
+    float32, the model's precision; the mass in float64); W is -inf off the attended
+    pairs afterwards; a NaN read anywhere attended gives NaN."""
+    n, r0, width, model, probs, rebuilt = block
+    c0 = max(0, r0 - width + 1)
+    val = importlib.import_module("ropesplit.empirical.validate")
+    logits, compare = val._compare_kernels()
+    i, j = np.arange(r0, n)[:, None], np.arange(c0, n)[None, :]
+    attended = (j <= i) & (i - j < width)  # (rows, cols)
+    w = rebuilt[:, r0:, c0:].copy()
+    scale, diff = logits(w, model, model.view(np.uint32), r0, c0, width)
+    ref = model[:, r0:, c0:]
+    assert scale == np.abs(ref[:, attended]).max()
+    assert diff == np.abs(ref - rebuilt[:, r0:, c0:])[:, attended].max()
+    assert np.isneginf(w[:, ~attended]).all()
+    assert (w[:, attended] == rebuilt[:, r0:, c0:][:, attended]).all()
+    a = rebuilt[:, r0:, c0:]  # any block of probabilities will do
+    got = compare(np.ascontiguousarray(a), probs, probs.view(np.uint32), r0, c0, width)
+    p = probs[:, r0:, c0:]
+    assert got[0] == np.abs(a - p)[:, attended].max()
+    mass = np.where(attended, p.astype(np.float64), 0.0).sum(-1)  # (2, rows)
+    assert got[1] == pytest.approx(np.abs(1.0 - mass).max(), abs=1e-12)
+    probs[1, n - 1, max(c0, n - width)] = np.nan  # an attended pair of the last row
+    assert all(math.isnan(x) for x in compare(np.ascontiguousarray(a), probs,
+                                               probs.view(np.uint32), r0, c0, width))
