@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import ValidationError
+from ropesplit.numerics.workers import serial
 
 if TYPE_CHECKING:
     from ropesplit.empirical.capture import Capture
@@ -253,7 +254,7 @@ def reconstruct(
     qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
     step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
     width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
-    logits_kernel, probs_kernel = _compare_kernels()
+    logits_kernel, probs_kernel = _compare_kernels(not serial())
     model = (_plain(model_logits) if model_logits is not None  # (H, N, N) float32, C order
              else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
     model_probs = _plain(probs)
@@ -282,25 +283,29 @@ def _plain(x: torch.Tensor) -> np.ndarray:
 
 
 @functools.cache
-def _compare_kernels() -> tuple[Any, Any]:
+def _compare_kernels(parallel: bool = True) -> tuple[Any, Any]:
     """Compiled, one pass over a block of rows ``r0 + t`` and columns ``c0 + u`` each:
-    ``logits(W, model, r0, c0, width) -> (max |model|, max |model - W|)`` over the
+    ``logits(W, model, bits, r0, c0, width) -> (max |model|, max |model - W|)`` over the
     attended pairs (``i - width < j <= i``; an empty ``model`` compares nothing), ``W``
-    set to ``-inf`` off them; ``probs(A, model, r0, c0, width) -> (max |A - model|,
+    set to ``-inf`` off them; ``probs(A, model, bits, r0, c0, width) -> (max |A - model|,
     max |1 - sum_j model|)`` over the attended pairs (the second: the mass a row of the
     model puts outside them, summed in float64). ``W`` and ``A`` are the block, ``model``
-    the whole ``(H, N, N)``. Any NaN read makes the maxima NaN (the check then fails)."""
+    the whole ``(H, N, N)`` and ``bits`` its uint32 view. Any NaN or inf read makes the
+    maxima NaN (the check then fails). Heads side by side unless ``parallel=False``
+    (the build a worker of :mod:`ropesplit.numerics.workers` runs)."""
     import numba
 
+    loop = numba.prange if parallel else range
     # the maxima vectorised (fastmath); a NaN or inf read is caught from its bits instead
-    fast, special = True, np.uint32(0x7F800000)  # float32 exponent all ones: NaN or inf
+    special = np.uint32(0x7F800000)  # float32 exponent all ones: NaN or inf
 
-    @numba.njit(cache=True, nogil=True, fastmath=fast)
+    @numba.njit(cache=True, nogil=True, fastmath=True, parallel=parallel)
     def logits(w, model, bits, r0, c0, width):  # type: ignore[no-untyped-def]
         heads, n, c = w.shape
-        scale, diff, nan = np.float32(0.0), np.float32(0.0), 0
+        out = np.zeros((heads, 3), dtype=np.float32)  # scale, diff, NaN or inf count
         compare = model.shape[0] > 0
-        for h in range(heads):
+        for h in loop(heads):
+            scale, diff, nan = np.float32(0.0), np.float32(0.0), 0
             for t in range(n):
                 i = r0 + t
                 lo, hi = max(c0, i - width + 1) - c0, i - c0 + 1  # attended columns
@@ -309,19 +314,20 @@ def _compare_kernels() -> tuple[Any, Any]:
                 if compare:
                     for u in range(lo, hi):
                         m = model[h, i, c0 + u]
-                        x = abs(m - w[h, t, u])
                         nan += (bits[h, i, c0 + u] & special) == special
                         scale = max(scale, abs(m))
-                        diff = max(diff, x)
-        if nan:
+                        diff = max(diff, abs(m - w[h, t, u]))
+            out[h, 0], out[h, 1], out[h, 2] = scale, diff, nan
+        if out[:, 2].sum() > 0:
             return np.nan, np.nan
-        return float(scale), float(diff)
+        return float(out[:, 0].max()), float(out[:, 1].max())
 
-    @numba.njit(cache=True, nogil=True, fastmath=fast)
+    @numba.njit(cache=True, nogil=True, fastmath=True, parallel=parallel)
     def probs(a, model, bits, r0, c0, width):  # type: ignore[no-untyped-def]
         heads, n, _ = a.shape
-        diff, outside, nan = np.float32(0.0), 0.0, 0
-        for h in range(heads):
+        out = np.zeros((heads, 3))  # diff, outside, NaN or inf count
+        for h in loop(heads):
+            diff, outside, nan = np.float32(0.0), 0.0, 0
             for t in range(n):
                 i = r0 + t
                 total = 0.0
@@ -331,9 +337,10 @@ def _compare_kernels() -> tuple[Any, Any]:
                     nan += (bits[h, i, c0 + u] & special) == special
                     diff = max(diff, abs(a[h, t, u] - m))
                 outside = max(outside, abs(1.0 - total))
-        if nan:
+            out[h, 0], out[h, 1], out[h, 2] = diff, outside, nan
+        if out[:, 2].sum() > 0:
             return np.nan, np.nan
-        return float(diff), outside
+        return float(out[:, 0].max()), float(out[:, 1].max())
 
     return logits, probs
 

@@ -495,9 +495,9 @@ _BLOCK = st.integers(2, 7).flatmap(lambda n: st.tuples(
     arrays(np.float32, (2, n, n), elements=st.floats(-4, 4, width=32))))  # rebuilt
 
 
-@given(_BLOCK)
+@given(_BLOCK, st.booleans())
 @settings(max_examples=60, deadline=None)
-def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block):
+def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block, parallel):
     """One block of rows r0.. against columns c0..: the validation's compiled passes give
     max |model|, max |model - W|, max |A - probs| over the pairs i - w < j <= i and the
     largest |1 - row mass| there, as a reference computed with the mask (differences in
@@ -506,7 +506,7 @@ def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block):
     n, r0, width, model, probs, rebuilt = block
     c0 = max(0, r0 - width + 1)
     val = importlib.import_module("ropesplit.empirical.validate")
-    logits, compare = val._compare_kernels()
+    logits, compare = val._compare_kernels(parallel)
     i, j = np.arange(r0, n)[:, None], np.arange(c0, n)[None, :]
     attended = (j <= i) & (i - j < width)  # (rows, cols)
     w = rebuilt[:, r0:, c0:].copy()
