@@ -80,17 +80,17 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
     inches = check_width(width)
     narrow = inches < _NARROW
     room = inches - _LABELS if narrow else math.inf  # inches of a panel's title and x label
-    mine = [[r for r in rows if (int(r["claim"]), int(r.get("condition", 1))) == panel]
-            for panel in panels]  # fmt: skip
-    titles = [fit_text(_forest_title(m), room, 7.0) for m in mine]
-    xlabels = [fit_text(str(m[0]["measure"]), room) for m in mine]
+    by_panel = [[r for r in rows if (int(r["claim"]), int(r.get("condition", 1))) == panel]
+                for panel in panels]  # fmt: skip
+    titles = [fit_text(_forest_title(mine), room, 7.0) for mine in by_panel]
+    xlabels = [fit_text(str(mine[0]["measure"]), room) for mine in by_panel]
     lines = sum(t.count("\n") for t in titles + xlabels)  # wrapped lines beyond the first
     per_model = 0.45 if narrow else 0.3  # a narrow row's label holds its verdict too
     with styled():
         fig = new_figure(width, 0.55 + len(panels) * (0.35 + per_model * len(models))
                          + 0.12 * lines)  # fmt: skip
         axes = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False)[:, 0])
-        for ax, panel, title, xlabel in zip(axes, mine, titles, xlabels, strict=True):
+        for ax, panel, title, xlabel in zip(axes, by_panel, titles, xlabels, strict=True):
             labels = dict.fromkeys(models, "")
             for r in panel:
                 yi = y[str(r["model"])]
@@ -117,7 +117,7 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
             if first["paper"] is not None:
                 ax.axvline(float(first["paper"]), color=OKABE_ITO["vermillion"], lw=0.9)
             ax.set_yticks([y[m] for m in models], [m + labels[m] for m in models],
-                          fontsize=6 if narrow else None)  # fmt: skip
+                          **({"fontsize": 6} if narrow else {}))  # fmt: skip
             if narrow:  # few ticks: a short axis would print them over each other
                 ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
             ax.set_ylabel("model")
@@ -137,8 +137,8 @@ def _forest_title(mine: Sequence[Mapping[str, Any]]) -> str:
     first = mine[0]
     nulls = [r["null"]["measure"] for r in mine if r["null"] and r["null"].get("interval")]
     return (f"claim {first['claim']}.{first.get('condition', 1)}: {first['measure']} "
-             f"(threshold {first['threshold']:g}, {first['origin']}'s"
-             + (f"; grey: {nulls[0]}" if nulls else "")
-             + (f"; vermillion: the paper's {first['paper']:g}"
-                if first["paper"] is not None else "")
-             + ")")  # fmt: skip
+            f"(threshold {first['threshold']:g}, {first['origin']}'s"
+            + (f"; grey: {nulls[0]}" if nulls else "")
+            + (f"; vermillion: the paper's {first['paper']:g}"
+               if first["paper"] is not None else "")
+            + ")")  # fmt: skip
