@@ -270,6 +270,7 @@ def load_model(
                 if not random_init:
                     built = AutoModelForCausalLM.from_pretrained(
                         source,
+                        config=config,  # read above: a GGUF's metadata is parsed once less
                         attn_implementation="eager",
                         dtype=torch_dtype,
                         device_map=device_map,
