@@ -88,21 +88,21 @@ def task_batch(task: str, rng: np.random.Generator, batch: int, length: int, voc
     labels = np.full((batch, length), IGNORE)
     distance = np.full((batch, length), -1)
     source = np.full((batch, length), -1)
+    at = 1 + pairs + 2 * np.arange(pairs)  # (pairs,) each query key's position; answers at + 1
+    far = np.minimum(pairs, at - MIN_DISTANCE)  # recall: stored pairs i < far sit far enough
     for b in range(batch):
         keys = rng.permutation(n_keys)[:pairs]  # distinct: only content tells them apart
         values = rng.integers(0, n_values, size=pairs)
         ids[b, 1 : 1 + pairs] = vocab + keys * n_values + values  # one token per stored pair
-        for t in range(pairs):
-            at = 1 + pairs + 2 * t  # the query key's position; its answer at + 1
-            if task == "recall":
-                far = np.flatnonzero(at - (1 + np.arange(pairs)) >= MIN_DISTANCE)
-                i = int(rng.choice(far))
-                ids[b, at], ids[b, at + 1] = keys[i], n_keys + values[i]
-                distance[b, at + 1], source[b, at + 1] = at - (1 + i), 1 + i
-            else:
-                ids[b, at] = rng.integers(0, n_keys)
-                ids[b, at + 1] = ids[b, at + 1 - OFFSET]
-                distance[b, at + 1], source[b, at + 1] = OFFSET, at + 1 - OFFSET
-            labels[b, at + 1] = ids[b, at + 1]
+        if task == "recall":  # each drawn uniformly among the far pairs, one draw per query
+            i = np.array([rng.integers(0, f) for f in far.tolist()])  # rng.choice's own draw
+            ids[b, at], ids[b, at + 1] = keys[i], n_keys + values[i]
+            distance[b, at + 1], source[b, at + 1] = at - (1 + i), 1 + i
+        else:
+            for t in range(pairs):  # one at a time: a query may copy an earlier one's answer
+                ids[b, at[t]] = rng.integers(0, n_keys)
+                ids[b, at[t] + 1] = ids[b, at[t] + 1 - OFFSET]
+            distance[b, at + 1], source[b, at + 1] = OFFSET, at + 1 - OFFSET
+        labels[b, at + 1] = ids[b, at + 1]
     return (torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(labels.astype(np.int64)),
             distance, source)  # fmt: skip

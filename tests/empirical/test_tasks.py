@@ -39,6 +39,38 @@ def test_every_answer_is_where_its_task_says(task):
         task_batch("recall", np.random.default_rng(0), 1, 20, V)
 
 
+def _recall_rows_drawn_one_by_one(rng, batch, length, vocab):
+    """The recall batch's draws as first written: per query ``rng.choice`` among the pairs
+    far enough (the loop twin of task_batch's; a recorded run's batches must not move)."""
+    n_keys, n_values, _ = task_vocab(vocab)
+    pairs = pairs_in(length)
+    rows = []
+    for _ in range(batch):
+        keys = rng.permutation(n_keys)[:pairs]
+        values = rng.integers(0, n_values, size=pairs)
+        chosen = []
+        for t in range(pairs):
+            at = 1 + pairs + 2 * t
+            chosen.append(int(rng.choice(np.flatnonzero(at - (1 + np.arange(pairs))
+                                                        >= MIN_DISTANCE))))  # fmt: skip
+        rows.append((keys, values, chosen))
+    return rows
+
+
+@pytest.mark.parametrize(("length", "vocab", "seed"), [(64, 32, 0), (128, 64, 1), (97, 64, 2)])
+def test_recall_batches_are_the_draws_of_one_choice_per_query(length, vocab, seed):
+    ids, _, _, source = (np.asarray(x) for x in
+                         task_batch("recall", np.random.default_rng(seed), 5, length, vocab))
+    n_keys, n_values, _ = task_vocab(vocab)
+    pairs = pairs_in(length)
+    at = 1 + pairs + 2 * np.arange(pairs)
+    for b, (keys, values, chosen) in enumerate(_recall_rows_drawn_one_by_one(
+            np.random.default_rng(seed), 5, length, vocab)):  # fmt: skip
+        assert (ids[b, 1 : 1 + pairs] == vocab + keys * n_values + values).all()
+        assert (source[b, at + 1] == 1 + np.array(chosen)).all()
+        assert (ids[b, at] == keys[chosen]).all()
+
+
 P = 40  # pairs of the hand-built head: two rotating (theta 1, 0.1), 38 non-rotating
 THETA = np.array([1.0, 0.1] + [0.0] * (P - 2))
 SLOW = [*range(2, P), *range(P + 2, 2 * P)]  # half layout: pair l is (l, l + P)
