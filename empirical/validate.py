@@ -244,20 +244,29 @@ def reconstruct(
     pre-softmax logits ``model_logits`` ``(H, N, N)`` (when tapped); their
     softmax is compared with ``probs``, and each row of ``probs`` must put
     all its mass on the attended pairs (a model attending beyond the mask
-    fails). The comparisons are one compiled pass each over the attended pairs
-    (:func:`_compare_kernels`; the torch ops they replace made ten passes over
-    every pair of the block: 4.3-5.2 ms against 3.7-4.0 for a layer of the
-    default model at 512 tokens, two threads).
+    fails). Where the model's tensors are float32 on the CPU the comparisons
+    are one compiled pass each over the attended pairs (:func:`_compare_kernels`;
+    the torch ops they replace made ten passes over every pair of the block:
+    4.3-5.2 ms against 3.7-4.0 for a layer of the default model at 512 tokens,
+    two threads); elsewhere (a GPU, half precision) torch ops compare each block
+    on the model's device (:func:`_compare_block`), nothing copied whole.
     ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``.
     """
     (n_heads, n_tokens) = q.shape[:2]
     qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
     step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
     width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
-    logits_kernel, probs_kernel = _compare_kernels(not serial())
-    model = (_plain(model_logits) if model_logits is not None  # (H, N, N) float32, C order
-             else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
-    model_probs = _plain(probs)
+    # compiled on the CPU where the model's tensors are float32 already; elsewhere (a GPU,
+    # half precision) block by block in torch, nothing copied whole
+    compiled = probs.device.type == "cpu" and all(
+        x is None or x.dtype == torch.float32 for x in (model_logits, probs))
+    if compiled:
+        logits_kernel, probs_kernel = _compare_kernels(not serial())
+        model = (_plain(model_logits) if model_logits is not None  # (H, N, N) float32
+                 else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
+        model_probs = _plain(probs)
+    else:
+        allowed = allowed_pairs(n_tokens, window, q.device)  # (N, N)
     logit_diff = logit_scale = prob_diff = 0.0
     for r0 in range(0, n_tokens, step):
         r1 = min(r0 + step, n_tokens)
@@ -266,15 +275,36 @@ def reconstruct(
         logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
                                 layout=layout, rows=rows, cols=cols, dtype=torch.float32,
                                 rotated=(qr, kr))  # fmt: skip  # (H, n, c)
-        # the model's logits on the attended pairs against these; then -inf off them
-        logits = logits.cpu()  # compared on the CPU (a GPU model's blocks are copied over)
-        scale, diff = logits_kernel(logits.numpy(), model, model.view(np.uint32), r0, c0, width)
+        if compiled:  # the model's logits on the attended pairs against these, -inf off them
+            scale, diff = logits_kernel(logits.numpy(), model, model.view(np.uint32), r0, c0,
+                                        width)  # fmt: skip
+            rebuilt = torch.softmax(logits, dim=-1)  # (H, n, c)
+            probs_diff = probs_kernel(rebuilt.numpy(), model_probs, model_probs.view(np.uint32),
+                                      r0, c0, width)  # fmt: skip
+        else:
+            scale, diff, *probs_diff = _compare_block(
+                logits, None if model_logits is None else model_logits[:, rows, cols],
+                probs[:, rows, cols], allowed[rows, cols])  # fmt: skip
         if model_logits is not None:
             logit_scale, logit_diff = max(logit_scale, scale), max(logit_diff, diff)
-        rebuilt = torch.softmax(logits, dim=-1)  # (H, n, c)
-        prob_diff = max(prob_diff, *probs_kernel(rebuilt.numpy(), model_probs,
-                                                 model_probs.view(np.uint32), r0, c0, width))
+        prob_diff = max(prob_diff, *probs_diff)
     return logit_diff, logit_scale, prob_diff
+
+
+def _compare_block(logits: torch.Tensor, model: torch.Tensor | None, probs: torch.Tensor,
+                   attended: torch.Tensor) -> tuple[float, float, float, float]:  # fmt: skip
+    """:func:`_compare_kernels`' numbers for one block in torch, on its device: ``(max
+    |model|, max |model - W|, max |A - probs|, max |1 - row mass|)`` over the ``attended``
+    pairs ``(n, c)`` of ``logits`` ``W (H, n, c)`` (set to ``-inf`` off them), ``model`` and
+    ``probs`` (any dtype; NaN read anywhere attended propagates)."""
+    scale = diff = 0.0
+    if model is not None:  # its masked entries may be -inf: where, not a product
+        m = torch.where(attended, model.float(), 0.0)
+        scale, diff = max_abs(m), max_abs(m.sub_(torch.where(attended, logits, 0.0)))
+    rebuilt = torch.softmax(logits.masked_fill_(~attended, -math.inf), dim=-1)
+    p = torch.where(attended, probs.float(), 0.0)
+    outside = max_abs(1.0 - p.sum(-1, dtype=torch.float64))
+    return scale, diff, max_abs(rebuilt.sub_(p)), outside
 
 
 def _plain(x: torch.Tensor) -> np.ndarray:

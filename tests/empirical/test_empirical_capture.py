@@ -192,15 +192,17 @@ def test_validation_in_row_blocks_gives_the_same_numbers(name, monkeypatch):
     assert blocks == pytest.approx(whole, rel=1e-5, abs=1e-6)  # float32 matmul order
 
 
-def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # compiled, torch
+def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypatch, dtype):
     """The blocks hold only the pairs the capture thinks attended; a model that
-    puts mass beyond them (a window read too narrow) is caught by row mass."""
+    puts mass beyond them (a window read too narrow) is caught by row mass, by the
+    compiled comparisons (float32) and by their torch twin (half precision)."""
     cap = importlib.import_module("ropesplit.empirical.capture")
     original = cap.reconstruct
     monkeypatch.setattr(cap, "reconstruct", lambda *args, window, **kw: original(
         *args, window=(window or N_TOKENS) - 3, **kw))  # the window read 3 pairs too narrow
-    loaded = load_model(ARCHS["mistral"][0], seed=0)  # window 8
-    with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds 0\.0001"):
+    loaded = load_model(ARCHS["mistral"][0], seed=0, dtype=str(dtype).removeprefix("torch."))
+    with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds"):
         capture(loaded, token_ids())
 
 
@@ -522,6 +524,17 @@ def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block, 
     assert got[0] == np.abs(a - p)[:, attended].max()
     mass = np.where(attended, p.astype(np.float64), 0.0).sum(-1)  # (2, rows)
     assert got[1] == pytest.approx(np.abs(1.0 - mass).max(), abs=1e-12)
+    # the torch twin (a GPU's, half precision's): the same numbers from the same block
+    torch_twin = val._compare_block(
+        torch.from_numpy(rebuilt[:, r0:, c0:].copy()), torch.from_numpy(model[:, r0:, c0:]),
+        torch.from_numpy(probs[:, r0:, c0:]), torch.from_numpy(attended))  # fmt: skip
+    softmax = torch.softmax(torch.from_numpy(w), -1).numpy()  # of the masked logits
+    compiled = compare(softmax, probs, probs.view(np.uint32), r0, c0, width)
+    assert torch_twin[:3] == (scale, diff, compiled[0])
+    assert torch_twin[3] == pytest.approx(compiled[1], abs=1e-12)  # the float64 mass
     probs[1, n - 1, max(c0, n - width)] = np.nan  # an attended pair of the last row
     assert all(math.isnan(x) for x in compare(np.ascontiguousarray(a), probs,
                                                probs.view(np.uint32), r0, c0, width))
+    assert math.isnan(val._compare_block(
+        torch.from_numpy(rebuilt[:, r0:, c0:].copy()), None,
+        torch.from_numpy(probs[:, r0:, c0:]), torch.from_numpy(attended))[3])  # fmt: skip
