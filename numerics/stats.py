@@ -505,9 +505,14 @@ def _logit_sums(
 
     w_sq = s_ww.sum(-1).numpy()  # (H,) raw: the scale of the rounding in tww and cww
     e_sq = [s.sum(-1).numpy() for s in s_ee]
+    # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
+    # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
+    (products,) = _band_rows([(a * a).sum(-1, keepdim=True)], (y * y).sum(-1, keepdim=True),
+                             window, heads)  # fmt: skip  # (H, N) sum_j |a_i|^2 |y_j|^2
+    some = w_sq > ((a.shape[-1] + 4) * 2.0**-53) ** 2 * products.sum(-1).numpy()  # (H,)
     res: dict[str, Any] = {
-        "tww": _resolved(ww.sum(-1).numpy(), w_sq),
-        "cww": _resolved(row_centred(ww, row_w, row_w), w_sq),
+        "tww": np.where(some, _resolved(ww.sum(-1).numpy(), w_sq), 0.0),
+        "cww": np.where(some, _resolved(row_centred(ww, row_w, row_w), w_sq), 0.0),
         "twe": [x.sum(-1).numpy() for x in we],
         "tee": [_resolved(x.sum(-1).numpy(), r) for x, r in zip(ee, e_sq, strict=True)],
         "cwe": [row_centred(x, row_w, r) for x, r in zip(we, row_e, strict=True)],

@@ -267,6 +267,23 @@ def test_prefix_blocks_match_the_reference_twin(data, block, spans, ref):
         assert getattr(got, name) == pytest.approx(want[name], abs=1e-8), name
 
 
+@pytest.mark.parametrize("block", [1, 64])
+def test_logits_within_their_own_rounding_of_zero_have_no_spread(block, monkeypatch):
+    """W = 0 exactly (key 0 has no feature, and q_1 is at right angles to k_1 at every
+    position), though the rotated features give W_11 = -sin cos + cos sin, about 1e-17
+    of the products' 1: r_split and r_3axis are NaN, not a correlation of rounding
+    (hypothesis found 3.4e-17 here)."""
+    import ropesplit.numerics.stats as stats
+
+    monkeypatch.setattr(stats, "_BLOCK_ROWS", block)
+    q, k = np.array([[0.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 0.0], [1.0, 0.0]])
+    spec, measure = geometry(frequencies(2, 50.0), 0.5)
+    assert (split_head(q, k, spec, measure).W == 0).all()  # the twin: exactly no logits
+    got = head_statistics(q, k, spec, measure)
+    assert math.isnan(got.r_split) and math.isnan(got.r_split_rowcentred)
+    assert math.isnan(got.r_3axis) and math.isnan(got.remainder_share)
+
+
 def test_keys_deviating_in_still_pairs_leave_no_remainder_through_the_prefix(monkeypatch):
     # deviations only where theta = 0 (m = 1 under every reference): E = 0 exactly, also
     # when most pairs go through the prefix sums (blocks of 4 rows)
