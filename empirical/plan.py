@@ -109,9 +109,9 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
             start = time.perf_counter()
             run(ids[:m])
             seconds.append(time.perf_counter() - start)
-        slope = (seconds[1] - seconds[0]) / max(1, lengths[1] - lengths[0])
-        if not (slope > 0 and lengths[1] > lengths[0]):
+        if not (lengths[1] > lengths[0] and seconds[1] > seconds[0]):  # no slope to read
             return 0.0, seconds[1] / lengths[1]
+        slope = (seconds[1] - seconds[0]) / (lengths[1] - lengths[0])
         return max(0.0, seconds[0] - slope * lengths[0]), slope
 
     return {False: timed(lambda x: forward(loaded, x)),

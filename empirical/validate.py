@@ -265,6 +265,7 @@ def reconstruct(
         model = (_plain(model_logits) if model_logits is not None  # (H, N, N) float32
                  else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
         model_probs = _plain(probs)
+        model_bits, probs_bits = model.view(np.uint32), model_probs.view(np.uint32)
     else:
         allowed = allowed_pairs(n_tokens, window, q.device)  # (N, N)
     logit_diff = logit_scale = prob_diff = 0.0
@@ -276,11 +277,9 @@ def reconstruct(
                                 layout=layout, rows=rows, cols=cols, dtype=torch.float32,
                                 rotated=(qr, kr))  # fmt: skip  # (H, n, c)
         if compiled:  # the model's logits on the attended pairs against these, -inf off them
-            scale, diff = logits_kernel(logits.numpy(), model, model.view(np.uint32), r0, c0,
-                                        width)  # fmt: skip
+            scale, diff = logits_kernel(logits.numpy(), model, model_bits, r0, c0, width)
             rebuilt = torch.softmax(logits, dim=-1)  # (H, n, c)
-            probs_diff = probs_kernel(rebuilt.numpy(), model_probs, model_probs.view(np.uint32),
-                                      r0, c0, width)  # fmt: skip
+            probs_diff = probs_kernel(rebuilt.numpy(), model_probs, probs_bits, r0, c0, width)
         else:
             scale, diff, *probs_diff = _compare_block(
                 logits, None if model_logits is None else model_logits[:, rows, cols],

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, require_rows
-from ropesplit.figures.style import OKABE_ITO, check_width, fit_text, new_figure, styled
+from ropesplit.figures.style import OKABE_ITO, Y_LABELS, check_width, fit_text, new_figure, styled
 
 __all__ = ["bound_figure", "sweep_figure"]
 
@@ -113,7 +113,7 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "dou
             ax.plot(x, y, color=colour, marker=_MARKERS[index % len(_MARKERS)],
                     label=f"base b = {base:g}")  # fmt: skip
         ax.set_xlabel(fit_text("share of key deviation energy in high-frequency pairs",
-                               inches - 0.7))  # fmt: skip
+                               inches - Y_LABELS))  # fmt: skip
         ax.set_ylabel(r"$r_{split}$ = corr$(W, f+g)$")
         ax.set_xlim(-0.02, 1.02)
         ax.legend(loc="best")

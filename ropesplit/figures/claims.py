@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
-from ropesplit.figures.style import OKABE_ITO, check_width, fit_text, new_figure, styled
+from ropesplit.figures.style import OKABE_ITO, Y_LABELS, check_width, fit_text, new_figure, styled
 
 __all__ = ["forest_figure", "tolerance_figure"]
 
@@ -59,7 +59,7 @@ def tolerance_figure(curves: Sequence[Mapping[str, Any]], paper: Sequence[float]
                         fontsize=6, xytext=(2, -2), textcoords="offset points")  # fmt: skip
         ax.axhline(0.0, color="black", lw=0.6)
         ax.set_xlabel(fit_text("tokens moved by nested adjacent swaps (% of the passage)",
-                               check_width(width) - 0.7))
+                               check_width(width) - Y_LABELS))
         ax.set_ylabel("damage D (log perplexity ratio)")
         ax.legend(loc="lower right", frameon=False, fontsize=6)  # clear of the rate labels
         panel_label(ax, "a")

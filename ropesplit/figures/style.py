@@ -41,6 +41,7 @@ __all__ = [
     "SEQUENTIAL",
     "SINGLE",
     "WIDTHS",
+    "Y_LABELS",
     "check_width",
     "fit_text",
     "new_figure",
@@ -51,6 +52,7 @@ __all__ = [
 SINGLE = 3.3  # inches: one column of a two-column paper
 DOUBLE = 6.9  # inches: the full text width
 WIDTHS = {"single": SINGLE, "double": DOUBLE}
+Y_LABELS = 0.7  # inches a panel's numeric y tick labels and y axis label take at its left
 FORMATS = ("pdf", "png")  # vector for papers, raster for docs
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable under every
