@@ -19,7 +19,9 @@ measurements on the host, without a peak).
 
 ``--geometry llama2-7b`` measures a random-init model of Llama-2-7B's shapes
 (``geometry.py``) instead, on seeded random tokens: with ``--layers 32`` the
-paper's own scale, on one GPU (``--dtype bfloat16`` halves the weights).
+paper's own scale, on one GPU (``--dtype bfloat16`` halves the weights),
+its random weights drawn on the device itself (:func:`on_device`). Measured
+on a lent H200: docs/analyse-your-model.md, "On one GPU".
 """
 
 from __future__ import annotations
@@ -40,6 +42,26 @@ def timed(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[Any, float]:
     out = fn()
     sync()
     return out, time.perf_counter() - tick
+
+
+def on_device(config: Any, device: Any, dtype: str) -> Any:
+    """A random-init model of ``config`` built on ``device`` itself, ready for capture.
+
+    ``load_model`` draws random weights on the host (seeded, the same on every
+    device) and then moves them: for Llama-2-7B's 32 layers that took over 270 s
+    of a 16-core host on the lent H200, against seconds on the GPU. Timing and
+    memory do not depend on which random weights these are.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropesplit.empirical.models import from_model
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                 dtype=getattr(torch, dtype))  # fmt: skip
+    return from_model(model, name=f"{config.model_type} (config, built on {device})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,10 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.geometry:
         from geometry import geometry_config
 
-        source = geometry_config(args.geometry, args.layers)
+        loaded = on_device(geometry_config(args.geometry, args.layers), device, args.dtype)
     else:
-        source = args.model
-    loaded = load_model(source, args.gguf_file, device=args.device, dtype=args.dtype)
+        loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
     gpu = torch.cuda.get_device_name(device) if cuda else "host"
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s on {device} ({gpu}), "
           f"{args.dtype}, {torch.get_num_threads()} host threads")  # fmt: skip
