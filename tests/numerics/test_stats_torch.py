@@ -98,6 +98,28 @@ def assert_tightness_equal(got, want):
 
 
 @settings(deadline=None, max_examples=60)
+@given(layers())
+def test_band_sums_on_a_torch_device_match_numpy_and_the_dense_twin(layer):
+    """Row, column and diagonal sums of ``M = a y^T`` over the band: torch's FFT on a
+    device, numpy's on the host and the dense float64 matrix agree."""
+    pq, pk = layer["pos"]
+    f = factors(layer["qc"], layer["kc"], layer["kv"], layer["theta"], pq, pk, [None])
+    heads, window = torch.from_numpy(layer["kv"]), layer["window"]
+    h, n, _ = f.a.shape
+    gram = band_gram(n, window)
+    i, j = np.indices((n, n))
+    band = (j <= i) & (window is None or i - j < window)
+    m = np.where(band, f.a.numpy() @ f.y.numpy()[layer["kv"]].transpose(0, 2, 1), 0.0)
+    diags = np.stack([[np.trace(x, -d) for d in range(gram.n_a)] for x in m])  # (H, n_a)
+    k = max(float(x.norm(dim=-1).max()) for x in (f.a, f.y))
+    for got in (stats._band_sums(f.a, f.y, window, heads, CPU),
+                stats._band_sums(f.a, f.y, window, heads)):  # fmt: skip
+        for g, want in zip(got, (m.sum(2), m.sum(1), diags.reshape(h, -1)), strict=True):
+            assert g.dtype == torch.float64 and g.device == CPU
+            np.testing.assert_allclose(g.numpy(), want, rtol=RTOL, atol=1e-12 * n * k**2)
+
+
+@settings(deadline=None, max_examples=60)
 @given(layers(), st.booleans())
 def test_row_moments_match_the_compiled_path(layer, two_refs):
     pq, pk = layer["pos"]
