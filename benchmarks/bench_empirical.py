@@ -33,8 +33,14 @@ of the batch against ``analyze_batch`` of it (one streamed capture, the
 statistics of every passage; the target: capture plus analysis
 within 2x the forward pass at ``--passages 16 --tokens 512``).
 
+With ``--split-only`` each run also analyses the batch under
+``Measure(split_only=True)``, what ``claims`` computes per passage (no bound
+check, FFT band sums or three-axis fit), and prints that capture plus
+statistics over the same run's forward pass: the part of ``total/fwd`` that
+``claims.json`` reads bit for bit.
+
     .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--passages P]
-        [--json PATH] [--allocator steady|default]
+        [--json PATH] [--allocator steady|default] [--split-only]
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import resource
 import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 
@@ -172,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="medians over this many runs")
     parser.add_argument("--passages", type=int, default=1,
                         help="passages per batch (1: the default text)")  # fmt: skip
+    parser.add_argument("--split-only", action="store_true",
+                        help="also analyse each batch under Measure(split_only=True), what "
+                        "claims computes (no bound check, FFT band sums or fit), and print "
+                        "that capture plus statistics over the same forward pass")  # fmt: skip
     parser.add_argument("--allocator", choices=("steady", "default"), default="steady",
                         help="steady: glibc keeps freed memory "
                         "(ropesplit.core.allocator)")  # fmt: skip
@@ -184,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, load_model, tokenize
-    from ropesplit.empirical.analyze import analyze_batch
+    from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_batch
     from ropesplit.empirical.corpus import default_corpus, passage_ids
+
+    split_measure = replace(DEFAULT_MEASURE, split_only=True)
 
     start = time.perf_counter()
     loaded = load_model(args.model, args.gguf_file)
@@ -209,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  N={n_tokens}: warm-up of the statistics' kernels "
               f"{time.perf_counter() - tick:.2f} s (once a process: not in the timed runs)",
               file=sys.stderr)  # fmt: skip
-        forwards, analyses = [], []
+        forwards, analyses, splits = [], [], []
         for _ in range(args.repeats):  # interleaved, so load drifts hit both alike
             tick = time.perf_counter()
             batch_forward(loaded, ids)
@@ -219,6 +232,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  N={n_tokens} run {len(forwards)}: forward {forwards[-1]:.2f} s, capture "
                   f"{result.seconds['capture']:.2f} s, analysis {result.seconds['analysis']:.2f} s",
                   file=sys.stderr, flush=True)  # fmt: skip
+            if args.split_only:
+                (split, *_) = analyze_batch(loaded, ids, measure=split_measure)
+                splits.append((split.seconds["capture"] + split.seconds["analysis"])
+                              / forwards[-1])  # fmt: skip
+                print(f"  N={n_tokens} run {len(forwards)} split only: capture "
+                      f"{split.seconds['capture']:.2f} s, statistics "
+                      f"{split.seconds['analysis']:.2f} s, total/fwd {splits[-1]:.2f}",
+                      file=sys.stderr, flush=True)  # fmt: skip
         fwd = statistics.median(forwards)
         ratios = [(a["capture"] + a["analysis"]) / f
                   for a, f in zip(analyses, forwards, strict=True)]  # fmt: skip
@@ -254,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
               )  # fmt: skip
         print(f"  N={n_tokens}: total/fwd of each run {', '.join(f'{x:.2f}' for x in ratios)}, "
               f"their median {paired:.2f}")  # fmt: skip
+        if splits:
+            row["split_only_total_over_forward_runs"] = splits
+            print(f"  N={n_tokens}: split only (what claims computes), total/fwd of each run "
+                  f"{', '.join(f'{x:.2f}' for x in splits)}, their median "
+                  f"{statistics.median(splits):.2f}")  # fmt: skip
         for stage, parts in profile.items():
             print(f"  N={n_tokens}: shares of one sequence's {stage} (cProfile, one thread): "
                   + ", ".join(f"{k.strip()} {v:.0%}" for k, v in parts.items()))  # fmt: skip
