@@ -2,14 +2,16 @@ r"""ropesplit.numerics: docs/theory.md sections 1-5 as vectorised numpy/torch co
 
 Modules, one idea each:
 
-    rope        frequencies, pair layouts, rotation             (section 1)
+    rope        frequencies (a table of RoPE types), pair layouts, rotation (section 1)
+    applied     the rotation a RoPE function applies, read off its response to unit vectors (1)
     bound       the remainder E and its bound, term by term      (sections 3, 6)
     reference   the reference rotation m_l: zero, distance C, mean (section 6)
     split       W = f + g + E as dense matrices for one head      (sections 2-3)
     fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
-    spec        RopeSpec: one layer's RoPE geometry; pre/post-RoPE detection (section 1)
+    partial_rotary  a partial-rotary (MLA) head: the rotating slice's share of rc(W) (7)
+    spec        RopeSpec: one layer's RoPE geometry (no config read); pre/post-RoPE detection (1)
     measure     Measure: the options of one measurement (reference, pair budget, seed, ...)
     types       the array types of the signatures, each with its shape
     stats_torch the two O(N^2) parts of stats as dense torch blocks on any device
@@ -40,6 +42,7 @@ Imports numpy and torch, never transformers.
 
 from ropesplit.numerics.fit import three_axis_fit
 from ropesplit.numerics.measure import EXACT, Measure
+from ropesplit.numerics.partial_rotary import rotary_share
 from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
 from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
 from ropesplit.numerics.spec import RopeSpec
@@ -59,6 +62,7 @@ __all__ = [
     "layer_statistics",
     "mean_rotation",
     "resolve_reference",
+    "rotary_share",
     "rotate",
     "split_head",
     "three_axis_fit",

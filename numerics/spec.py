@@ -6,9 +6,9 @@ frequencies :math:`\theta_l` (0 for non-rotating pairs), a pair layout
 with ``2l + 1``), ``r = rotary_dim`` rotating coordinates, a logit scale
 ``s`` and, for a layer, the query-head to KV-head map and any sliding window.
 :class:`RopeSpec` holds them together, built once from a base (with any
-scaling), a Hugging Face config, a TransformerLens config (any object with
-``d_head``, ``rotary_base``, ``rotary_dim``, ``rotary_adjacent_pairs``,
-``n_heads``, ``n_key_value_heads``) or by hand.
+scaling), from arrays or by hand. It reads no config: a Hugging Face or
+TransformerLens config becomes a spec in
+:func:`ropesplit.empirical.adapter.configs.rope_spec`, which calls these constructors.
 
 :func:`looks_rotated` tells pre-RoPE keys from post-RoPE ones: a key's
 near-constant part (``kbar``, which the fast pairs carry when the split
@@ -36,11 +36,8 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.rope import (
     LAYOUTS,
-    attention_factor,
     check_layout,
     frequencies,
-    hf_rope_parameters,
-    hf_scaling,
     to_pairs,
 )
 
@@ -151,65 +148,33 @@ class RopeSpec:
         return cls.from_arrays(theta, head_dim**-0.5 if scale is None else scale, layout,
                                rotary_dim, window, kv_map)  # fmt: skip
 
-    @classmethod
-    def from_config(cls, config: Any, layer_type: str | None = None) -> RopeSpec:
-        """From a Hugging Face config (its ``layer_type``'s RoPE where they differ by layer
-        type, as in Gemma 3) or a TransformerLens ``HookedTransformerConfig``."""
-        if hasattr(config, "rotary_base") and hasattr(config, "d_head"):  # TransformerLens
-            if getattr(config, "positional_embedding_type", "rotary") != "rotary":
-                raise RopesplitError("the TransformerLens config has no rotary embedding "
-                                     f"({config.positional_embedding_type})")  # fmt: skip
-            d = int(config.d_head)
-            layout = "interleaved" if getattr(config, "rotary_adjacent_pairs", False) else "half"
-            rotary = getattr(config, "rotary_dim", None)
-            n_heads = int(config.n_heads)
-            n_kv = int(getattr(config, "n_key_value_heads", None) or n_heads)
-            scaling = None
-            if getattr(config, "use_NTK_by_parts_rope", False):  # Llama-3's scaled RoPE
-                scaling = {"type": "llama3", "factor": config.NTK_by_parts_factor,
-                           "low_freq_factor": config.NTK_by_parts_low_freq_factor,
-                           "high_freq_factor": config.NTK_by_parts_high_freq_factor,
-                           "original_max_position_embeddings": config.NTK_original_ctx_len}
-            attn_scale = float(getattr(config, "attn_scale", -1.0))
-            scale = d**-0.5 if attn_scale <= 0 else 1.0 / attn_scale  # TL divides by attn_scale
-            if not getattr(config, "use_attn_scale", True):
-                scale = 1.0
-            return cls.from_base(d, float(config.rotary_base), layout=layout, scale=scale,
-                                 rotary_dim=int(rotary) if rotary else None, scaling=scaling,
-                                 kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
-        params = hf_rope_parameters(config, layer_type)
-        base = params.get("rope_theta")
-        types = [k for k, v in params.items() if isinstance(v, dict)]
-        if base is None and types:
-            raise RopesplitError(f"{type(config).__name__} has a RoPE per layer type "
-                                 f"({', '.join(types)}): give layer_type")  # fmt: skip
-        if base is None:
-            raise RopesplitError(f"{type(config).__name__} states no rope_theta: not a RoPE model")
-        n_heads = int(config.num_attention_heads)
-        d = int(getattr(config, "head_dim", None) or config.hidden_size // n_heads)
-        partial = params.get("partial_rotary_factor",
-                             getattr(config, "partial_rotary_factor", None))  # fmt: skip
-        rotary = int(d * partial) if partial and partial < 1 else None
-        scaling = hf_scaling(params, getattr(config, "max_position_embeddings", None))
-        n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
-        window = getattr(config, "sliding_window", None)
-        # a scaled RoPE's tables carry its attention factor a: W scales by a^2 (section 2)
-        return cls.from_base(d, float(base), rotary_dim=rotary, scaling=scaling,
-                             scale=d**-0.5 * attention_factor(scaling) ** 2,
-                             window=int(window) if window else None,
-                             kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
-
 
 def as_spec(spec: Any, d: int) -> RopeSpec:
     """``spec`` checked as the one geometry argument of the numerics for head dim ``d``.
 
     Loose frequencies are refused with the line that says how to build a
-    spec (``RopeSpec.from_arrays(theta, scale)``, or ``from_base``/``from_config``).
+    spec (``RopeSpec.from_arrays(theta, scale)``, or ``from_base``).
     """
     if not isinstance(spec, RopeSpec):
         raise RopesplitError(f"the geometry is one RopeSpec, got {type(spec).__name__}: build "
                              "it with RopeSpec.from_arrays(theta, scale) or from_base")  # fmt: skip
     return spec.check_head_dim(d)
+
+
+def layer_inputs(q: Any, k: Any, spec: Any) -> tuple[np.ndarray, np.ndarray, RopeSpec,
+                                                      np.ndarray]:  # fmt: skip
+    """A layer's ``q (H, N, d)`` and ``k (Hkv, N, d)`` as float64, checked against each
+    other and against ``spec`` (:func:`as_spec`): ``(q, k, spec, kv)``, ``kv (H,)`` the KV
+    head each query head reads. Every statistic over a layer starts here."""
+    q = _inputs.as_float64("q", q, 3)
+    k = _inputs.as_float64("k", k, 3)
+    (h, n, d), (hkv, nk, dk) = q.shape, k.shape
+    if (nk, dk) != (n, d):
+        raise RopesplitError(f"k must have shape (Hkv, {n}, {d}) like q, got {k.shape}")
+    if n < 1:
+        raise RopesplitError("need at least one token, got 0")
+    spec = as_spec(spec, d)
+    return q, k, spec, spec.kv_heads(h, hkv)
 
 
 def looks_rotated(k: Any, spec: RopeSpec, positions: Any = None) -> tuple[float, float]:

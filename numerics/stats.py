@@ -81,7 +81,7 @@ from ropesplit.numerics.measure import EXACT, Measure
 from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
-from ropesplit.numerics.spec import RopeSpec, as_spec
+from ropesplit.numerics.spec import RopeSpec, as_spec, layer_inputs
 from ropesplit.numerics.types import (
     HeadFeatures,
     KeyMean,
@@ -187,17 +187,10 @@ def layer_statistics(
     .. math:: E_{ij} = s\,\big(\langle R(p_i)q_i, R(p'_j)\delta_j\rangle
                                - \langle q_i, \delta_j\rangle\big)
     """
-    q = _inputs.as_float64("q", q, 3)
-    k = _inputs.as_float64("k", k, 3)
-    (h, n, d), (hkv, nk, dk) = q.shape, k.shape
-    if (nk, dk) != (n, d):
-        raise RopesplitError(f"k must have shape (Hkv, {n}, {d}) like q, got {k.shape}")
-    if n < 1:
-        raise RopesplitError("need at least one token, got 0")
-    spec = as_spec(spec, d)
+    q, k, spec, kv = layer_inputs(q, k, spec)
+    (h, n, d), hkv = q.shape, k.shape[0]
     th, s, layout, rotary_dim, w = (spec.frequencies, spec.scale, spec.layout, spec.rotary_dim,
                                     spec.window)  # fmt: skip
-    kv = spec.kv_heads(h, hkv)
     pq, pk = _inputs.check_positions(positions, n)
     reference, references = measure.reference, measure.references
     pair_budget, seed, device = measure.pair_budget, measure.seed, measure.device
