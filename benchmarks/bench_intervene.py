@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded = load_model(args.model)
     ids = tokenize(loaded, default_text(), args.tokens)[None]  # (1, N)
     kbars = calibrate_kbars(loaded, ids)
-    layers = tuple(range(loaded.n_layers))
+    layers = tuple(loaded.layers)
     print(f"{loaded.name}: N={args.tokens}, {loaded.n_layers} layers edited, "
           f"{torch.get_num_threads()} threads, medians of {args.repeats} interleaved runs")
     print(f"{'edit':>10} {'clean s':>8} {'edited s':>9} {'ratio':>6}")

@@ -99,6 +99,8 @@ class Analysis:
     validation: dict[str, float] = field(default_factory=dict)  # Capture.validation(): logit level
     dtype: str = "float32"  # the model's; the statistics are float64 whatever it is
     n_tokens: int | None = None  # tokens when there are no token ids (raw q/k: analyze_qk)
+    # the model's layers left out, with their kind (NoPE, linear attention, ...): the survey's
+    layers_not_analysed: dict[int, str] = field(default_factory=dict)
 
     @property
     def summary(self) -> dict[str, float]:
@@ -127,8 +129,22 @@ class Analysis:
 
         return tidy(self.to_dict(), frame=frame)
 
+    @property
+    def layers_analysed(self) -> list[int]:
+        """The layers whose heads were measured (RoPE softmax attention), in order."""
+        return sorted({int(row["layer"]) for row in self.heads})
+
+    @property
+    def summary_rope_subhead(self) -> dict[str, float] | None:
+        """Multi-head latent attention: the means of :data:`SUBHEAD` over its heads (None
+        for a model whose heads are whole RoPE heads)."""
+        rows = [row for row in self.heads if "rotary_share" in row]
+        return {name: float(np.mean([row[name] for row in rows])) for name in SUBHEAD} if rows \
+            else None
+
     def to_dict(self) -> dict[str, Any]:
         """The analysis as a JSON record (without the control)."""
+        subhead = self.summary_rope_subhead
         return {
             "model": self.model,
             "tokens": self.n_tokens if self.n_tokens is not None else len(self.token_ids),
@@ -136,8 +152,12 @@ class Analysis:
             "dtype": self.dtype,
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
             **self.validation,
+            "layers_analysed": self.layers_analysed,
+            "layers_not_analysed": [{"layer": layer, "kind": kind}
+                                    for layer, kind in sorted(self.layers_not_analysed.items())],
             "heads": self.heads,
             "summary": self.summary,
+            **({"summary_rope_subhead": subhead} if subhead is not None else {}),
             "by_reference": reference_summary(self.heads),
         }
 
@@ -178,14 +198,13 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     count.
     ``tests/empirical/test_empirical_analyze.py`` measures the peak of a run against it.
     """
+    from ropesplit.empirical.adapter.configs import largest_head_shape, widths
     from ropesplit.numerics.stats import WORK_BYTES
 
-    cfg = loaded.config
-    n_heads = int(cfg.num_attention_heads)
-    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
-    d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
-    width = int(cfg.hidden_size)
-    ffn = int(getattr(cfg, "intermediate_size", None) or 4 * width)
+    analysed = [m for m, i in zip(loaded.attn.modules, loaded.attn.index, strict=True)
+                if i in loaded.attn.analysed]  # fmt: skip
+    n_heads, n_kv, d = largest_head_shape(loaded.config, analysed)
+    width, ffn = widths(loaded.config, n_heads * d)
     weights = _weight_bytes(loaded)
     per_token = 4 * (4 * width + 2 * ffn) + 12 * (n_heads + n_kv) * d + (72 * n_heads
                                                                          + 24 * n_kv) * d
@@ -329,6 +348,7 @@ def analyze_batch(
             heads=heads, seconds=dict(seconds),
             validation=cache.validation(),  # logit-level numbers and tolerances for the record
             dtype=str(loaded.model.dtype).removeprefix("torch."),
+            layers_not_analysed=dict(loaded.attn.not_analysed),
         ))  # fmt: skip
     return out
 
@@ -376,9 +396,45 @@ def capture_rows(
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
     if layer.q.device.type != "cpu":  # a GPU: the N^2 parts in torch there
         measure = replace(measure, device=layer.q.device)
-    return layer_rows(layer.layer, layer.q.double().cpu().numpy(),
-                      layer.k.double().cpu().numpy(), spec, measure, positions=positions,
+    q, k = layer.q.double().cpu().numpy(), layer.k.double().cpu().numpy()
+    rows = layer_rows(layer.layer, q, k, spec, measure, positions=positions,
                       rope_base=layer.rope_base)  # fmt: skip
+    if layer.sinks is not None:  # the sink logit each head's softmax normaliser adds
+        for row in rows:
+            row["sink"] = float(layer.sinks[row["head"]])
+    if layer.shared_key:  # MLA: the RoPE sub-head beside the whole head
+        for row, extra in zip(rows, rope_subhead_rows(q, k, spec, measure, positions),
+                              strict=True):  # fmt: skip
+            row |= extra
+    return rows
+
+
+# multi-head latent attention: what is informative beside the whole head (docs/theory.md,
+# "Multi-head latent attention"): the RoPE sub-head's share of the row-centred logit
+# variance, and the split of the sub-head W_pe alone (its key one head shared by all)
+SUBHEAD = ("rotary_share", "r_split_rope_subhead", "remainder_share_rope_subhead",
+           "tightness_max_rope_subhead", "lowfreq_share_k_rope_subhead")  # fmt: skip
+
+
+def rope_subhead_rows(q: np.ndarray, k: np.ndarray, spec: RopeSpec, measure: Measure,
+                      positions: Any) -> list[dict[str, float]]:  # fmt: skip
+    """Per query head of an MLA layer, :data:`SUBHEAD`: whole heads ``q (H, N, d)``,
+    ``k (H, N, d)`` with the ``r`` rotating coordinates first, the key's shared by every
+    head (the capture's ``shared_key``)."""
+    from ropesplit.numerics.partial_rotary import rotary_share
+    from ropesplit.numerics.stats import layer_statistics
+
+    r = spec.rotary_dim or spec.head_dim
+    share = rotary_share(q, k, spec, positions=positions)
+    sub = RopeSpec.from_arrays(spec.frequencies[: r // 2], spec.scale, spec.layout, r,
+                               spec.window, np.zeros(q.shape[0], dtype=np.int64))  # fmt: skip
+    stats = layer_statistics(np.ascontiguousarray(q[..., :r]), np.ascontiguousarray(k[:1, :, :r]),
+                             sub, replace(measure, references=()), positions=positions)
+    return [{"rotary_share": float(share[h]), "r_split_rope_subhead": float(s.r_split),
+             "remainder_share_rope_subhead": float(s.remainder_share),
+             "tightness_max_rope_subhead": float(s.tightness_max),
+             "lowfreq_share_k_rope_subhead": float(s.lowfreq_share_k)}
+            for h, s in enumerate(stats)]  # fmt: skip
 
 
 def layer_rows(

@@ -35,6 +35,8 @@ import numpy as np
 import torch
 
 from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS
+from ropesplit.empirical.adapter.configs import rope_spec, vocab_size
+from ropesplit.empirical.adapter.weights import key_projections
 from ropesplit.empirical.models import LoadedModel, load_model
 
 __all__ = ["ARMS", "agree_rates", "calibration", "plant_slow_keys", "tiny_config"]
@@ -65,19 +67,14 @@ def plant_slow_keys(loaded: LoadedModel, seed: int) -> LoadedModel:
     ``k_proj`` for those coordinates zeroed, its bias there a seeded constant. The model
     needs a key bias (Qwen2, or Llama with ``attention_bias=True``)."""
     from ropesplit.numerics.rope import low_half
-    from ropesplit.numerics.spec import RopeSpec
 
-    cfg = loaded.config
-    spec = RopeSpec.from_config(cfg)  # the config's RoPE, read where every reader reads it
+    spec = rope_spec(loaded.config)  # the config's RoPE, read where every reader reads it
     d, theta = spec.head_dim, spec.frequencies  # (d/2,)
     fast = np.flatnonzero(low_half(theta) == 0.0)  # the half that turns fastest
     rows = np.concatenate([fast, fast + d // 2])  # half layout: pair l is (l, l + d/2)
     rng = np.random.default_rng([seed, 30])
     with torch.no_grad():
-        for module in loaded.model.modules():
-            proj = getattr(module, "k_proj", None)
-            if proj is None:
-                continue
+        for proj in key_projections(loaded.model):
             if proj.bias is None:
                 raise ValueError("plant_slow_keys needs a key bias (attention_bias=True)")
             n_kv = proj.out_features // d
@@ -101,7 +98,7 @@ def _run(model: LoadedModel, twins: dict[int, LoadedModel], seed: int) -> dict[s
     settings = ClaimsSettings(tokens=TOKENS, grid=(TOKENS,), passages=PASSAGES,
                               order_passages=PASSAGES)  # fmt: skip
     return run_claims(model, settings, controls=twins,
-                      passage_ids=_passages(int(model.config.vocab_size), seed))
+                      passage_ids=_passages(vocab_size(model.config), seed))
 
 
 def calibration(

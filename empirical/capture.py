@@ -40,13 +40,13 @@ import torch
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, StopForward, record_pre_rope, taps
-from ropesplit.empirical.geometry import (
-    cached_geometry,
+from ropesplit.empirical.adapter.configs import (
+    attn_implementation,
     config_theta,
-    full_theta,
+    layer_type_of,
     rope_base,
-    with_rest,
 )
+from ropesplit.empirical.geometry import cached_geometry, full_theta
 from ropesplit.empirical.memory import release_growth
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,11 +61,15 @@ from ropesplit.empirical.models import (
 from ropesplit.empirical.validate import (
     Tolerances,
     check_reconstruction,
+    mask_bias,
+    mask_window,
     max_abs,
     max_rel,
+    rebuild_logits,
     reconstruct,
     rotate_applied,
     tolerances,
+    unshifted,
 )
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
@@ -99,6 +103,8 @@ class LayerCapture:
     logit_max_abs_diff: float = math.nan  # max |W - W_model| over the attended pairs
     logit_scale: float = math.nan  # max |W_model| over the attended pairs
     probs: torch.Tensor | None = None  # (H, N, N) the model's own, if kept
+    sinks: torch.Tensor | None = None  # (H,) sink logits in the softmax's normaliser, if any
+    shared_key: bool = False  # MLA: the rotating key is one head shared by every head
 
     @property
     def theta(self) -> np.ndarray:
@@ -133,7 +139,11 @@ class LayerCapture:
     @property
     def logit_max_rel_diff(self) -> float:
         """``logit_max_abs_diff / logit_scale``: the logit error relative to the logit scale."""
-        return self.logit_max_abs_diff / self.logit_scale if self.logit_scale else math.nan
+        if self.logit_scale:
+            return self.logit_max_abs_diff / self.logit_scale
+        # every attended logit exactly 0 (a tiny model's zero-initialised projection): rebuilt
+        # exactly when the rebuild is 0 too
+        return 0.0 if self.logit_max_abs_diff == 0 else math.nan
 
     @property
     def head_dim(self) -> int:
@@ -199,7 +209,16 @@ class Capture:
         name, layer = key
         if name not in _FIELD_NAMES:
             raise KeyError(f"unknown capture name {name!r}; one of {sorted(_FIELD_NAMES)}")
-        return getattr(self.layers[layer], name)
+        return getattr(self.layer(layer), name)
+
+    def layer(self, index: int) -> LayerCapture:
+        """The capture of layer ``index`` (the model's own layer index: a hybrid's
+        analysed layers are sparse)."""
+        for one in self.layers:
+            if one.layer == index:
+                return one
+        raise KeyError(f"layer {index} is not analysed; analysed: "
+                       f"{[one.layer for one in self.layers]}")
 
 
 _FIELD_NAMES = ({f.name for f in fields(LayerCapture)} - {"layer"}
@@ -226,6 +245,7 @@ class _CaptureState:
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(
         default_factory=dict
     )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude: one derivation per table
+    windows: dict[tuple[Any, ...], int | None] = field(default_factory=dict)  # per mask read
     resident: int | None = None  # streamed: bytes resident after the first layer
     shuffled: bool = False  # under the frequency-order null: theta checked as a set
 
@@ -280,10 +300,10 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     """Assemble, check and validate sequence ``b`` of one layer from what the adapter saw."""
     layer, module = call.layer, call.module
     raw = state.raw[layer]
-    query, key = call.query.detach()[b], call.key.detach()[b]  # (H|Hkv, N, d)
+    # the attended query and key, and their pre-RoPE wholes, rotating pairs first (adapter)
+    query, key = raw["q_rot"][b].detach(), raw["k_rot"][b].detach()  # (H|Hkv, N, d)
     (d,) = query.shape[-1:]
-    q, k = raw["q"][b], raw["k"][b]
-    q, k = with_rest(q, query), with_rest(k, key)  # (H, N, d), (Hkv, N, d)
+    q, k = raw["q"][b], raw["k"][b]  # (H, N, d), (Hkv, N, d)
     if d % 2:
         raise RopesplitError(f"head_dim must be even, got {d}")
     if not (math.isfinite(max_abs(q)) and math.isfinite(max_abs(k))):  # NaN propagates
@@ -298,9 +318,7 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         raise RopesplitError(f"rotary_dim must be even and at most head_dim {d}, got {r}")
     layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, state.positions[b],
                                                  f"cos/sin of layer {layer}")  # fmt: skip
-    layer_type = getattr(module, "layer_type", None)
-    if layer_type is None and getattr(state.loaded.config, "layer_types", None):
-        layer_type = state.loaded.config.layer_types[layer]
+    layer_type = layer_type_of(state.loaded.config, layer, module)
     base, rope_type = rope_base(state.loaded.config, layer_type)
     seq_len = int(state.positions.max()) + 1  # what a dynamic RoPE recomputes its table for
     expected = config_theta(state.loaded.config, layer_type, r, seq_len)  # (r/2,) or None
@@ -316,15 +334,34 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         if state.tol.half:  # a half-precision table: the config's exact frequencies
             theta_r = expected
     theta = full_theta(theta_r, d)  # (d/2,)
-    attn_scale, window, softcap = call.scale, call.window, call.softcap
+    attn_scale, window, softcap, sinks = call.scale, call.window, call.softcap, call.sinks
+    if window is None and call.mask is not None:  # a window kept only in the mask (Phi-3.5-MoE)
+        read = (call.mask.data_ptr(), tuple(call.mask.shape))
+        if read not in state.windows:
+            state.windows[read] = mask_window(call.mask)
+        window = state.windows[read]
     probs = weights.detach()[b]  # (H, N, N)
     qr = rotate_applied(q, cos, sin, layout)  # (H, N, d)
     kr = rotate_applied(k, cos, sin, layout)  # (Hkv, N, d)
     # against R q, R k as the model attends with them (its RoPE's output)
     rope_diff = max(max_rel(qr, query.float()), max_rel(kr, key.float()))
+    model_logits = raw["logits"][b] if "logits" in raw else None
+    # a sink in the softmax's normaliser shows as its column in the softmax input (gpt-oss);
+    # a sink applied to the output (Granite-SWA) leaves the probabilities a plain softmax
+    if model_logits is None or model_logits.shape[-1] != model_logits.shape[-2] + 1:
+        sinks = None
+    bias = mask_bias(call.mask, b, window)  # Doge's per-key bias, else None
+    if model_logits is not None and bias is not None:
+        model_logits = model_logits - bias
+    if model_logits is not None:
+        model_logits = unshifted(model_logits, sinks, window,
+                                 lambda: rebuild_logits(q, k, cos, sin, kv_map, float(attn_scale),
+                                                        softcap=softcap, layout=layout,
+                                                        dtype=torch.float32,
+                                                        rotated=(qr, kr[torch.as_tensor(kv_map)])))
     logit_diff, logit_scale, prob_diff = reconstruct(
         q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
-        model_logits=raw["logits"][b] if "logits" in raw else None, probs=probs, rotated=(qr, kr),
+        model_logits=model_logits, probs=probs, rotated=(qr, kr), sinks=sinks, bias=bias,
     )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin,
@@ -335,6 +372,7 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         logit_max_abs_diff=logit_diff if "logits" in raw else math.nan,
         logit_scale=logit_scale if "logits" in raw else math.nan,
         probs=probs.float().clone() if state.keep_probs else None,
+        sinks=None if sinks is None else sinks.float().cpu(), shared_key=bool(raw["shared_key"]),
     )  # fmt: skip
 
 
@@ -414,16 +452,17 @@ def _run(
     """The forward pass through the taps: one :class:`Capture` per sequence of ``ids (B, N)``."""
     pos = as_position_ids(ids, position_ids)  # (B, N)
     check_positions(loaded, pos)
-    if loaded.model.config._attn_implementation != "eager":
+    if attn_implementation(loaded.model.config) != "eager":
         raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
     tol = tolerances(loaded.model.dtype)
     state = _CaptureState(loaded, pos.cpu().numpy(), keep_probs, tol, on_layer, validate,
-                          stop_after=None if keep_logits else loaded.n_layers - 1,
+                          stop_after=None if keep_logits else loaded.layers[-1],
                           shuffled=null is not None)  # fmt: skip
     out = None
     on_rope = record_pre_rope(state.raw, dtype=torch.float32)  # (B, H, N, .) float32 copies
     with taps(loaded.model, loaded.attn, on_rope=on_rope, on_attention=_on_attention(state),
-              on_logits=_on_logits(state)) as block, torch.no_grad():  # fmt: skip
+              on_logits=_on_logits(state), positions=state.positions) as block, \
+            torch.no_grad():  # fmt: skip
         # without kept logits the base model runs (no (B, N, vocab) output head) and stops
         # after the last attention (_LastAttention)
         model = loaded.model if keep_logits else loaded.model.base_model
@@ -431,10 +470,10 @@ def _run(
             out = block.run(model_pass, model, ids, pos)
         except _LastAttention:
             pass
-    missing = [i for i in range(loaded.n_layers) if i not in state.done]
+    missing = [i for i in loaded.layers if i not in state.done]
     if missing:
         raise RopesplitError(f"no rotary embedding was applied in layers {missing}")
-    return [Capture(layers=[state.done[i][b] for i in range(loaded.n_layers)],
+    return [Capture(layers=[state.done[i][b] for i in loaded.layers],
                     input_ids=ids[b].cpu(), positions=pos[b].cpu(),
                     logits=out.logits[b].float() if keep_logits and out is not None else None,
                     tolerances=tol)

@@ -13,7 +13,7 @@ statement of the order test is fixed before it runs.
 
 The record (``ropesplit claims --json``, the report's ``claims.json``)::
 
-    {"header": {model, corpus, corpora, tokens, grid, passages, order_passages,
+    {"header": {model, layers, corpus, corpora, tokens, grid, passages, order_passages,
                 names, token_ids_sha256, skipped, control_seeds, seed, level, power,
                 registry, shards},
      "passages": [row, ...],      # one per corpus passage: every cell's statistics and nulls
@@ -233,6 +233,10 @@ def run_claims(
     labels = list(corpora)
     header = {
         "model": loaded.name,
+        # the layers every statistic pools over (a hybrid's RoPE softmax layers), and the rest
+        "layers": {"analysed": loaded.layers,
+                   "not_analysed": [{"layer": i, "kind": k}
+                                    for i, k in sorted(loaded.attn.not_analysed.items())]},
         "corpus": labels[0],
         "corpora": labels,
         "tokens": int(tokens),

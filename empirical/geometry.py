@@ -1,20 +1,19 @@
 r"""RoPE geometry read off the tables a model applies: the frequencies
 ``cos[n, l] = a cos(p_n theta_l)``, ``sin[n, l] = a sin(p_n theta_l)`` of docs/theory.md
 section 1 derived from the captured ``cos``/``sin`` (with their layout and amplitude
-``a``), and the frequencies the model's config states, to check them against.
+``a``). The frequencies the model's config states, to check them against, are read in
+:mod:`ropesplit.empirical.adapter.configs` (``config_theta``).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 
-__all__ = ["cached_geometry", "config_theta", "derive_theta", "detect_layout", "full_theta",
-           "rope_base", "table_geometry", "with_rest"]
+__all__ = ["cached_geometry", "derive_theta", "detect_layout", "full_theta", "table_geometry",
+           "with_rest"]
 
 
 def _wrap(angle: np.ndarray) -> np.ndarray:
@@ -128,25 +127,3 @@ def detect_layout(cos: np.ndarray, sin: np.ndarray) -> str:
         return "interleaved"
     raise RopesplitError("cos/sin table is neither half-split nor interleaved RoPE")
 
-
-def rope_base(config: Any, layer_type: str | None) -> tuple[float | None, str]:
-    """(base, rope_type) of ``layer_type``'s RoPE (``numerics.rope.hf_rope_parameters``)."""
-    from ropesplit.numerics.rope import hf_rope_parameters
-
-    params = hf_rope_parameters(config, layer_type)
-    base = params.get("rope_theta")
-    return (float(base) if base is not None else None), str(params["rope_type"])
-
-
-def config_theta(config: Any, layer_type: str | None, r: int, seq_len: int) -> np.ndarray | None:
-    """The frequencies ``(r/2,)`` the config states for positions below ``seq_len``
-    (``numerics.rope.frequencies``: every rope_type of transformers' table but
-    ``proportional``; None for a config without a base or of another type)."""
-    from ropesplit.numerics.rope import SCALINGS, frequencies, hf_rope_parameters, hf_scaling
-
-    base, rope_type = rope_base(config, layer_type)
-    if base is None or rope_type not in ("default", *SCALINGS):
-        return None
-    limit = getattr(config, "max_position_embeddings", None)
-    scaling = hf_scaling(hf_rope_parameters(config, layer_type), limit, seq_len)
-    return frequencies(r, base, scaling=scaling)

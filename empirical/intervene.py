@@ -204,7 +204,7 @@ def install(loaded: LoadedModel, edit: Edit, positions: np.ndarray) -> Iterator[
 
     ``positions`` ``(B, N)``: the position ids of the forward pass to come.
     """
-    bad = [x for x in edit.layers if not 0 <= x < loaded.n_layers]
+    bad = [x for x in edit.layers if x not in loaded.layers]
     if bad:
         raise RopesplitError(f"edit layers must lie in [0, {loaded.n_layers}), got {bad}")
     state = _State(edit, np.asarray(positions))

@@ -47,6 +47,7 @@ import torch
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
+from ropesplit.empirical.adapter.configs import bos_token_id
 from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import (
@@ -276,7 +277,7 @@ def windowed_nll(
     """
     ids = as_input_ids(loaded, input_ids)[0]  # (N,)
     (n_tokens,) = ids.shape
-    bos = getattr(loaded.config, "bos_token_id", None)
+    bos = bos_token_id(loaded.config)
     if bos is not None and n_tokens > 2 and length > 2 and int(ids[0]) == int(bos):
         text = _window_nll(loaded, ids[1:], length - 1, batch_size, ids[:1])  # (N - 2,)
         first = _window_nll(loaded, ids[:2], 2, batch_size, None)  # x_1 after BOS: (1,)

@@ -41,10 +41,11 @@ from ropesplit.core.errors import RopesplitError, one_line
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from ropesplit.empirical.adapter import AttentionLayers
+
 __all__ = [
     "DEFAULT_GGUF",
     "LoadedModel",
-    "attention_modules",
     "continuation_loss",
     "default_model_path",
     "forward",
@@ -69,9 +70,11 @@ _DTYPES = ("float32", "float64", "bfloat16", "float16")
 class LoadedModel:
     """A model ready for capture, with what the analysis needs to know about it.
 
-    ``attn`` lists the attention modules in layer order (layer ``i`` is
-    TransformerLens' ``blocks.i.attn``); ``tokenizer`` is ``None`` for a model
-    built from a bare config (pass token ids directly then).
+    ``attn`` is what the adapter's survey found: the attention modules it follows and,
+    layer by layer, which are analysed (softmax attention with RoPE; layer ``i`` is
+    TransformerLens' ``blocks.i.attn``) and which are not, with their kind (NoPE,
+    linear attention, ...); ``tokenizer`` is ``None`` for a model built from a bare
+    config (pass token ids directly then).
     """
 
     model: Any  # transformers.PreTrainedModel, eager attention, eval mode
@@ -79,7 +82,7 @@ class LoadedModel:
     name: str  # what the user asked for, e.g. "SmolLM2-135M-Instruct"
     random_init: bool
     seed: int
-    attn: list[Any]  # attention modules, layer order
+    attn: AttentionLayers  # the survey: modules followed, layers analysed and not
 
     @property
     def config(self) -> Any:
@@ -88,25 +91,30 @@ class LoadedModel:
 
     def __repr__(self) -> str:
         """One line: name, layers, heads, head dim, dtype, device (not the module tree)."""
-        cfg = self.config
-        heads = getattr(cfg, "num_attention_heads", "?")
-        kv = getattr(cfg, "num_key_value_heads", None) or heads
-        dim = getattr(cfg, "head_dim", None) or (
-            cfg.hidden_size // heads if isinstance(heads, int) and heads else "?")
+        from ropesplit.empirical.adapter.configs import largest_head_shape
+
+        heads, kv, dim = (x or "?" for x in largest_head_shape(self.config, self.attn.modules))
         dtype = str(getattr(self.model, "dtype", "?")).removeprefix("torch.")
         return (f"LoadedModel({self.name!r}, layers={self.n_layers}, heads={heads}/{kv} KV, "
                 f"head_dim={dim}, {dtype}, {self.device}"
                 + (", random init" if self.random_init else "") + ")")  # fmt: skip
 
     @property
+    def layers(self) -> list[int]:
+        """The analysed layers' indices, in order (a hybrid's or NoPE stack's are sparse)."""
+        return list(self.attn.analysed)
+
+    @property
     def n_layers(self) -> int:
-        return len(self.attn)
+        """How many layers are analysed."""
+        return len(self.attn.analysed)
 
     @property
     def max_positions(self) -> int | None:
         """The model's context (``max_position_embeddings``), if it states one."""
-        value = getattr(self.config, "max_position_embeddings", None)
-        return int(value) if value else None
+        from ropesplit.empirical.adapter.configs import context_length
+
+        return context_length(self.config)
 
     @property
     def device(self) -> torch.device:
@@ -146,10 +154,9 @@ def _looks_like_path(name: str) -> bool:
 def _check_head_dim(config: Any) -> None:
     """An odd ``head_dim`` stated by the config, refused before any weight is read (older
     transformers accept the config and fail later, on the weights)."""
-    try:
-        head_dim = getattr(config, "head_dim", None)
-    except Exception:  # a per-layer config: the adapter refuses it with its reason
-        return
+    from ropesplit.empirical.adapter.configs import stated_head_dim
+
+    head_dim = stated_head_dim(config)
     if isinstance(head_dim, int) and head_dim % 2:
         raise RopesplitError(f"head_dim must be even, got {head_dim}")
 
@@ -256,7 +263,9 @@ def load_model(
     tokenizer = None
     built: Any = None  # the PreTrainedModel
     if isinstance(model, PretrainedConfig):
-        config, name, random_init = model, f"{model.model_type} (config)", True
+        from ropesplit.empirical.adapter.configs import model_type
+
+        config, name, random_init = model, f"{model_type(model)} (config)", True
     else:
         source, gguf, name = resolve_source(model, gguf_file)
         if model is not None and Path(source).exists():  # a local model: its own name
@@ -285,7 +294,9 @@ def load_model(
             what = f"GGUF file {gguf}" if gguf else f"model {model}"
             raise RopesplitError(f"cannot load {what}: {one_line(exc)}") from None
     if random_init:
-        config._attn_implementation = "eager"
+        from ropesplit.empirical.adapter.configs import set_eager
+
+        set_eager(config)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:
@@ -298,7 +309,7 @@ def load_model(
     if device_map is None:
         built = built.to(device)
     built.eval()
-    return LoadedModel(built, tokenizer, name, random_init, seed, attention_modules(built))
+    return LoadedModel(built, tokenizer, name, random_init, seed, _surveyed(built))
 
 
 def from_model(
@@ -347,12 +358,16 @@ def from_model(
         if hasattr(model, "set_attn_implementation"):
             getattr(model, "set_attn_implementation")("eager")  # noqa: B009
         else:  # pragma: no cover - older transformers
-            config._attn_implementation = "eager"
+            from ropesplit.empirical.adapter.configs import set_eager
+
+            set_eager(config)
     except Exception as exc:  # transformers raises ValueError/ImportError/...
         raise RopesplitError(f"cannot switch {kind} to eager attention: {one_line(exc)}") from None
     model.eval()
-    label = name or str(getattr(config, "_name_or_path", "") or "") or kind
-    return LoadedModel(model, tokenizer, label, False, 0, attention_modules(model))
+    from ropesplit.empirical.adapter.configs import name_or_path
+
+    label = name or name_or_path(config) or kind
+    return LoadedModel(model, tokenizer, label, False, 0, _surveyed(model))
 
 
 def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
@@ -370,12 +385,11 @@ def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
     return LoadedModel(twin.model, loaded.tokenizer, loaded.name, True, seed, twin.attn)
 
 
-def attention_modules(model: Any) -> list[Any]:
-    """The model's attention modules in layer order, checked to apply RoPE where the one
-    adapter can follow it (:func:`ropesplit.empirical.adapter.attention_modules`)."""
-    from ropesplit.empirical.adapter import attention_modules as followed
+def _surveyed(model: Any) -> AttentionLayers:
+    """The adapter's survey of ``model`` (:func:`ropesplit.empirical.adapter.survey`)."""
+    from ropesplit.empirical.adapter import survey
 
-    return followed(model)
+    return survey(model)
 
 
 def as_position_ids(input_ids: torch.Tensor, position_ids: Any) -> torch.Tensor:
@@ -422,7 +436,9 @@ def as_input_ids(loaded: LoadedModel, input_ids: Any, *, batch: bool = False) ->
     ids = ids.long().to(loaded.device)  # (B, N)
     if ids.shape[-1] == 0:
         raise RopesplitError("input_ids must hold at least one token, got 0")
-    vocab = int(loaded.config.vocab_size)
+    from ropesplit.empirical.adapter.configs import vocab_size
+
+    vocab = vocab_size(loaded.config)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         raise RopesplitError(f"token ids must lie in [0, {vocab}), got {int(ids.max())}")
     return ids

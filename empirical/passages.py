@@ -437,7 +437,7 @@ def measure_passages(
     if matrix.shape[1] < lengths[-1]:
         raise ValueError(f"ids hold {matrix.shape[1]} tokens, the grid needs {lengths[-1]}")
     matrix = matrix[:, : lengths[-1]]
-    fitted = set(layers if layers is not None else default_layers(loaded.n_layers))
+    fitted = set(layers if layers is not None else default_layers(loaded.layers))
     n = matrix.shape[1]
     passages = [_Passage(first + k, seed + first + k,
                          _jittered(loaded, matrix[k].numpy(), seed + first + k))

@@ -93,6 +93,7 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
     negative); the fixed part is what the shorter one leaves, never below 0."""
     import torch
 
+    from ropesplit.empirical.adapter.configs import vocab_size
     from ropesplit.empirical.analyze import analyze
     from ropesplit.empirical.models import forward
 
@@ -100,7 +101,7 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
     longest = loaded.max_positions or 2 * tokens
     n = max(8, min(tokens, longest // 2))
     lengths = (n, min(2 * n, longest))
-    ids = torch.arange(lengths[1]) % int(loaded.config.vocab_size)
+    ids = torch.arange(lengths[1]) % vocab_size(loaded.config)
 
     def timed(run: Any) -> tuple[float, float]:
         run(ids[: lengths[0]])  # untimed: first-call costs, compiled kernels

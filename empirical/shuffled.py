@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.adapter.weights import frequency_tables
 from ropesplit.empirical.models import LoadedModel
 
 __all__ = ["ShuffledFrequencies", "shuffled_frequencies"]
@@ -47,18 +48,15 @@ def shuffled_frequencies(loaded: LoadedModel, seed: int) -> Iterator[ShuffledFre
     (``capture(..., null=...)``), which then checks theta against the config's as a set
     (each pair against the config's value of the same rank); nothing is set on the model.
     """
-    tables = [(m, name) for _, m in loaded.model.named_modules()
-              for name in dict.fromkeys([*m._buffers, *vars(m)])  # buffers, then attributes
-              if name.endswith("inv_freq") and not name.endswith("original_inv_freq")
-              and isinstance(getattr(m, name, None), torch.Tensor)]  # fmt: skip
+    tables = frequency_tables(loaded.model)  # (module, (table, its original twin))
     if not tables:
         raise RopesplitError(f"{loaded.name} has no rotary embedding module with inv_freq")
     saved: list[tuple[Any, str, Any]] = []  # (module, attribute, tensor before)
     try:
-        for index, (module, name) in enumerate(tables):
-            table = getattr(module, name)
+        for index, (module, names) in enumerate(tables):
+            table = getattr(module, names[0])
             order = np.random.default_rng([seed, index]).permutation(table.numel())
-            for attr in (name, name.removesuffix("inv_freq") + "original_inv_freq"):
+            for attr in names:
                 before = getattr(module, attr, None)
                 if isinstance(before, torch.Tensor):
                     saved.append((module, attr, before))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,9 @@ __all__ = [
     "reconstruct",
     "rotate_applied",
     "tolerances",
+    "mask_bias",
+    "mask_window",
+    "unshifted",
 ]
 
 RECONSTRUCTION_TOL = 1e-4  # max |probs - rebuilt probs| accepted on real data
@@ -202,6 +206,79 @@ def rebuild_probs(
     return torch.softmax(logits.masked_fill_(~allowed, -math.inf), dim=-1)
 
 
+def mask_window(mask: torch.Tensor | None) -> int | None:
+    r"""The sliding window an additive mask ``(., ., N, N)`` lets through, read off the mask.
+
+    Some models keep their window only in the mask they hand the attention (Phi-3.5-MoE):
+    the attended pairs are the mask's finite entries above its fill value. Causal pairs
+    alone give None; causal pairs with ``i - j < w`` give ``w``; any other pattern (a
+    pair after its query, a gap) is refused (:class:`ValidationError`), since the split's
+    statistics would be measured on pairs the model does not attend.
+    """
+    if mask is None or mask.ndim != 4 or mask.shape[-1] != mask.shape[-2]:
+        return None
+    n = mask.shape[-1]
+    m = mask[0, 0].float()
+    through = m > m.min() if bool((m != m.max()).any()) else torch.ones_like(m, dtype=torch.bool)
+    if bool(through.all()):  # nothing masked: no causal mask to read (the model masks itself)
+        return None
+    causal = allowed_pairs(n, None, m.device)
+    reach = (through & causal).sum(-1)  # attended keys per row
+    i = torch.arange(n, device=m.device)
+    width = int(reach.max())
+    window = None if width == n else width
+    if not bool((through == allowed_pairs(n, window, m.device)).all()) or bool(
+            (reach != torch.minimum(i + 1, torch.tensor(width))).any()):  # fmt: skip
+        raise ValidationError("the attention mask lets through pairs that no causal window "
+                              "describes")  # fmt: skip
+    return window
+
+
+def mask_bias(mask: torch.Tensor | None, b: int, window: int | None) -> torch.Tensor | None:
+    r"""The finite values an additive mask ``(B, 1|H, N, N)`` adds on the attended pairs of
+    sequence ``b``, ``(1|H, N, N)`` (0 off them), or None where it adds none (a causal
+    mask is 0 there).
+
+    Doge's dynamic mask adds a per-(head, key) bias ``b_{hj}`` to the logits: the softmax
+    sees ``W + b``. The split is of ``W`` (the bias, a key-only term, is semantic: part of
+    ``g`` in docs/theory.md's terms, outside the RoPE logit the statistics measure); the
+    validation compares the model's ``W`` (its softmax input less the bias) and rebuilds
+    its probabilities as ``softmax(W + b)``.
+    """
+    if mask is None or mask.ndim != 4:
+        return None
+    attended = allowed_pairs(mask.shape[-1], window, mask.device)
+    bias = torch.where(attended, mask[b].float(), 0.0)
+    return bias if bool(bias.any()) else None
+
+
+def unshifted(model_logits: torch.Tensor, sinks: torch.Tensor | None, window: int | None,
+              rebuilt: Callable[[], torch.Tensor]) -> torch.Tensor:  # fmt: skip
+    r"""The model's logits ``W (H, N, N)`` from the input its eager attention hands softmax.
+
+    Most models hand over ``W`` itself (returned as it is). Models with attention
+    sinks (gpt-oss, MiMo) append a per-head sink logit ``s_h`` as column ``N`` and
+    subtract each row's maximum: then ``W = L_{:, :N} + (s_h - L_{:, N})``, read off the
+    model's own numbers. Models that subtract the row maximum without a sink (MiMo's
+    full-attention layers) show it as every attended row's maximum being exactly 0;
+    their ``W`` is known up to that per-row constant, which softmax ignores, and is
+    compared as ``L + max_j W^{rebuilt}_{ij}`` (``rebuilt()``: the rebuilt logits
+    ``(H, N, N)``), so a rebuild that is off anywhere but by a row constant still fails.
+    """
+    n = model_logits.shape[1]
+    if sinks is not None and model_logits.shape[-1] == n + 1:
+        shift = sinks.to(model_logits)[:, None, None] - model_logits[..., n:]
+        return model_logits[..., :n] + shift
+    if model_logits.shape[-1] != n or not n:
+        return model_logits
+    attended = allowed_pairs(n, window, model_logits.device)
+    row_max = torch.where(attended, model_logits.float(), -math.inf).amax(-1)
+    if not bool((row_max == 0).all()):
+        return model_logits
+    w = torch.where(attended, rebuilt().float(), -math.inf).amax(-1, keepdim=True)
+    return model_logits.float() + w
+
+
 _TINY = 1e-30
 
 
@@ -232,6 +309,8 @@ def reconstruct(
     model_logits: torch.Tensor | None,
     probs: torch.Tensor,
     rotated: tuple[torch.Tensor, torch.Tensor],
+    sinks: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[float, float, float]:
     """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads.
 
@@ -250,7 +329,11 @@ def reconstruct(
     4.3-5.2 ms against 3.7-4.0 for a layer of the default model at 512 tokens,
     two threads); elsewhere (a GPU, half precision) torch ops compare each block
     on the model's device (:func:`_compare_block`), nothing copied whole.
-    ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``.
+    ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``. ``sinks (H,)``: a sink logit per
+    head in the softmax's normaliser (gpt-oss), ``A_ij = e^{W_ij} / (sum_j e^{W_ij} +
+    e^{s_h})``; each row of ``probs`` then holds all its mass but the sink's. ``bias (1|H,
+    N, N)``: what the mask adds on the attended pairs (:func:`mask_bias`), in the
+    probabilities' softmax.
     """
     (n_heads, n_tokens) = q.shape[:2]
     qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
@@ -258,7 +341,7 @@ def reconstruct(
     width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
     # compiled on the CPU where the model's tensors are float32 already; elsewhere (a GPU,
     # half precision) block by block in torch, nothing copied whole
-    compiled = probs.device.type == "cpu" and all(
+    compiled = sinks is None and bias is None and probs.device.type == "cpu" and all(
         x is None or x.dtype == torch.float32 for x in (model_logits, probs))
     if compiled:
         logits_kernel, probs_kernel = _compare_kernels(not serial())
@@ -283,7 +366,8 @@ def reconstruct(
         else:
             scale, diff, *probs_diff = _compare_block(
                 logits, None if model_logits is None else model_logits[:, rows, cols],
-                probs[:, rows, cols], allowed[rows, cols])  # fmt: skip
+                probs[:, rows, cols], allowed[rows, cols], sinks,
+                None if bias is None else bias[:, rows, cols])  # fmt: skip
         if model_logits is not None:
             logit_scale, logit_diff = max(logit_scale, scale), max(logit_diff, diff)
         prob_diff = max(prob_diff, *probs_diff)
@@ -291,7 +375,9 @@ def reconstruct(
 
 
 def _compare_block(logits: torch.Tensor, model: torch.Tensor | None, probs: torch.Tensor,
-                   attended: torch.Tensor) -> tuple[float, float, float, float]:  # fmt: skip
+                   attended: torch.Tensor, sinks: torch.Tensor | None = None,
+                   bias: torch.Tensor | None = None
+                   ) -> tuple[float, float, float, float]:  # fmt: skip
     """:func:`_compare_kernels`' numbers for one block in torch, on its device: ``(max
     |model|, max |model - W|, max |A - probs|, max |1 - row mass|)`` over the ``attended``
     pairs ``(n, c)`` of ``logits`` ``W (H, n, c)`` (set to ``-inf`` off them), ``model`` and
@@ -300,9 +386,18 @@ def _compare_block(logits: torch.Tensor, model: torch.Tensor | None, probs: torc
     if model is not None:  # its masked entries may be -inf: where, not a product
         m = torch.where(attended, model.float(), 0.0)
         scale, diff = max_abs(m), max_abs(m.sub_(torch.where(attended, logits, 0.0)))
-    rebuilt = torch.softmax(logits.masked_fill_(~attended, -math.inf), dim=-1)
+    if bias is not None:  # the mask's bias enters the softmax, not the compared logits
+        logits = logits + bias
+    logits = logits.masked_fill_(~attended, -math.inf)
+    sink: torch.Tensor | float = 0.0
+    if sinks is None:
+        rebuilt = torch.softmax(logits, dim=-1)
+    else:  # the sink's column in the normaliser, then dropped
+        column = sinks.to(logits)[:, None, None].expand(*logits.shape[:2], 1)
+        both = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)
+        rebuilt, sink = both[..., :-1], both[..., -1].double()
     p = torch.where(attended, probs.float(), 0.0)
-    outside = max_abs(1.0 - p.sum(-1, dtype=torch.float64))
+    outside = max_abs(1.0 - sink - p.sum(-1, dtype=torch.float64))
     return scale, diff, max_abs(rebuilt.sub_(p)), outside
 
 

@@ -22,16 +22,16 @@ layout and carry :math:`\theta = 0`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["LAYOUTS", "SCALINGS", "attention_factor", "check_layout", "check_rotary_dim",
-           "frequencies", "from_pairs", "hf_rope_parameters", "hf_scaling", "low_half",
-           "pair_coordinates", "rotate", "to_pairs"]
+__all__ = ["LAYOUTS", "SCALINGS", "Scaling", "attention_factor", "check_layout",
+           "check_rotary_dim", "frequencies", "from_pairs", "low_half", "pair_coordinates",
+           "rotate", "to_pairs"]
 
 LAYOUTS = ("half", "interleaved")
 
@@ -52,7 +52,7 @@ def check_layout(layout: str) -> None:
         raise RopesplitError(f"layout must be 'half' or 'interleaved', got {layout!r}")
 
 
-SCALINGS = ("linear", "ntk", "dynamic", "yarn", "longrope", "llama3")  # besides the default
+Scaling = Callable[[float, int, Mapping[str, Any]], np.ndarray]  # (base, r, params) -> (r/2,)
 
 
 def frequencies(
@@ -68,8 +68,8 @@ def frequencies(
 
     ``scaling`` (docs/theory.md section 1: scaled RoPE only changes ``theta``; its
     amplitude is :func:`attention_factor`) is a Hugging Face ``rope_parameters`` dict,
-    its kind under ``"type"`` or ``"rope_type"`` (:data:`SCALINGS`, as transformers'
-    ``ROPE_INIT_FUNCTIONS`` computes them):
+    its kind under ``"type"`` or ``"rope_type"``, each computed by its entry of the table
+    :data:`SCALINGS` (as transformers' ``ROPE_INIT_FUNCTIONS`` computes them):
 
     - ``linear``: every :math:`\theta_l` divided by ``factor`` :math:`a`;
     - ``ntk``: the base :math:`b\,a^{r/(r-2)}`;
@@ -99,66 +99,8 @@ def frequencies(
         raise RopesplitError(f"base must be a finite number above 1, got {base}")
     cfg: Mapping[str, Any] = scaling or {}
     kind = _kind(cfg)
-    factor = _factor(cfg, kind) if kind not in (None, "longrope") else 1.0  # longrope: lambda_l
-    exponent = np.arange(0, r, 2, dtype=np.float64) / r  # (r/2,)
-    if kind == "ntk" and r > 2:
-        base = base * factor ** (r / (r - 2))
-    elif kind == "dynamic":
-        limit = float(_need(cfg, "max_position_embeddings", kind))
-        seq = max(float(cfg.get("seq_len") or limit), limit)
-        base = base * (factor * seq / limit - (factor - 1)) ** (r / (r - 2))
-    theta = base**-exponent  # (r/2,)
-    if kind == "linear":
-        theta = theta / factor
-    elif kind == "llama3":
-        theta = _llama3(theta, factor, cfg)
-    elif kind == "yarn":
-        theta = _yarn(theta, base, r, factor, cfg)
-    elif kind == "longrope":
-        theta = _longrope(theta, r, cfg)
+    theta = _theta(base, r) if kind is None else SCALINGS[kind](base, r, cfg)  # (r/2,)
     return np.concatenate([theta, np.zeros((d - r) // 2)])  # (d/2,)
-
-
-def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, Any]:
-    """A Hugging Face config's RoPE parameters, read in one place: ``rope_parameters``
-    (or the older ``rope_scaling``), the entry of ``layer_type`` where they are per layer
-    type (Gemma 3: ``full_attention``, ``sliding_attention``), ``rope_theta`` filled in from
-    the config where the dict lacks it, ``rope_type`` "default" where it names none.
-
-    >>> from types import SimpleNamespace
-    >>> hf_rope_parameters(SimpleNamespace(rope_theta=500.0))
-    {'rope_theta': 500.0, 'rope_type': 'default'}
-    """
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-    params = params if isinstance(params, Mapping) else {}
-    if layer_type is not None and isinstance(params.get(layer_type), Mapping):
-        params = params[layer_type]
-    out = dict(params)
-    if out.get("rope_theta") is None and getattr(config, "rope_theta", None) is not None:
-        out["rope_theta"] = config.rope_theta
-    out.setdefault("rope_type", out.get("type", "default"))
-    return out
-
-
-def hf_scaling(params: Mapping[str, Any], max_position_embeddings: int | None = None,
-               seq_len: int | None = None) -> dict[str, Any] | None:  # fmt: skip
-    """The ``scaling`` of :func:`frequencies` for a Hugging Face ``rope_parameters`` (or
-    ``rope_scaling``) dict: None for the default RoPE, else the dict with its kind under
-    ``"type"``, the config's ``max_position_embeddings`` and the ``seq_len`` the frequencies
-    are for (dynamic and longrope change with it; None: at the model's initialisation).
-
-    >>> hf_scaling({"rope_type": "default", "rope_theta": 1e4}) is None
-    True
-    """
-    kind = str(params.get("rope_type", params.get("type", "default")))
-    if kind == "default":
-        return None
-    out = {**params, "type": kind}
-    if max_position_embeddings is not None:
-        out.setdefault("max_position_embeddings", int(max_position_embeddings))
-    if seq_len is not None:
-        out["seq_len"] = int(seq_len)
-    return out
 
 
 def attention_factor(scaling: Mapping[str, Any] | None) -> float:
@@ -220,8 +162,33 @@ def _factor(cfg: Mapping[str, Any], kind: str | None) -> float:
     return factor
 
 
-def _llama3(theta: np.ndarray, factor: float, cfg: Mapping[str, Any]) -> np.ndarray:
+def _theta(base: float, r: int) -> np.ndarray:
+    r"""The default frequencies :math:`b^{-2l/r}`, ``(r/2,)``."""
+    return base ** -(np.arange(0, r, 2, dtype=np.float64) / r)
+
+
+def _linear(base: float, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
+    """Linear (position interpolation): every frequency divided by ``factor``."""
+    return _theta(base, r) / _factor(cfg, "linear")
+
+
+def _ntk(base: float, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
+    """NTK-aware: the base raised by ``factor^(r/(r-2))``."""
+    factor = _factor(cfg, "ntk")
+    return _theta(base * factor ** (r / (r - 2)) if r > 2 else base, r)
+
+
+def _dynamic(base: float, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
+    """Dynamic NTK: the base raised for ``seq_len`` beyond ``max_position_embeddings``."""
+    factor = _factor(cfg, "dynamic")
+    limit = float(_need(cfg, "max_position_embeddings", "dynamic"))
+    seq = max(float(cfg.get("seq_len") or limit), limit)
+    return _theta(base * (factor * seq / limit - (factor - 1)) ** (r / (r - 2)), r)
+
+
+def _llama3(base: float, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
     """Llama-3 scaling: slow pairs divided by ``factor``, fast kept, smooth in between."""
+    factor, theta = _factor(cfg, "llama3"), _theta(base, r)
     low, high = float(cfg.get("low_freq_factor", 1.0)), float(cfg.get("high_freq_factor", 4.0))
     old = float(cfg.get("original_max_position_embeddings", 8192))
     wavelen = 2 * np.pi / theta  # (r/2,)
@@ -229,9 +196,9 @@ def _llama3(theta: np.ndarray, factor: float, cfg: Mapping[str, Any]) -> np.ndar
     return (1 - smooth) * theta / factor + smooth * theta
 
 
-def _yarn(theta: np.ndarray, base: float, r: int, factor: float,
-          cfg: Mapping[str, Any]) -> np.ndarray:  # fmt: skip
+def _yarn(base: float, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
     """YaRN: ``theta / factor`` below the ramp (slow pairs), ``theta`` above it (fast)."""
+    factor, theta = _factor(cfg, "yarn"), _theta(base, r)
     old = _need(cfg, "original_max_position_embeddings", "yarn")
 
     def pair_turning(turns: float) -> float:  # the pair index that turns ``turns`` times in old
@@ -247,7 +214,9 @@ def _yarn(theta: np.ndarray, base: float, r: int, factor: float,
     return theta / factor * ramp + theta * (1 - ramp)  # (r/2,)
 
 
-def _longrope(theta: np.ndarray, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
+def _longrope(base: float, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
+    r"""LongRoPE: :math:`\theta_l / \lambda_l`, ``long_factor`` beyond the original length."""
+    theta = _theta(base, r)
     old = _need(cfg, "original_max_position_embeddings", "longrope")
     long = bool(cfg.get("seq_len")) and float(cfg["seq_len"]) > old
     key = "long_factor" if long else "short_factor"
@@ -256,6 +225,18 @@ def _longrope(theta: np.ndarray, r: int, cfg: Mapping[str, Any]) -> np.ndarray:
         raise RopesplitError(f"longrope {key} must have {r // 2} entries (one per rotating "
                              f"pair), got {ext.size}")  # fmt: skip
     return theta / ext
+
+
+# The RoPE types besides the default, a table in the manner of transformers'
+# ROPE_INIT_FUNCTIONS: rope_type -> the frequencies (r/2,) from (base, r, parameters).
+SCALINGS: dict[str, Scaling] = {
+    "linear": _linear,
+    "ntk": _ntk,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "longrope": _longrope,
+    "llama3": _llama3,
+}
 
 
 def low_half(theta: Any) -> np.ndarray:

@@ -232,7 +232,7 @@ def test_the_numerics_docstring_names_every_module():
     assert modules <= listed, sorted(modules - listed)
 
 
-ADAPTER = ROOT / "empirical" / "adapter.py"  # the one place that may reach into transformers
+ADAPTER = ROOT / "empirical" / "adapter"  # the one package that may reach into transformers
 
 
 def _reaches_into_transformers(path: Path) -> list[str]:
@@ -264,10 +264,10 @@ def _reaches_into_transformers(path: Path) -> list[str]:
 
 
 def test_only_the_adapter_reaches_into_transformers():
-    """Outside empirical/adapter.py no module reads ``sys.modules`` or assigns to an
+    """Outside empirical/adapter/ no module reads ``sys.modules`` or assigns to an
     attribute of a transformers module (one adapter: only it breaks when transformers moves)."""
     files = [p for layer in ("theory", "numerics", "empirical", "ropesplit")
-             for p in (ROOT / layer).rglob("*.py") if p != ADAPTER]  # fmt: skip
+             for p in (ROOT / layer).rglob("*.py") if ADAPTER not in p.parents]  # fmt: skip
     found = [line for p in files for line in _reaches_into_transformers(p)]
     assert not found, found
 
@@ -279,3 +279,78 @@ def test_the_reach_check_sees_a_planted_patch(tmp_path):
                        "home = sys.modules['x']\n")  # fmt: skip
     assert [line.split(": ", 1)[1] for line in _reaches_into_transformers(planted)] == [
         "assigns to m", "assigns to m", "sys.modules"]
+
+
+# ---------------------------------------------------------------- config fields: the adapter's
+
+# Reads of a `.config` that is no model's config, each with its reason ("path: expression").
+NOT_A_MODEL_CONFIG = {
+    "empirical/train.py: numba.config.NUMBA_NUM_THREADS": "numba's own settings module",
+}
+
+
+def _config_reads(path: Path) -> list[str]:
+    """``where: expression`` for each read (or write) of a config field in ``path``: an
+    attribute of, or ``getattr``/``hasattr``/``setattr`` on, a config: the name ``config``,
+    a name bound to an expression ending ``.config`` or ``.cfg`` (``cfg = loaded.config``,
+    ``cfg = model.cfg``), or such an expression itself (``loaded.config.vocab_size``)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def ends_in_config(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr in ("config", "cfg")
+
+    bound = {"config"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if ends_in_config(node.value):
+                bound |= {t.id for t in targets if isinstance(t, ast.Name)}
+
+    def is_config(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id in bound) or (
+            isinstance(node, ast.Attribute) and node.attr == "config")
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        read = None
+        if isinstance(node, ast.Attribute) and is_config(node.value):
+            read = node
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr") and node.args
+              and is_config(node.args[0])):  # fmt: skip
+            read = node
+        if read is not None:
+            where = f"{path.relative_to(ROOT).as_posix()}: {ast.unparse(read)}"
+            if where not in NOT_A_MODEL_CONFIG:
+                found.append((node.lineno, where.replace(": ", f":{node.lineno}: ", 1)))
+    return [line for _, line in sorted(found)]
+
+
+def test_only_the_adapter_reads_config_fields():
+    """Outside empirical/adapter/ no module reads a transformers (or TransformerLens) config
+    field: each goes through ``empirical.adapter.configs`` (one place breaks when
+    transformers renames a field), and ``numerics`` reads only ``RopeSpec``."""
+    files = [p for layer in ("theory", "numerics", "empirical", "ropesplit")
+             for p in sorted((ROOT / layer).rglob("*.py")) if ADAPTER not in p.parents]  # fmt: skip
+    found = [line for p in files for line in _config_reads(p)]
+    assert not found, "config fields read outside empirical/adapter/ (use adapter.configs):\n" + (
+        "\n".join(found))
+
+
+def test_the_config_check_sees_a_planted_read(tmp_path, monkeypatch):
+    """The check can fail: config reads planted in a module are each reported, a config
+    passed on whole is not."""
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path, raising=False)
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f(loaded, config, model):\n"
+                       "    n = loaded.config.vocab_size\n"
+                       "    base = getattr(config, 'rope_theta', None)\n"
+                       "    cfg = model.cfg\n"
+                       "    return n, base, cfg.n_layers, g(loaded.config)\n")  # fmt: skip
+    assert _config_reads(planted) == [
+        "planted.py:2: loaded.config.vocab_size",
+        "planted.py:3: getattr(config, 'rope_theta', None)",
+        "planted.py:5: cfg.n_layers",
+    ]

@@ -1,4 +1,4 @@
-r"""The one adapter between transformers and ropesplit: what a model rotates, and how it attends.
+r"""The calls seam between transformers and ropesplit: what a model rotates, and how it attends.
 
 Everything ropesplit reads from inside a model's forward pass comes through
 :func:`taps`, and every seam it uses is named here:
@@ -16,23 +16,28 @@ Everything ropesplit reads from inside a model's forward pass comes through
   attention, through torch's public ``TorchFunctionMode``;
 - **the running layer**, through forward pre-hooks on the attention modules
   (TransformerLens' ``blocks.L.attn``);
-- **the RoPE call** ``(R q, R k)`` with its pre-RoPE ``q``, ``k`` and the
-  ``cos``/``sin`` tables as applied (docs/theory.md section 1). Modeling code
-  calls a module-level function, and no public seam reaches it, so this is
-  the one private seam: when the kernel hub has made the function an
-  ``nn.Module`` (``use_kernel_forward_from_hub``, signature ``(*args,
-  **kwargs)``) a forward hook reads the call; when it is a plain function it
-  is wrapped for the block. Either way the call is read by position, by the
-  model's calling convention (:data:`CONVENTIONS`, one entry per convention,
-  in the manner of transformers' ``ROPE_INIT_FUNCTIONS``; :data:`CONVENTION_OF`
-  names the families that do not use the common one).
+- **the RoPE calls** ``(R q, R k)`` with their pre-RoPE ``q``, ``k``. Modeling code
+  calls module-level functions, and no public seam reaches them, so this is
+  the one private seam: where the kernel hub has made a function an
+  ``nn.Module`` a forward hook reads the call; a plain function is wrapped for the
+  block. Each call is read by position, by the model's calling convention
+  (:data:`CONVENTIONS`, in the manner of transformers' ``ROPE_INIT_FUNCTIONS``;
+  :data:`CONVENTION_OF` names the families that do not use the common one), and
+  every RoPE function of the modeling module is read; the call kept is the one
+  whose output the attention call attends with. What the function applies is
+  read off the function itself: probed with unit vectors at every token, once
+  per table (:func:`ropesplit.numerics.applied.read_rotation`), so re-interleaved
+  tables, complex ``freqs_cis``, negated sines and DeepSeek-V3's interleave-to-half
+  are one rotation in a standard layout (:class:`RopeRecord`).
 
-When the adapter cannot follow a model (no RoPE call or attention call where
-one is due, a call that does not match its convention, an error inside the
-block), it raises :class:`AdapterError`: one line naming the model class, the
-transformers version and what was not found (exit code 2 at the CLI), never
-a number from a wrong capture. Everything is restored in ``finally``; nothing
-here computes a statistic.
+Which layers are analysed, :func:`survey` decides once per model from a short
+forward pass: a layer whose attention makes a RoPE call and a softmax attention
+call (the rest: NoPE, linear attention, ... recorded with their kind). When the
+adapter cannot follow a model (no RoPE call where one is due, a call that does
+not match, an error inside the block) it raises :class:`AdapterError`: one line
+naming the model class, the transformers version and what was not found (exit
+code 2 at the CLI), never a number from a wrong capture. Everything is restored
+in ``finally``; nothing here computes a statistic.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -59,12 +65,12 @@ __all__ = [
     "Convention",
     "RopeCall",
     "StopForward",
-    "attention_modules",
+    "AttentionLayers",
     "carries_rope",
     "fast_attention",
     "heads_first",
     "record_pre_rope",
-    "refusal",
+    "survey",
     "taps",
 ]
 
@@ -86,29 +92,34 @@ class StopForward(Exception):  # noqa: N818 - control flow, not an error
 
 @dataclass(frozen=True)
 class RopeCall:
-    """One RoPE application read by position: pre-RoPE ``x``, its rotation, the tables.
+    """One RoPE application read by position: pre-RoPE ``x``, its rotation, and the function.
 
-    ``x`` and ``rotated`` are ``(B, heads, N, r_or_d)`` (heads first); ``cos``, ``sin``
-    ``(B or 1, N, r)`` as applied, in the pair layout of the call; ``role`` is ``"q"``,
-    ``"k"`` or ``None`` (a one-tensor call: its role is its place in the layer's order).
+    ``x`` and ``rotated`` are ``(B, heads, N, dx)`` (heads first); ``apply(E)`` runs the
+    model's own RoPE function, with the call's tables, on a heads-first ``E (B, m, N, dx)``
+    (the probe of :mod:`ropesplit.numerics.applied`), and ``table`` names those tables
+    (one probe per table); ``role`` is ``"q"``, ``"k"`` or ``None`` (a one-tensor call:
+    which it is, the attention call tells).
     """
 
     role: str | None
     x: torch.Tensor
     rotated: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
+    apply: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    table: tuple[Any, ...] = ()
+
+
+Reader = Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any], Any], list[RopeCall]]
 
 
 @dataclass(frozen=True)
 class Convention:
-    """How one family of modeling code calls RoPE: the function's module-level name, how a
-    call's positional arguments and result read (``read(args, kwargs, result)``), and, for
-    one-tensor calls, the order of the query's and the key's calls within a layer."""
+    """How one family of modeling code calls RoPE: the module-level names of its RoPE
+    functions (each one present is read; DeepSeek-V3 has two) and how a call's positional
+    arguments and result read (``read(function, args, kwargs, result)``). A call that
+    does not match is not RoPE's (an indexer's one-tensor call, say) and reads as none."""
 
-    function: str
-    read: Callable[[Sequence[Any], Mapping[str, Any], Any], list[RopeCall]]
-    order: tuple[str, ...] = ("q", "k")
+    functions: tuple[str, ...]
+    read: Reader
 
 
 def _unsqueeze_dim(args: Sequence[Any], kwargs: Mapping[str, Any], first: int) -> int:
@@ -127,51 +138,92 @@ def heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
     return x.transpose(1, 2) if unsqueeze_dim == 2 else x
 
 
-def _tensors(what: str, *values: Any) -> None:
-    if not all(isinstance(v, torch.Tensor) for v in values):
-        raise AdapterError(f"a call of {what} does not match its calling convention")
+def _table(function: Callable[..., Any], values: Sequence[Any]) -> tuple[Any, ...]:
+    """What names a call's tables: the function and its tensors' storage."""
+    return (id(function), *(v.data_ptr() for v in values if isinstance(v, torch.Tensor)))
 
 
-def _read_qk(args: Sequence[Any], kwargs: Mapping[str, Any], result: Any) -> list[RopeCall]:
+def _all_tensors(*values: Any) -> bool:
+    return all(isinstance(v, torch.Tensor) for v in values)
+
+
+def _read_qk(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+             result: Any) -> list[RopeCall]:  # fmt: skip
     """``f(q, k, cos, sin, ...) -> (R q, R k)``: Llama and most families."""
     if len(args) < 4 or not isinstance(result, tuple | list) or len(result) != 2:
-        raise AdapterError("a RoPE call does not match the (q, k, cos, sin) convention")
+        return []
     q, k, cos, sin = args[:4]
-    _tensors("(q, k, cos, sin)", q, k, cos, sin, *result)
-    unsq = _unsqueeze_dim(args, kwargs, 4)
-    cos, sin = cos.detach(), sin.detach()
-    return [RopeCall("q", heads_first(q, unsq), heads_first(result[0], unsq), cos, sin),
-            RopeCall("k", heads_first(k, unsq), heads_first(result[1], unsq), cos, sin)]
+    if not _all_tensors(q, k, cos, sin, *result):
+        return []
+    unsq, rest = _unsqueeze_dim(args, kwargs, 4), args[2:]
+
+    def apply(e: torch.Tensor) -> torch.Tensor:
+        e = heads_first(e, unsq)  # the call's own layout (a transpose is its own inverse)
+        return heads_first(function(e, e, *rest, **kwargs)[0], unsq)
+
+    table = _table(function, rest)
+    return [RopeCall("q", heads_first(q, unsq), heads_first(result[0], unsq), apply, table),
+            RopeCall("k", heads_first(k, unsq), heads_first(result[1], unsq), apply, table)]
 
 
-def _read_one(args: Sequence[Any], kwargs: Mapping[str, Any], result: Any) -> list[RopeCall]:
+def _read_one(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+              result: Any) -> list[RopeCall]:  # fmt: skip
     """``f(x, cos, sin, unsqueeze_dim) -> R x``, one tensor a call (Gemma 3n, Gemma 4)."""
-    if len(args) < 3:
-        raise AdapterError("a RoPE call does not match the (x, cos, sin) convention")
-    x, cos, sin = args[:3]
-    _tensors("(x, cos, sin)", x, cos, sin, result)
-    unsq = _unsqueeze_dim(args, kwargs, 3)
-    return [RopeCall(None, heads_first(x, unsq), heads_first(result, unsq), cos.detach(),
-                     sin.detach())]  # fmt: skip
+    if len(args) < 3 or not _all_tensors(*args[:3], result):
+        return []
+    x, rest, unsq = args[0], args[1:], _unsqueeze_dim(args, kwargs, 3)
+
+    def apply(e: torch.Tensor) -> torch.Tensor:
+        return heads_first(function(heads_first(e, unsq), *rest, **kwargs), unsq)
+
+    return [RopeCall(None, heads_first(x, unsq), heads_first(result, unsq), apply,
+                     _table(function, rest))]  # fmt: skip
 
 
-def _read_one_sin_cos(args: Sequence[Any], kwargs: Mapping[str, Any], result: Any
-                      ) -> list[RopeCall]:  # fmt: skip
-    """``f(x, sin, cos) -> R x`` (GPT-J): ``x (B, N, H, r)``, tables ``(B, N, r/2)`` one entry
-    per pair, applied interleaved (each entry twice)."""
-    if len(args) < 3:
-        raise AdapterError("a RoPE call does not match the (x, sin, cos) convention")
-    x, sin, cos = args[:3]
-    _tensors("(x, sin, cos)", x, sin, cos, result)
-    cos = torch.repeat_interleave(cos.detach(), 2, dim=-1)  # (B, N, r) as applied
-    sin = torch.repeat_interleave(sin.detach(), 2, dim=-1)
-    return [RopeCall(None, heads_first(x, 2), heads_first(result, 2), cos, sin)]
+def _read_one_sin_cos(function: Callable[..., Any], args: Sequence[Any],
+                      kwargs: Mapping[str, Any], result: Any) -> list[RopeCall]:  # fmt: skip
+    """``f(x, sin, cos) -> R x`` (GPT-J): ``x (B, N, H, r)``, tables ``(B, N, r/2)``."""
+    if len(args) < 3 or not _all_tensors(*args[:3], result):
+        return []
+    x, rest = args[0], args[1:]
+
+    def apply(e: torch.Tensor) -> torch.Tensor:
+        return heads_first(function(heads_first(e, 2), *rest, **kwargs), 2)
+
+    return [RopeCall(None, heads_first(x, 2), heads_first(result, 2), apply,
+                     _table(function, rest))]  # fmt: skip
 
 
+def _freqs_reader(unsq: int) -> Reader:
+    """``f(xq, xk, freqs_cis) -> (R xq, R xk)`` with a complex table: heads first
+    (DeepSeek-V2, ``unsq`` 1) or tokens first (Llama 4, ``unsq`` 2)."""
+
+    def read(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+             result: Any) -> list[RopeCall]:  # fmt: skip
+        if len(args) < 3 or not isinstance(result, tuple | list) or len(result) != 2:
+            return []
+        q, k, freqs = args[:3]
+        if not _all_tensors(q, k, freqs, *result):
+            return []
+
+        def apply(e: torch.Tensor) -> torch.Tensor:
+            e = heads_first(e, unsq)
+            return heads_first(function(e, e, *args[2:], **kwargs)[0], unsq)
+
+        table = _table(function, args[2:])
+        return [RopeCall("q", heads_first(q, unsq), heads_first(result[0], unsq), apply, table),
+                RopeCall("k", heads_first(k, unsq), heads_first(result[1], unsq), apply, table)]
+
+    return read
+
+
+_COS_SIN = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave")
 CONVENTIONS: dict[str, Convention] = {
-    "q_k_cos_sin": Convention("apply_rotary_pos_emb", _read_qk),
-    "x_cos_sin": Convention("apply_rotary_pos_emb", _read_one, order=("q", "k")),
-    "x_sin_cos": Convention("apply_rotary_pos_emb", _read_one_sin_cos, order=("k", "q")),
+    "q_k_cos_sin": Convention(_COS_SIN, _read_qk),
+    "x_cos_sin": Convention(("apply_rotary_pos_emb",), _read_one),
+    "x_sin_cos": Convention(("apply_rotary_pos_emb",), _read_one_sin_cos),
+    "q_k_freqs_cis": Convention(("apply_rotary_emb",), _freqs_reader(1)),
+    "q_k_freqs_cis_tokens_first": Convention(("apply_rotary_emb",), _freqs_reader(2)),
 }
 # model_type -> convention, where it is not the common ``q_k_cos_sin``
 CONVENTION_OF: dict[str, str] = {
@@ -180,6 +232,9 @@ CONVENTION_OF: dict[str, str] = {
     "gemma3n_text": "x_cos_sin",
     "gemma4_text": "x_cos_sin",
     "gemma4_unified_text": "x_cos_sin",
+    "gemma4_assistant": "x_cos_sin",
+    "deepseek_v2": "q_k_freqs_cis",
+    "llama4_text": "q_k_freqs_cis_tokens_first",
 }
 
 
@@ -204,36 +259,12 @@ def convention(model: Any) -> Convention:
 
 _ROPE_FIELDS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_dim", "rotary_pct",
                 "partial_rotary_factor", "rotary_emb_base")  # fmt: skip
+SURVEY_TOKENS = 16  # the survey's forward pass: which layers rotate and attend
 
 
 def carries_rope(config: Any) -> bool:
     """Whether a config states RoPE (any of transformers' RoPE fields is set)."""
     return any(getattr(config, name, None) is not None for name in _ROPE_FIELDS)
-
-
-def refusal(config: Any) -> str | None:
-    """Why ropesplit refuses a RoPE family before looking at its code, or None.
-
-    Multi-head latent attention (DeepSeek-V2/V3 and its descendants: the config
-    states ``qk_rope_head_dim``) turns only a decoupled sub-head of every head,
-    shared by all heads on the key side, and attends with the rotated part
-    last: W = q_nope . k_nope + q_pe . R k_pe, with a key of one head. The
-    split of docs/theory.md lives on that sub-head alone; the capture, whose
-    heads are whole RoPE heads with their rotary part first, does not model it.
-    A config whose head shape varies by layer (transformers' per-layer configs)
-    is refused too.
-    """
-    try:  # a heterogeneous config refuses a global head shape
-        for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"):
-            getattr(config, name, None)
-    except Exception:
-        return ("its head shape varies by layer (a per-layer config); ropesplit reads one "
-                "head shape per model")  # fmt: skip
-    if getattr(config, "qk_rope_head_dim", None):
-        return ("multi-head latent attention: RoPE turns a decoupled sub-head "
-                f"(qk_rope_head_dim={config.qk_rope_head_dim}) whose key is shared by all "
-                "heads; ropesplit analyses whole RoPE heads")  # fmt: skip
-    return None
 
 
 def _home(module: Any) -> Any:
@@ -242,14 +273,59 @@ def _home(module: Any) -> Any:
     return importlib.import_module(type(module).__module__)
 
 
-def attention_modules(model: Any) -> list[Any]:
-    """The model's attention modules in layer order, checked to be followable.
+@dataclass(frozen=True)
+class AttentionLayers:
+    """The attention a model runs, layer by layer, as the survey found it.
 
-    A module counts when its class is named ``...Attention`` and its modeling
-    module defines the convention's RoPE function and an eager attention. A
-    config without RoPE (GPT-2, BERT) is refused as such; a RoPE family the
-    adapter cannot follow is refused in one line with the model class, the
-    transformers version and what was not found (:class:`AdapterError`).
+    ``modules`` are the attention modules the adapter follows (every one gets the
+    running-layer hook) and ``index`` their layer indices; ``analysed`` the layers whose
+    attention makes a RoPE call and a softmax attention call, in order;
+    ``not_analysed`` every other layer of the model with its kind (``"NoPE"``: softmax
+    attention without RoPE; else the config's layer type, e.g. ``"linear_attention"``).
+    """
+
+    modules: list[Any]
+    index: list[int]
+    analysed: list[int]
+    not_analysed: dict[int, str]
+
+    def describe(self) -> str:
+        """``"3 of 4 layers analysed; not: 3 NoPE"``: what the record and the CLI print."""
+        total = len(self.analysed) + len(self.not_analysed)
+        kinds: dict[str, list[int]] = {}
+        for layer, kind in sorted(self.not_analysed.items()):
+            kinds.setdefault(kind, []).append(layer)
+        rest = "; ".join(f"{kind} at layer{'s' if len(ls) > 1 else ''} "
+                         f"{', '.join(map(str, ls))}" for kind, ls in kinds.items())  # fmt: skip
+        return f"{len(self.analysed)} of {total} layers analysed" + (f" (not: {rest})"
+                                                                      if rest else "")
+
+
+def _layer_kinds(config: Any) -> tuple[int, list[str] | None]:
+    """The model's layer count and, where its config states them, the layers' types."""
+    types = getattr(config, "layer_types", None)
+    types = [str(t) for t in types] if isinstance(types, list | tuple) else None
+    count = getattr(config, "num_hidden_layers", None)
+    return (int(count) if isinstance(count, int) else len(types or [])), types
+
+
+def _candidates(model: Any, conv: Convention) -> list[Any]:
+    """Modules named ``...Attention`` (or ``...MLA``) whose modeling module defines one of
+    the convention's RoPE functions and an eager attention."""
+    named = [m for m in model.modules() if type(m).__name__.endswith(("Attention", "MLA"))]
+    return [m for m in named if hasattr(_home(m), EAGER)
+            and any(hasattr(_home(m), f) for f in conv.functions)]  # fmt: skip
+
+
+def survey(model: Any) -> AttentionLayers:
+    """Which layers of ``model`` are softmax attention with RoPE, from one short forward.
+
+    A config without RoPE (GPT-2, BERT) is refused as such. The candidate modules
+    (:func:`_candidates`) run :data:`SURVEY_TOKENS` tokens through the block: a module
+    whose attention call follows a RoPE call of its own is analysed, one whose attention
+    call has none is NoPE, one never called is not attention of this forward (a vision
+    tower, say). A model with no layer left is refused in one line saying what its
+    layers are; a RoPE family the adapter cannot follow likewise (:class:`AdapterError`).
     """
     config = model.config
     model_type = getattr(config, "model_type", type(model).__name__)
@@ -260,27 +336,44 @@ def attention_modules(model: Any) -> list[Any]:
             f"model type {model_type} has no rotary position embedding (RoPE); "
             "ropesplit needs a RoPE model (Llama, Mistral, Qwen2, Gemma, GPT-NeoX, Phi, ...)"
         )
-    why = refusal(config)
-    if why:
-        raise AdapterError(f"ropesplit does not analyse {model_type}: {why}")
     conv = convention(model)
-    candidates = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
-    found = [m for m in candidates
-             if hasattr(_home(m), conv.function) and hasattr(_home(m), EAGER)]  # fmt: skip
+    found = _candidates(model, conv)
+    n_layers, types = _layer_kinds(config)
     if not found:
-        seen = sorted({type(m).__name__ for m in candidates}) or ["no ...Attention module"]
-        raise AdapterError(
-            f"cannot follow {_describe(model)}: its attention ({', '.join(seen)}) has no "
-            f"module-level {conv.function} and {EAGER} to read"
-        )
-    for module in found:
+        kinds = sorted(set(types or [])) or ["no ...Attention module with a module-level RoPE "
+                                             f"function ({', '.join(conv.functions)}) and "
+                                             f"{EAGER}"]  # fmt: skip
+        raise AdapterError(f"cannot follow {_describe(model)}: none of its layers is softmax "
+                           f"attention with RoPE ({', '.join(kinds)})")  # fmt: skip
+    positions = AttentionLayers(found, list(range(len(found))), [], {})
+    seen: dict[int, bool] = {}
+    vocab = int(getattr(config, "vocab_size", None) or SURVEY_TOKENS)
+    ids = (torch.arange(SURVEY_TOKENS) % vocab)[None].to(_device(model))
+    with taps(model, positions, survey=seen) as block, torch.no_grad():
+        block.run(model, input_ids=ids, use_cache=False)
+    own = [getattr(m, "layer_idx", None) for m in found]
+    unique = all(isinstance(i, int) for i in own) and len(set(own)) == len(own)
+    index = [int(i) if unique else pos for pos, i in enumerate(own)]  # type: ignore[arg-type]
+    analysed = [index[pos] for pos in range(len(found)) if seen.get(pos)]
+    nope = {index[pos] for pos in range(len(found)) if seen.get(pos) is False}
+    total = max([n_layers, *(i + 1 for i in index if seen.get(index.index(i)) is not None)])
+    not_analysed = {i: ("NoPE" if i in nope else (types[i] if types and i < len(types)
+                                                  else "no softmax attention call"))
+                    for i in range(total) if i not in analysed}  # fmt: skip
+    if not analysed:
+        what = sorted(set(not_analysed.values()))
+        raise AdapterError(f"ropesplit does not analyse {model_type}: none of its "
+                           f"{total} layers is softmax attention with RoPE "
+                           f"({', '.join(what)})")  # fmt: skip
+    for module in (found[index.index(i)] for i in analysed):
         head_dim = getattr(module, "head_dim", getattr(module, "head_size", None))
-        if head_dim is not None and head_dim % 2:
+        if isinstance(head_dim, int) and head_dim % 2:
             raise RopesplitError(f"head_dim must be even, got {head_dim}")
-    layer_ids = [getattr(m, "layer_idx", i) for i, m in enumerate(found)]
-    if layer_ids != list(range(len(found))):
-        raise RopesplitError(f"attention modules out of layer order in {model_type}: {layer_ids}")
-    return found
+    return AttentionLayers(found, index, analysed, not_analysed)
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
 
 
 # --------------------------------------------------------------------------- the block
@@ -295,8 +388,16 @@ LogitsTap = Callable[[int, torch.Tensor], None]
 
 @dataclass(frozen=True)
 class RopeRecord:
-    """One layer's RoPE: pre-RoPE ``q (B, H, N, .)``, ``k (B, Hkv, N, .)``, their rotations
-    ``q_rot``, ``k_rot`` as the model made them, and ``cos``, ``sin`` ``(B or 1, N, r)``."""
+    """One layer's RoPE as attended, in the standard layout of :mod:`ropesplit.numerics.applied`.
+
+    ``q (B, H, N, d)`` and ``k (B, Hkv, N, d)`` are the pre-RoPE query and key, whole
+    heads with the rotating pairs first (the attended coordinates that no RoPE call
+    turned follow them, as attended: MLA's ``nope`` part, Phi's pass-through); ``q_rot``,
+    ``k_rot`` the model's attended query and key in the same order, ``rotate(q) ==
+    q_rot``; ``cos``, ``sin`` ``(B, N, r)`` the table the RoPE function applied (read
+    off it). ``shared_key``: the rotating part of the key came from one head shared by
+    all (multi-head latent attention's ``k_pe``).
+    """
 
     q: torch.Tensor
     k: torch.Tensor
@@ -304,6 +405,7 @@ class RopeRecord:
     k_rot: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
+    shared_key: bool = False
 
 
 @dataclass
@@ -345,6 +447,13 @@ class AttentionCall:
         value = self.kwargs.get("sliding_window", getattr(self.module, "sliding_window", None))
         return int(value) if value else None
 
+    @property
+    def sinks(self) -> torch.Tensor | None:
+        """``(H,)`` the per-head sink logit the softmax's normaliser adds (gpt-oss, MiMo), or
+        None."""
+        value = getattr(self.module, "sinks", None)
+        return value.detach() if isinstance(value, torch.Tensor) else None
+
     def eager(self, mask: torch.Tensor | None = None) -> Any:
         """The model's own eager attention on this call (``mask`` replaces the call's)."""
         scaling = {} if self.scaling is None else {"scaling": self.scaling}
@@ -353,19 +462,85 @@ class AttentionCall:
                            **scaling, **self.kwargs)  # fmt: skip
 
 
+_PROBE_ROWS = 64  # tokens whose response reads the pair structure (every token reads the table)
+
+
+@dataclass
+class _Probe:
+    """One table's rotation as :func:`~ropesplit.numerics.applied.read_rotation` read it."""
+
+    in_order: torch.Tensor
+    out_order: torch.Tensor
+    identity: bool
+    cos: torch.Tensor  # (B, N, r)
+    sin: torch.Tensor
+
+
+Located = tuple[int, "torch.Tensor | None", torch.Tensor]
+
+
+def _locate(rotated: torch.Tensor, attended: torch.Tensor) -> Located | None:
+    """Where a RoPE call's output ``(B, h, N, dx)`` sits in an attended ``(B, H, N, d)``:
+    ``(offset, scale, heads_of)`` with ``attended[..., offset:offset + dx] == scale *
+    rotated[:, heads_of]`` (:func:`_tilings`: the attended head ``i`` holds rotated head
+    ``heads_of[i]``); ``scale (B, H, N, 1)`` is None where it is 1, else one number per
+    vector (a weightless norm after RoPE, Llama 4). None where it is not there."""
+    (b, h, n, dx), (b2, heads, n2, d) = rotated.shape, attended.shape
+    if (b, n) != (b2, n2) or dx > d or heads % h:
+        return None
+    eps = max(float(torch.finfo(attended.dtype).eps), float(torch.finfo(rotated.dtype).eps))
+    for offset in dict.fromkeys((0, d - dx)):
+        for heads_of in _tilings(h, heads, rotated.device):
+            found = _at(rotated.float()[:, heads_of], attended, offset, dx, eps)
+            if found is not None:
+                return offset, found[1], heads_of
+    return None
+
+
+def _tilings(h: int, heads: int, device: Any) -> list[torch.Tensor]:
+    """The ways ``h`` rotated heads are laid over ``heads`` attended ones: each head's own
+    (``h == heads``), one broadcast to all, ``repeat_kv``'s blocks and ``repeat``'s cycles
+    (JetMoE tiles its keys so): the attended head ``i`` reads rotated head ``[i]``."""
+    i = torch.arange(heads, device=device)
+    return list({tuple(t.tolist()): t for t in (i // (heads // h), i % h)}.values())
+
+
+def _at(rot: torch.Tensor, attended: torch.Tensor, offset: int, dx: int, eps: float
+        ) -> tuple[int, torch.Tensor | None] | None:  # fmt: skip
+    """``(offset, scale)`` where ``attended[..., offset:offset + dx]`` is ``scale * rot``
+    to the dtypes' rounding (``scale`` None: 1), else None."""
+    part = attended[..., offset:offset + dx].float()
+    size = float(torch.nan_to_num(part).abs().max()) if part.numel() else 0.0
+    tol = 8 * eps * max(size, 1e-30)
+    if bool(torch.isclose(part, rot, rtol=0.0, atol=tol, equal_nan=True).all()):
+        return offset, None  # (NaN where the model has NaN: the capture says so)
+    norm = (rot * rot).sum(-1, keepdim=True)
+    scale = torch.where(norm > 0, (part * rot).sum(-1, keepdim=True) / norm, 1.0)
+    if bool(torch.isclose(part, scale * rot, rtol=0.0, atol=tol).all()):
+        return offset, scale
+    return None
+
+
 @dataclass
 class Block:
     """What the seams share during one block."""
 
     model: Any
-    attn: list[Any]
+    attn: AttentionLayers
     conv: Convention
     on_rope: RopeTap | None
     on_attention: AttentionTap | None
     on_logits: LogitsTap | None
     attention: Callable[[AttentionCall], Any] | None
+    positions: Any = None  # (B, N) the positions applied, for the turn's direction
+    survey: dict[int, bool] | None = None  # survey mode: layer -> made a RoPE call
     layer: int | None = None
+    depth: int = 0  # inside a RoPE function (or its probe): nested calls are not read
     calls: dict[int, list[RopeCall]] = field(default_factory=dict)
+    probes: dict[tuple[Any, ...], _Probe] = field(default_factory=dict)
+    # each layer's last record, by the attended tensors: a second attention call on the same
+    # query and key (DiffLlama's two softmaxes) reads the same RoPE
+    last: dict[int, tuple[tuple[int, int], RopeRecord]] = field(default_factory=dict)
 
     def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``function(*args, **kwargs)`` (the model's forward pass) inside the block: an
@@ -379,10 +554,13 @@ class Block:
             raise AdapterError(f"cannot follow {_describe(self.model)}: "
                                f"{one_line(exc, typed=True)}") from None  # fmt: skip
 
-    def heard(self, args: Sequence[Any], kwargs: Mapping[str, Any], result: Any) -> None:
+    def heard(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+              result: Any) -> None:  # fmt: skip
         """One RoPE call of the running layer, read by the convention (the hook's and the
         wrapper's)."""
-        self.calls.setdefault(self.running(), []).extend(self.conv.read(args, kwargs, result))
+        if self.depth == 0:
+            self.calls.setdefault(self.running(), []).extend(
+                self.conv.read(function, args, kwargs, result))
 
     def running(self) -> int:
         if self.layer is None:
@@ -390,26 +568,83 @@ class Block:
                                "outside its attention modules")  # fmt: skip
         return self.layer
 
-    def rope(self, layer: int) -> RopeRecord:
-        """The layer's RoPE calls as one record (q's and k's), checked complete."""
+    def _fail(self, what: str) -> AdapterError:
+        return AdapterError(f"cannot follow {_describe(self.model)}: {what}")
+
+    def _attended(self, calls: list[RopeCall], roles: tuple[str | None, ...],
+                  attended: torch.Tensor, what: str, layer: int
+                  ) -> tuple[RopeCall, Located]:  # fmt: skip
+        for one in calls:
+            if one.role in roles:
+                where = _locate(one.rotated, attended)
+                if where is not None:
+                    return one, where
+        raise self._fail(f"no {'/'.join(self.conv.functions)} call made the {what} that "
+                         f"layer {layer} attends with")  # fmt: skip
+
+    def _probe(self, one: RopeCall) -> _Probe:
+        """The rotation behind ``one``'s tables, read once per table from the function's
+        response to unit vectors at every token."""
+        if one.table in self.probes:
+            return self.probes[one.table]
+        from ropesplit.numerics.applied import read_rotation
+
+        b, _, n, dx = one.x.shape
+        eye = torch.eye(dx, dtype=one.x.dtype, device=one.x.device)
+        self.depth += 1
+        try:
+            with torch.no_grad():
+                response = one.apply(eye[None, :, None, :].expand(b, dx, n, dx).contiguous())
+        finally:
+            self.depth -= 1
+        m = response.detach().float().permute(0, 2, 3, 1).cpu().numpy()  # (B, N, out, in)
+        positions = (None if self.positions is None
+                     else np.broadcast_to(np.asarray(self.positions), (b, n)))  # fmt: skip
+        rows = min(n, _PROBE_ROWS)
+        shape = read_rotation(m[:1, :rows], None if positions is None else positions[:1, :rows])
+        rotation = read_rotation(m, positions) if rows < n else shape
+        device, dtype = one.rotated.device, one.rotated.dtype
+        probe = _Probe(torch.as_tensor(rotation.in_order, device=device),
+                       torch.as_tensor(rotation.out_order, device=device), rotation.identity,
+                       torch.as_tensor(rotation.cos, device=device).to(dtype),
+                       torch.as_tensor(rotation.sin, device=device).to(dtype))  # fmt: skip
+        self.probes[one.table] = probe
+        return probe
+
+    def _standard(self, one: RopeCall, where: Located, attended: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, _Probe]:  # fmt: skip
+        """Pre-RoPE whole heads and the attended ones, rotating pairs first (RopeRecord)."""
+        probe, (offset, scale, heads_of) = self._probe(one), where
+        (_, heads, _, d), dx = attended.shape, one.x.shape[-1]
+        if probe.identity and offset == 0 and dx == d and scale is None and one.x.shape[1] == heads:
+            return one.x, attended, probe
+        x = one.x.index_select(-1, probe.in_order)[:, heads_of]
+        if scale is not None:
+            x = x * scale.to(x.dtype)
+        inside = attended[..., offset:offset + dx].index_select(-1, probe.out_order)
+        rest = torch.cat((attended[..., :offset], attended[..., offset + dx:]), dim=-1)
+        return (torch.cat((x, rest.to(x.dtype)), dim=-1), torch.cat((inside, rest), dim=-1),
+                probe)  # fmt: skip
+
+    def rope(self, layer: int, call: AttentionCall) -> RopeRecord:
+        """The layer's RoPE as attended: the calls whose outputs ``call`` attends with,
+        read through the function's own rotation (:class:`RopeRecord`)."""
         calls = self.calls.pop(layer, [])
-        roles = {c.role: c for c in calls if c.role is not None}
-        unnamed = [c for c in calls if c.role is None]
-        if unnamed:  # one-tensor calls: the convention's order
-            if len(unnamed) != len(self.conv.order):
-                raise AdapterError(
-                    f"cannot follow {_describe(self.model)}: layer {layer} made "
-                    f"{len(unnamed)} one-tensor RoPE call(s), expected {len(self.conv.order)} "
-                    "(a query and a key of its own)"
-                )
-            roles.update(zip(self.conv.order, unnamed, strict=True))
-        if set(roles) != {"q", "k"}:
-            raise AdapterError(
-                f"cannot follow {_describe(self.model)}: no {self.conv.function} call rotated "
-                f"the queries and keys of layer {layer}"
-            )
-        q, k = roles["q"], roles["k"]
-        return RopeRecord(q.x, k.x, q.rotated, k.rotated, q.cos, q.sin)
+        attended = (call.query.data_ptr(), call.key.data_ptr())
+        if not calls and layer in self.last and self.last[layer][0] == attended:
+            return self.last[layer][1]
+        if not calls:
+            raise self._fail(f"no {'/'.join(self.conv.functions)} call rotated the queries "
+                             f"and keys of layer {layer}")  # fmt: skip
+        q_call, q_at = self._attended(calls, ("q", None), call.query, "queries", layer)
+        rest = [c for c in calls if c is not q_call]
+        k_call, k_at = self._attended(rest, ("k", None), call.key, "keys", layer)
+        q, q_rot, probe = self._standard(q_call, q_at, call.query)
+        k, k_rot, _ = self._standard(k_call, k_at, call.key)
+        shared = k_call.x.shape[1] == 1 < call.key.shape[1]
+        record = RopeRecord(q, k, q_rot, k_rot, probe.cos, probe.sin, shared)
+        self.last[layer] = (attended, record)
+        return record
 
 
 _ACTIVE: ContextVar[Block | None] = ContextVar("ropesplit_adapter_block", default=None)
@@ -439,13 +674,21 @@ def _dispatch(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     if block is None:  # registered for good, used only inside a block: plain eager outside
         return eager(module, query, key, value, attention_mask, *args, **kwargs)
     layer = block.running()
+    if block.survey is not None:  # which layers rotate: the survey
+        block.survey[layer] = block.survey.get(layer, False) or bool(block.calls.pop(layer, None))
+        return eager(module, query, key, value, attention_mask, *args, **kwargs)
+    if layer not in block.attn.analysed:  # NoPE, say: attends as it would, nothing read
+        block.calls.pop(layer, None)
+        return eager(module, query, key, value, attention_mask, *args, **kwargs)
     scaling = kwargs.pop("scaling", args[0] if args else None)
     dropout = float(kwargs.pop("dropout", args[1] if len(args) > 1 else 0.0))
     call = AttentionCall(layer, module, query, key, value, attention_mask,
                          None if scaling is None else float(scaling), dropout, kwargs,
                          eager)  # fmt: skip
     if block.on_rope is not None:
-        block.on_rope(layer, block.rope(layer))
+        block.on_rope(layer, block.rope(layer, call))
+    else:
+        block.calls.pop(layer, None)
     if block.attention is not None:
         result = block.attention(call)
     elif block.on_logits is not None:
@@ -468,17 +711,21 @@ def _register() -> None:
     AttentionMaskInterface.register(NAME, eager_mask)
 
 
-def _rope_hook(block: Block) -> Callable[..., None]:
+def _rope_hook(block: Block, function: Any) -> Callable[..., None]:
     def hook(module: Any, args: Any, kwargs: Any, result: Any) -> None:
-        block.heard(args, kwargs, result)
+        block.heard(function.forward, args, kwargs, result)
 
     return hook
 
 
 def _rope_wrapper(original: Callable[..., Any], block: Block) -> Callable[..., Any]:
     def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        block.heard(args, kwargs, result)
+        block.depth += 1  # a RoPE function calling another (gpt-oss) is read once
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            block.depth -= 1
+        block.heard(original, args, kwargs, result)
         return result
 
     return apply_rotary_pos_emb
@@ -493,36 +740,40 @@ def _layer_setter(block: Block, index: int) -> Any:
 
 @contextlib.contextmanager
 def _rope_seam(block: Block) -> Iterator[None]:
-    """The RoPE function of every attention module's modeling module, read for the block:
+    """Each RoPE function of every attention module's modeling module, read for the block:
     a forward hook where it is an ``nn.Module`` (the kernel hub's), else wrapped."""
-    homes = {id(h): h for h in (_home(m) for m in block.attn)}
+    homes = {id(h): h for h in (_home(m) for m in block.attn.modules)}
     handles: list[Any] = []
-    saved: list[tuple[Any, Any]] = []
+    saved: list[tuple[Any, str, Any]] = []
     try:
         for home in homes.values():
-            function = getattr(home, block.conv.function)
-            if isinstance(function, torch.nn.Module):
-                handles.append(function.register_forward_hook(_rope_hook(block), with_kwargs=True))
-            else:
-                saved.append((home, function))
-                setattr(home, block.conv.function, _rope_wrapper(function, block))
+            for name in block.conv.functions:
+                function = getattr(home, name, None)
+                if function is None:
+                    continue
+                if isinstance(function, torch.nn.Module):
+                    handles.append(function.register_forward_hook(_rope_hook(block, function),
+                                                                  with_kwargs=True))  # fmt: skip
+                else:
+                    saved.append((home, name, function))
+                    setattr(home, name, _rope_wrapper(function, block))
         yield
     finally:
         for handle in handles:
             handle.remove()
-        for home, function in saved:
-            setattr(home, block.conv.function, function)
+        for home, name, function in saved:
+            setattr(home, name, function)
 
 
-def _configs(model: Any, attn: Sequence[Any]) -> list[Any]:
+def _configs(model: Any, attn: AttentionLayers) -> list[Any]:
     """Every config the model's attention modules read (the model's own, and sub-configs)."""
-    found = {id(c): c for c in [model.config, *(getattr(m, "config", None) for m in attn)]
+    found = {id(c): c for c in [model.config, *(getattr(m, "config", None) for m in attn.modules)]
              if c is not None}  # fmt: skip
     return list(found.values())
 
 
 @contextlib.contextmanager
-def _implementation(model: Any, attn: Sequence[Any], name: str) -> Iterator[None]:
+def _implementation(model: Any, attn: AttentionLayers, name: str) -> Iterator[None]:
     """``name`` as the attention of every config the model's attention modules read."""
     saved = [(c, c._attn_implementation) for c in _configs(model, attn)]
     try:
@@ -542,7 +793,7 @@ def fast_implementation(model: Any) -> str:
 
 
 @contextlib.contextmanager
-def fast_attention(model: Any, attn: Sequence[Any]) -> Iterator[str | None]:
+def fast_attention(model: Any, attn: AttentionLayers) -> Iterator[str | None]:
     """Within the block a forward pass that captures nothing attends through
     :func:`fast_implementation` (torch's ``scaled_dot_product_attention``: no ``(B, H, N,
     N)`` probabilities in memory); inside a :func:`taps` block, or where SDPA does not
@@ -558,33 +809,40 @@ def fast_attention(model: Any, attn: Sequence[Any]) -> Iterator[str | None]:
 @contextlib.contextmanager
 def taps(
     model: Any,
-    attn: list[Any],
+    attn: AttentionLayers,
     *,
     on_rope: RopeTap | None = None,
     on_attention: AttentionTap | None = None,
     on_logits: LogitsTap | None = None,
     attention: Callable[[AttentionCall], Any] | None = None,
+    positions: Any = None,
+    survey: dict[int, bool] | None = None,
 ) -> Iterator[Block]:
     r"""Within the block, ``model`` reports its RoPE and attention to the given callbacks.
 
-    ``attn`` are its attention modules in layer order (:func:`attention_modules`).
-    At each attention call of layer ``L``, in this order: ``on_rope(L, record)``
-    (the layer's :class:`RopeRecord`: pre-RoPE q/k, their rotation, the tables),
-    then the attention runs (``attention(call)`` when given, else the model's own
-    eager attention, with ``on_logits(L, logits)`` reporting its pre-softmax
-    logits ``(B, H, N, N)``), then ``on_attention(call, (out, probs))``. The
-    block's :meth:`Block.run` runs the forward pass, so that a failure in it is
-    one :class:`AdapterError` line.
+    ``attn`` is what :func:`survey` found: the hooks go on every followed module, the
+    callbacks hear the analysed layers only (another layer attends as it would). At each
+    attention call of an analysed layer ``L``, in this order: ``on_rope(L, record)``
+    (the layer's :class:`RopeRecord`: pre-RoPE q/k, the attended q/k, the table as
+    applied), then the attention runs (``attention(call)`` when given, else the model's
+    own eager attention, with ``on_logits(L, logits)`` reporting its pre-softmax logits
+    ``(B, H, N, N)``), then ``on_attention(call, (out, probs))``. ``positions (B, N)``
+    are the positions applied (default ``0..N-1``; read for each pair's direction of
+    turn); ``survey`` puts the block in the survey's mode (:func:`survey`). The block's
+    :meth:`Block.run` runs the forward pass, so that a failure in it is one
+    :class:`AdapterError` line.
     """
     if _ACTIVE.get() is not None:
         raise RopesplitError("the adapter's blocks do not nest")
-    block = Block(model, list(attn), convention(model), on_rope, on_attention, on_logits,
-                   attention)  # fmt: skip
+    block = Block(model, attn, convention(model), on_rope, on_attention, on_logits, attention,
+                  positions, survey)  # fmt: skip
     _register()
-    handles = [m.register_forward_pre_hook(_layer_setter(block, i)) for i, m in enumerate(attn)]
+    handles = [m.register_forward_pre_hook(_layer_setter(block, i))
+               for i, m in zip(attn.index, attn.modules, strict=True)]  # fmt: skip
     token = _ACTIVE.set(block)
+    reading = on_rope is not None or survey is not None
     try:
-        with (_rope_seam(block) if on_rope is not None else contextlib.nullcontext(),
+        with (_rope_seam(block) if reading else contextlib.nullcontext(),
               _implementation(model, attn, NAME)):  # fmt: skip
             yield block
     finally:
@@ -596,12 +854,13 @@ def taps(
 def record_pre_rope(raw: dict[int, dict[str, Any]], layers: Any = None, *,
                     dtype: torch.dtype | None = None) -> RopeTap:  # fmt: skip
     """The one ``on_rope`` recorder (capture, LM-Infinite and the interventions use it):
-    for each layer in ``layers`` (None: every layer) ``raw[layer]`` becomes
+    for each layer in ``layers`` (None: every analysed layer) ``raw[layer]`` becomes
 
-    - ``q`` ``(B, H, N, r_or_d)`` and ``k`` ``(B, Hkv, N, r_or_d)``: pre-RoPE, heads first,
-      detached (a copy in ``dtype`` when given);
-    - ``q_rot``, ``k_rot``: the model's rotation of them, as it made it;
-    - ``cos``, ``sin`` ``(B, N, r)``: the tables as applied, one per sequence (a view).
+    - ``q`` ``(B, H, N, d)`` and ``k`` ``(B, Hkv, N, d)``: pre-RoPE whole heads, rotating
+      pairs first (:class:`RopeRecord`), detached (a copy in ``dtype`` when given);
+    - ``q_rot``, ``k_rot``: the attended query and key in the same order;
+    - ``cos``, ``sin`` ``(B, N, r)``: the table as applied, one per sequence (a view);
+    - ``shared_key``: the rotating key is one head shared by all (MLA).
     """
 
     def record(layer: int, rope: RopeRecord) -> None:
@@ -613,6 +872,6 @@ def record_pre_rope(raw: dict[int, dict[str, Any]], layers: Any = None, *,
         batch = q.shape[0]
         raw[layer] = {"q": q, "k": k, "q_rot": rope.q_rot, "k_rot": rope.k_rot,
                       "cos": rope.cos.expand(batch, -1, -1),
-                      "sin": rope.sin.expand(batch, -1, -1)}  # fmt: skip
+                      "sin": rope.sin.expand(batch, -1, -1), "shared_key": rope.shared_key}
 
     return record

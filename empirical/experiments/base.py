@@ -113,16 +113,21 @@ class Settings:
                 raise RopesplitError(f"{name} must be at least 1, got {value}")
 
 
-def default_layers(n_layers: int, count: int = DEFAULT_LAYER_COUNT) -> list[int]:
-    """``count`` evenly spaced layer indices from first to last (all when fewer)."""
-    return sorted({int(round(x)) for x in np.linspace(0, n_layers - 1, min(count, n_layers))})
+def default_layers(analysed: Sequence[int], count: int = DEFAULT_LAYER_COUNT) -> list[int]:
+    """``count`` evenly spaced layers of the ``analysed`` ones, first to last (all when
+    fewer)."""
+    n = len(analysed)
+    return [analysed[i] for i in sorted({int(round(x)) for x in np.linspace(0, n - 1,
+                                                                          min(count, n))})]
 
 
-def check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
-    """The layer indices, checked to lie in ``[0, n_layers)``."""
-    bad = [layer for layer in layers if not 0 <= layer < n_layers]
+def check_layers(layers: Sequence[int], analysed: Sequence[int]) -> list[int]:
+    """The layer indices, checked to be among the ``analysed`` ones."""
+    bad = [layer for layer in layers if layer not in analysed]
     if bad or not layers:
-        raise RopesplitError(f"layers must lie in [0, {n_layers}), got {list(layers)}")
+        span = (f"[0, {len(analysed)})" if list(analysed) == list(range(len(analysed)))
+                else f"the analysed layers {list(analysed)}")  # fmt: skip
+        raise RopesplitError(f"layers must lie in {span}, got {list(layers)}")
     return list(layers)
 
 
@@ -151,9 +156,9 @@ class Context:
     @property
     def layers(self) -> list[int]:
         """The fitted layers: the settings' own, or six evenly spaced; checked."""
-        n_layers = self.loaded.n_layers
+        analysed = self.loaded.layers
         chosen = self.settings.layers
-        return check_layers(default_layers(n_layers) if chosen is None else list(chosen), n_layers)
+        return check_layers(default_layers(analysed) if chosen is None else list(chosen), analysed)
 
     def forwarded(self, count: int) -> None:
         """Report ``count`` forward passes done (a progress bar's ``update``)."""

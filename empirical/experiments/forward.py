@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.adapter.configs import original_context, vocab_size
 from ropesplit.empirical.models import LoadedModel, model_pass, token_nll
 
 __all__ = [
@@ -49,12 +50,7 @@ def model_context(loaded: LoadedModel) -> int | None:
 
     Falls back to ``max_position_embeddings``; ``None`` when the config states neither.
     """
-    from ropesplit.numerics.rope import hf_rope_parameters
-
-    config = loaded.config
-    original = hf_rope_parameters(config).get("original_max_position_embeddings")
-    original = original or getattr(config, "original_max_position_embeddings", None)
-    return int(original) if original else loaded.max_positions
+    return original_context(loaded.config) or loaded.max_positions
 
 
 def forward_batch(
@@ -89,7 +85,7 @@ def check_inputs(loaded: LoadedModel, ids: np.ndarray, positions: np.ndarray, st
     (_, n_tokens) = ids.shape
     if not 1 <= start < n_tokens:
         raise RopesplitError(f"continuation start must lie in [1, {n_tokens}), got {start}")
-    vocab = int(loaded.config.vocab_size)
+    vocab = vocab_size(loaded.config)
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
         raise RopesplitError(f"token ids must lie in [0, {vocab}), got {int(ids.max())}")
     if ids.size and int(positions.min()) < 0:

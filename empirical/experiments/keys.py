@@ -84,7 +84,7 @@ def _run(context: Context) -> list[Row]:
     data = edits.corpus(context)
     loaded = context.loaded
     kbars = data.kbars(loaded)
-    layers = tuple(range(loaded.n_layers))
+    layers = tuple(loaded.layers)
     calibration = data.calibration
     base = data.nll(loaded, None, ids=calibration)
 

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.adapter.configs import trained_length
 from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
 from ropesplit.empirical.experiments.forward import model_context
@@ -102,8 +103,7 @@ PREDICTION = (
 
 def training_length(loaded: LoadedModel) -> int | None:
     """``L``: the config's ``ropesplit_train_length`` (a model trained here), else its context."""
-    trained = getattr(loaded.config, "ropesplit_train_length", None)
-    return int(trained) if trained else model_context(loaded)
+    return trained_length(loaded.config) or model_context(loaded)
 
 
 def _check(context: Context) -> None:

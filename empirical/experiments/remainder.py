@@ -49,7 +49,7 @@ def _run(context: Context) -> list[Row]:
               ("random-init", random_init_twin(context.loaded, seed=context.settings.seed)))
     for run, loaded in models:
         kbars = data.kbars(loaded)
-        layers = tuple(range(loaded.n_layers))
+        layers = tuple(loaded.layers)
         clean = data.nll(loaded, None)
         for reference in REFERENCES if run == "trained" else REFERENCES[:1]:
             lr = {kind: edits.ratios(data.nll(loaded, Edit(kind, layers, kbars=kbars,

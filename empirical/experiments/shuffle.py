@@ -35,7 +35,7 @@ PREDICTION = (
 
 
 def _ratios(data: edits.Corpus, loaded: object, seed: int, kind: str = "shuffle") -> np.ndarray:
-    layers = tuple(range(loaded.n_layers))  # type: ignore[attr-defined]
+    layers = tuple(loaded.layers)  # type: ignore[attr-defined]
     clean = data.nll(loaded, None)  # type: ignore[arg-type]
     return np.mean([edits.ratios(data.nll(loaded, Edit(kind, layers, seed=seed + d)),  # type: ignore[arg-type]
                                  clean) for d in range(DRAWS)], axis=0)  # fmt: skip

@@ -55,7 +55,7 @@ def _run(context: Context) -> list[Row]:
     data = edits.corpus(context)
     loaded = context.loaded
     kbars = data.kbars(loaded)
-    layers = tuple(range(loaded.n_layers))
+    layers = tuple(loaded.layers)
     inside = np.stack([windowed_nll(loaded, ids, length) for ids in data.ids])  # (P, N - 1)
     context.forwarded(1)
     nll = {"vanilla": data.nll(loaded, None)}

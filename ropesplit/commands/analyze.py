@@ -123,7 +123,11 @@ def run(args: argparse.Namespace) -> int:
         measure = replace(DEFAULT_MEASURE, reference=reference, seed=args.seed,
                           pair_budget=args.pair_budget)  # fmt: skip
         record, trained, control = analyze_pair(loaded, twin, ids, measure, on_layer=bar.update)
+    if loaded.attn.not_analysed:  # a hybrid or NoPE stack: which layers the numbers pool
+        print(loaded.attn.describe())
     print(_table(trained, control, PAPER_R_SPLIT))
+    if trained.summary_rope_subhead is not None:
+        print(_subhead_lines(trained, control))
     print(_reference_table(record))
     if args.protocol:
         from ropesplit.empirical.protocol import CONTROL_SEEDS, protocol, protocol_table
@@ -138,6 +142,18 @@ def run(args: argparse.Namespace) -> int:
     write_output(args.json, record)
     write_output(args.csv, text=_csv(trained, control, STATISTICS))
     return 0
+
+
+def _subhead_lines(trained: Any, control: Any) -> str:
+    """Multi-head latent attention: whole-head r_split is high by construction (most of a
+    head carries no position; docs/theory.md), so the RoPE sub-head's numbers beside it."""
+    lines = ["multi-head latent attention: the whole-head numbers above pool coordinates that no "
+             "RoPE turns (docs/theory.md); the RoPE sub-head alone:"]  # fmt: skip
+    ours, theirs = trained.summary_rope_subhead, control.summary_rope_subhead if control else None
+    for name in ours:
+        line = f"  {name:<32}{ours[name]:9.3f}"
+        lines.append(line + (f"  control {theirs[name]:9.3f}" if theirs else ""))
+    return "\n".join(lines)
 
 
 def _reference_table(record: dict[str, Any]) -> str:
@@ -222,6 +238,10 @@ def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
     specs = list(trained.heads[0]["by_reference"]) if trained.heads else []
     columns = ["run", "layer", "head", "kv_head", "rope_base", *statistics, "n_pairs",
                "sampled_pairs", "reference", *(f"r_split[{spec}]" for spec in specs)]  # fmt: skip
+    # what some architectures add per head: a sink logit (gpt-oss), MLA's RoPE sub-head
+    rows = [*trained.heads, *(control.heads if control is not None else [])]
+    columns += [name for name in dict.fromkeys(k for row in rows for k in row)
+                if name not in columns and name != "by_reference"]
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for label, analysis in (("trained", trained), ("control", control)):

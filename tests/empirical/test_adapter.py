@@ -1,4 +1,4 @@
-"""The one adapter between transformers and the capture (empirical/adapter.py).
+"""The one adapter between transformers and the capture (empirical/adapter/).
 
 It reads the RoPE call by position whether the modeling module's function is
 plain or the kernel hub's ``(*args, **kwargs)`` module, restores everything
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 import torch
 import transformers as T
@@ -20,7 +21,6 @@ from ropesplit.empirical import capture, load_model
 from ropesplit.empirical.adapter import (
     NAME,
     AdapterError,
-    attention_modules,
     record_pre_rope,
     taps,
 )
@@ -62,13 +62,13 @@ def test_a_plain_rope_function_is_restored_after_the_block():
 
 
 def test_a_model_that_applies_no_rope_is_refused_in_one_line():
-    loaded = wrapped(wrapped_rope.NoRopeAttention)
+    """Every layer NoPE (softmax attention, no RoPE call): no layer to analyse, said so."""
     with pytest.raises(AdapterError) as info:
-        capture(loaded, ids())
+        wrapped(wrapped_rope.NoRopeAttention)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith(f"cannot follow LlamaForCausalLM (transformers {T.__version__})")
-    assert "no apply_rotary_pos_emb call rotated the queries and keys of layer 0" in message
+    assert message == ("ropesplit does not analyse llama: none of its 2 layers is softmax "
+                       "attention with RoPE (NoPE)")
 
 
 def test_an_error_inside_the_block_is_one_line_naming_the_model(monkeypatch):
@@ -86,7 +86,7 @@ def test_everything_is_restored_even_when_the_block_fails():
     """Hooks, wrapped functions and the attention implementation go back in ``finally``;
     at each layer the rope record comes before the attention, which calls eager."""
     loaded = tiny_llama(2)
-    home = importlib.import_module(type(loaded.attn[0]).__module__)
+    home = importlib.import_module(type(loaded.attn.modules[0]).__module__)
     rope_before = home.apply_rotary_pos_emb
     seen = []
 
@@ -108,7 +108,7 @@ def test_everything_is_restored_even_when_the_block_fails():
     assert loaded.model.config._attn_implementation == "eager"
     assert home.apply_rotary_pos_emb is rope_before
     assert not isinstance(rope_before, torch.nn.Module) or not rope_before._forward_hooks
-    assert not any(m._forward_pre_hooks for m in loaded.attn)
+    assert not any(m._forward_pre_hooks for m in loaded.attn.modules)
 
 
 def test_blocks_do_not_nest():
@@ -138,13 +138,27 @@ def test_the_one_pre_rope_recorder():
     torch.testing.assert_close(entry["k"][1].float(), cache["k", 1], rtol=1e-6, atol=1e-6)
 
 
-def test_multi_head_latent_attention_is_refused_with_its_reason():
-    config = T.DeepseekV3Config(hidden_size=64, intermediate_size=64, moe_intermediate_size=16,
-                                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
-                                n_routed_experts=4, num_experts_per_tok=2, n_group=1,
-                                topk_group=1, kv_lora_rank=16, q_lora_rank=16,
-                                qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
-                                vocab_size=TINY_VOCAB, first_k_dense_replace=1)  # fmt: skip
-    with pytest.raises(AdapterError, match="^ropesplit does not analyse deepseek_v3: multi-head "
-                       "latent attention"):  # fmt: skip
-        attention_modules(T.AutoModelForCausalLM.from_config(config))
+def deepseek_v3(**fields):
+    config = T.DeepseekV3Config(**{**dict(
+        hidden_size=64, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+        n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, vocab_size=TINY_VOCAB, first_k_dense_replace=1),
+        **fields})  # fmt: skip
+    torch.manual_seed(0)
+    return load_model(T.AutoModelForCausalLM.from_config(config))
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_multi_head_latent_attention_is_captured_rotary_first_with_one_shared_key(interleave):
+    """DeepSeek-V3 attends with [q_nope; R q_pe] against [k_nope,h; R k_pe] (k_pe one head):
+    the capture turns it into whole heads with the 8 rotating coordinates first, the key's
+    rotating part the same for every head, and the model's logits rebuilt."""
+    loaded = deepseek_v3(rope_interleave=interleave)
+    cache = capture(loaded, ids(20))
+    for layer in cache.layers:
+        assert layer.shared_key and layer.rotary_dim == 8 and layer.head_dim == 24
+        assert layer.q.shape == (4, 20, 24) and layer.k.shape == (4, 20, 24)
+        torch.testing.assert_close(layer.k[:, :, :8], layer.k[:1, :, :8].expand(4, -1, -1))
+        assert np.all(layer.theta[4:] == 0) and np.all(layer.theta[:4] > 0)
+    assert cache.logit_max_rel_diff < 1e-5 and cache.rope_max_rel_diff < 1e-5

@@ -137,13 +137,13 @@ def test_probs_are_the_models_output_attentions(arch):
 
 def test_taps_are_removed_after_capture(arch):
     _, loaded, _, _, _ = arch
-    home = importlib.import_module(type(loaded.attn[0]).__module__)
+    home = importlib.import_module(type(loaded.attn.modules[0]).__module__)
     rope = home.apply_rotary_pos_emb  # a function, or the kernel hub's module
     assert "_rope_wrapper" not in getattr(rope, "__qualname__", "")
     assert not isinstance(rope, torch.nn.Module) or not rope._forward_hooks
     assert home.eager_attention_forward.__module__ == home.__name__
     assert loaded.model.config._attn_implementation == "eager"
-    assert not any(m._forward_pre_hooks for m in loaded.attn)
+    assert not any(m._forward_pre_hooks for m in loaded.attn.modules)
 
 
 def test_the_pass_stops_after_the_last_attention_unless_logits_are_kept(arch):
@@ -384,7 +384,7 @@ def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeyp
 
     loaded = load_model(ARCHS["llama"][0], seed=0)
     with torch.no_grad():  # sharp attention: logits spread over tens of units
-        for module in loaded.attn:
+        for module in loaded.attn.modules:
             module.q_proj.weight.mul_(30.0)
             module.k_proj.weight.mul_(30.0)
     honest = capture(loaded, token_ids())

@@ -161,7 +161,7 @@ def test_perturbed_position_ids_keep_the_mask_causal_by_index(tiny, distinct_ids
     position step other than +1 as a new packed sequence and masks across it."""
     positions = torch.as_tensor(np.arange(N_TOKENS)[::-1].copy())[None]  # every step is -1
     weights = []
-    handle = tiny.attn[0].register_forward_hook(lambda m, a, out: weights.append(out[1]))
+    handle = tiny.attn.modules[0].register_forward_hook(lambda m, a, out: weights.append(out[1]))
     try:
         eager = forward_batch(tiny, distinct_ids[None], positions, 1, fast=False)
     finally:

@@ -11,9 +11,9 @@ from transformer_lens.pretrained.weight_conversions import convert_llama_weights
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import load_model
+from ropesplit.empirical.adapter.configs import rope_spec
 from ropesplit.empirical.analyze import analyze
 from ropesplit.empirical.lens import analyze_lens
-from ropesplit.numerics.spec import RopeSpec
 
 STATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
          "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip
@@ -43,7 +43,7 @@ def twins():
 
 def test_the_spec_is_read_from_the_lens_config(twins):
     _, lens = twins
-    spec = RopeSpec.from_config(lens.cfg)
+    spec = rope_spec(lens.cfg)
     assert spec.layout == "half" and spec.rotary_dim is None and spec.kv_map == (0, 0, 1, 1)
     assert spec.scale == pytest.approx(0.25) and spec.theta[1] == pytest.approx(10000 ** -0.125)
 

@@ -410,13 +410,13 @@ def test_a_model_whose_loss_rises_without_the_cap():
 
 def test_install_restores_the_model_even_after_an_error():
     loaded = tiny("float32", layers=1)
-    home = sys.modules[type(loaded.attn[0]).__module__]
+    home = sys.modules[type(loaded.attn.modules[0]).__module__]
     original = home.apply_rotary_pos_emb
     with pytest.raises(RuntimeError, match="boom"), install(loaded, lm_settings(8)["LM-Infinite"]):
         raise RuntimeError("boom")
     assert home.apply_rotary_pos_emb is original
     assert loaded.model.config._attn_implementation == "eager"
-    assert not any(m._forward_pre_hooks for m in loaded.attn)
+    assert not any(m._forward_pre_hooks for m in loaded.attn.modules)
 
 
 def test_in_length_windows_restore_bos_as_the_model_was_trained():

@@ -13,6 +13,7 @@ import transformers as T
 from conftest import llama_config, tiny_llama
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.empirical.adapter.configs import rope_spec
 from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_capture
 from ropesplit.empirical.capture import capture
 from ropesplit.empirical.raw import analyze_qk
@@ -108,19 +109,19 @@ def test_a_captured_layer_through_analyze_qk_is_the_same_analysis_as_analyze():
 def test_rope_spec_from_configs():
     llama = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                           rope_theta=500.0)  # fmt: skip
-    spec = RopeSpec.from_config(llama)
+    spec = rope_spec(llama)
     assert spec.head_dim == 16 and spec.theta[0] == 1.0 and spec.layout == "half"
     assert spec.theta[1] == pytest.approx(500.0 ** (-2 / 16)) and spec.kv_map == (0, 0, 1, 1)
     assert spec.scale == pytest.approx(16**-0.5)
     tl = types.SimpleNamespace(d_head=8, rotary_base=100.0, rotary_dim=4,
                                rotary_adjacent_pairs=True, n_heads=2, n_key_value_heads=None,
                                positional_embedding_type="rotary")  # fmt: skip
-    spec = RopeSpec.from_config(tl)
+    spec = rope_spec(tl)
     assert spec.layout == "interleaved" and spec.rotary_dim == 4 and spec.theta == (1.0, 0.1,
                                                                                       0.0, 0.0)
     assert RopeSpec.from_base(4, 100.0).theta == (1.0, 0.1)
     with pytest.raises(RopesplitError, match="^GPT2Config states no rope_theta"):
-        RopeSpec.from_config(T.GPT2Config())
+        rope_spec(T.GPT2Config())
 
 
 @pytest.mark.parametrize(

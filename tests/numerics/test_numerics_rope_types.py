@@ -23,8 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.numerics.rope import SCALINGS, attention_factor, frequencies, hf_scaling
-from ropesplit.numerics.spec import RopeSpec
+from ropesplit.empirical.adapter.configs import rope_spec
+from ropesplit.empirical.adapter.configs import scaling as hf_scaling
+from ropesplit.numerics.rope import SCALINGS, attention_factor, frequencies
 
 D = 16  # head dim of the tiny configs
 COMMON = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
@@ -94,6 +95,8 @@ def ours(cfg: T.LlamaConfig, seq_len: int | None) -> np.ndarray:
 
 
 def test_the_table_is_transformers_table():
+    """SCALINGS is a table as ROPE_INIT_FUNCTIONS is: rope_type -> the function computing it."""
+    assert all(callable(compute) for compute in SCALINGS.values())
     assert set(SCALINGS) - {"ntk"} <= set(rope_utils.ROPE_INIT_FUNCTIONS)
     assert {"linear", "dynamic", "yarn", "longrope", "llama3"} <= set(SCALINGS)
 
@@ -111,13 +114,13 @@ def test_frequencies_and_factor_match_transformers(kind, seq_len):
 
 @pytest.mark.parametrize("kind", sorted(PARAMS))
 def test_the_models_own_buffer_and_the_spec(kind):
-    """The rotary module's float32 ``inv_freq`` is these frequencies rounded; RopeSpec reads
-    them off the config, its scale carrying the attention factor squared."""
+    """The rotary module's float32 ``inv_freq`` is these frequencies rounded; the adapter's
+    rope_spec reads them off the config, its scale carrying the attention factor squared."""
     cfg = config(kind)
     module = T.models.llama.modeling_llama.LlamaRotaryEmbedding(cfg)
     np.testing.assert_allclose(module.inv_freq.double().numpy(), ours(cfg, None), rtol=3e-7)
     assert module.attention_scaling == pytest.approx(attention_factor(scaling(cfg)), rel=1e-6)
-    spec = RopeSpec.from_config(cfg)
+    spec = rope_spec(cfg)
     np.testing.assert_array_equal(np.asarray(spec.theta), ours(cfg, None))
     assert spec.scale == pytest.approx(D**-0.5 * module.attention_scaling**2, rel=1e-6)
 
@@ -177,12 +180,12 @@ def test_a_capture_of_each_type_checks_its_frequencies(kind):
 
 
 def test_a_rope_per_layer_type_is_read_per_layer_type():
-    """Gemma 3 keeps one RoPE per layer type: RopeSpec.from_config reads the one asked for
+    """Gemma 3 keeps one RoPE per layer type: the adapter's rope_spec reads the one asked for
     and, asked for none, says which there are."""
     cfg = T.Gemma3TextConfig(head_dim=D, **{**COMMON, "intermediate_size": 64})
-    local = RopeSpec.from_config(cfg, "sliding_attention")
-    full = RopeSpec.from_config(cfg, "full_attention")
+    local = rope_spec(cfg, "sliding_attention")
+    full = rope_spec(cfg, "full_attention")
     np.testing.assert_array_equal(local.theta, frequencies(D, 10000.0))
     np.testing.assert_array_equal(full.theta, frequencies(D, 1e6))
     with pytest.raises(RopesplitError, match="has a RoPE per layer type .*: give layer_type"):
-        RopeSpec.from_config(cfg)
+        rope_spec(cfg)
