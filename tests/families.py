@@ -26,7 +26,7 @@ import re
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,12 @@ TEXT = "Rotary position embeddings turn each pair of coordinates by an angle. " 
 MAX_PARAMETERS = 20_000_000  # a config that did not shrink is not built
 # the families that must be analysed with the capture validated
 REQUIRED = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-            "phi3", "gpt_neox", "olmo2", "granite", "cohere", "stablelm", "gptj")  # fmt: skip
+            "phi3", "gpt_neox", "olmo2", "granite", "cohere", "stablelm", "gptj",
+            # the most used families of 2025-2026: hybrids, sinks, MLA, tables as applied
+            "llama4_text", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "gpt_oss",
+            "deepseek_v3", "deepseek_v32", "glm4", "glm_moe_dsa", "ernie4_5", "gemma3n_text",
+            "gemma4_text", "phimoe")  # fmt: skip
+ANALYSED_SHARE = 0.9  # at least this share of the families is analysed, capture validated
 # GPT-J's attention calls transformers' attention registry from 5.24 on; before, it is a
 # private method (GPTJAttention._attn) that no public seam reaches, and GPT-J is refused
 GPTJ_SINCE = (5, 24)
@@ -63,11 +68,99 @@ TINY: dict[str, Any] = {
     "num_attention_heads": 4, "n_head": 4, "num_heads": 4,
     "num_key_value_heads": 2, "head_dim": 16, "rotary_dim": 8,
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
-    "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2,
+    "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "moe_k": 2, "num_experts_per_token": 2,
     "max_position_embeddings": 64, "n_positions": 64, "sliding_window": 8,
     "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
-    "v_head_dim": 16, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "v_head_dim": 16, "first_k_dense_replace": 1, "n_group": 1, "num_expert_group": 1,
+    "topk_group": 1,
     "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "num_kv_shared_layers": 0,
+}  # fmt: skip
+# the per-layer lists that say which kind each layer is (attention kind; 0 = NoPE)
+PATTERN_FIELDS = ("layer_types", "no_rope_layers")
+
+# per family, on top of TINY and of the layer pattern's prefix (see tiny_config): where the
+# default config does not build, does not shrink, or keeps no layer of a kind the real
+# checkpoints have; sizes follow the real models' ratios at the tiny width
+_QWEN_LINEAR = {"linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                "linear_num_key_heads": 2, "linear_num_value_heads": 4}  # fmt: skip
+_GEMMA_PER_LAYER_INPUT = {"vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16}
+OVERRIDES: dict[str, dict[str, Any]] = {
+    # GatedDeltaNet heads shrunk (128-wide by default: 3M parameters), value heads 2x key heads
+    "qwen3_next": _QWEN_LINEAR,
+    "qwen3_5_text": _QWEN_LINEAR,
+    "qwen3_5_moe_text": _QWEN_LINEAR,
+    # + the QSA indexer's fields are None by default (the model cannot be built); a budget
+    # above the tokens analysed, so every key stays attended
+    "qwen4_exp_text": {**_QWEN_LINEAR, "indexer_n_heads": 4, "indexer_kv_heads": 1,
+                       "indexer_head_dim": 16, "indexer_budget": 32,
+                       "indexer_compress_ratio": 4},  # fmt: skip
+    # attn_layer_indices=None is all Mamba; Bamba-9B has attention at [9, 18, 27] of 32
+    "bamba": {"attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 16,
+              "mamba_d_state": 16},  # fmt: skip
+    # block_types cycle (recurrent, recurrent, attention): three layers reach the attention
+    "recurrent_gemma": {"num_hidden_layers": 3, "lru_width": 64},
+    # the default layers_block_type has 54 entries; mem-RoPE stays off as in the default
+    "zamba2": {"num_hidden_layers": 2, "layers_block_type": ["linear_attention", "hybrid"],
+               "n_mamba_heads": 2, "mamba_d_state": 16, "adapter_rank": 8},  # fmt: skip
+    # layer_types=None is indexed; LFM2-8B-A1B-like: conv, conv, attention, 2 dense layers
+    "lfm2_moe": {"num_hidden_layers": 3, "layer_types": ["conv", "conv", "full_attention"]},
+    # DbrxAttention reads attn_config.rope_theta, which the default lacks (DBRX's own
+    # config.json: 500000); n_heads/n_layers are DBRX's names for the head and layer counts
+    "dbrx": {"n_heads": 4, "n_layers": 2, "max_seq_len": 64,
+             "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+             "attn_config": {"kv_n_heads": 2, "rope_theta": 500000.0, "clip_qkv": 8},
+             "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2}},
+    # n_shared_experts=None is multiplied (dots.llm1 has 2)
+    "dots1": {"n_shared_experts": 2},
+    # its validator allows top-1 routing only
+    "zaya": {"num_experts_per_tok": 1},
+    # index heads <= query heads per key head (the default's 12 of 48/4: all of them)
+    "kolibri1_1": {"index_num_heads": 2},
+    # rope_parameters={} by default, read per layer type: default RoPE on its full layers
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]}}},
+    # the per-layer-input table (262144 x layers x 256: 330M) shrunk to the tiny vocabulary
+    "gemma3n_text": {**_GEMMA_PER_LAYER_INPUT, "laurel_rank": 8,
+                     "activation_sparsity_pattern": [0.95] * 5},  # fmt: skip
+    # + global (full) layers twice the sliding head_dim, as Gemma 4's 512 vs 256
+    "gemma4_text": {**_GEMMA_PER_LAYER_INPUT, "per_layer_config": {"05": {"head_dim": 32}}},
+    # head_dim 192 x partial 0.334 = a 64-d rotary slice in MiMo-V2-Flash: 24 x 0.334 = 8
+    # keeps it even (16 x 0.334 = 5 is no RoPE a real model has); v_head_dim 128/192 of it
+    "mimo_v2_flash": {"head_dim": 24, "v_head_dim": 16},
+    # Phi-3.5-MoE's window is 131072 (no sliding within any text analysed), not TINY's 8
+    "phimoe": {"sliding_window": 131072},
+    # MLA in a GatedLinearAttention hybrid: the linear heads (32 x 128 by default) shrunk
+    "bailing_hybrid": {"linear_num_heads": 4, "linear_head_dim": 16},
+    # KV heads = query heads (its validator); sliding layers have half the heads, a wider
+    # latent and nope slice, as the default's per_layer_config (64 of 128 heads, latent 1024
+    # vs 512, nope 192 vs 128, head_dim = 192 + 64 = 256)
+    "dots3_note_text": {"num_key_value_heads": 4, "head_dim": 24, "per_layer_config": {"02": {
+        "num_attention_heads": 2, "num_key_value_heads": 2, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16}}},
+    # nGPT with loops: 4 layers (sliding x3, full), one input, two looped, one output layer
+    "dory": {"num_hidden_layers": 4, "n_input_layers": 1, "n_output_layers": 1,
+             "layer_types": ["sliding_attention"] * 3 + ["full_attention"]},
+    # the vision (27 layers) and audio (24 blocks) towers of 870M shrunk to one layer each
+    "phi4_multimodal": {
+        "vision_config": {"hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1,
+                          "num_attention_heads": 4},
+        "audio_config": {"hidden_size": 64, "intermediate_size": 64, "num_blocks": 1,
+                         "num_attention_heads": 4, "ext_pw_out_channel": 64,
+                         "depthwise_separable_out_channel": 64, "nemo_conv_channels": 64}},
+    # four byte-level transformers (4.6B) and the 500002-row hash tables shrunk; no cache:
+    # its DynamicCache(config=BltConfig) raises (BltConfig has no num_hidden_layers)
+    "blt": {
+        "encoder_hash_byte_group_vocab": 1024, "use_cache": False,
+        "patcher_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 64},
+        "encoder_config": {"hidden_size": 64, "hidden_size_global": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 4, "num_key_value_heads": 4,
+                           "intermediate_size": 64},
+        "decoder_config": {"hidden_size": 64, "hidden_size_global": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16,
+                           "intermediate_size": 64},
+        "global_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 64}},
 }  # fmt: skip
 
 
@@ -76,6 +169,7 @@ class Family:
     model_type: str
     status: str  # "analysed" or "refused" ("traceback" fails the test)
     reason: str  # the refusal's line, or the validation numbers
+    record: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # analysed
 
 
 def rope_families() -> list[str]:
@@ -109,26 +203,47 @@ def _quiet() -> Any:
         yield
 
 
-def tiny_config(model_type: str) -> Any:
-    """The family's config with every field of :data:`TINY` it has set to the tiny shape."""
+def tiny_config(model_type: str, **pattern: Any) -> Any:
+    """The family's config with every field of :data:`TINY` it has set to the tiny shape, the
+    prefix of its layer pattern, its :data:`OVERRIDES`, then ``pattern`` (a real layer pattern,
+    tests/real_patterns.py)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
     fields = cls().to_dict()
     kwargs = {name: value for name, value in TINY.items() if name in fields}
-    if isinstance(fields.get("layer_types"), list):
-        kwargs["layer_types"] = fields["layer_types"][: kwargs.get("num_hidden_layers", 2)]
+    patterns = {name: fields[name] for name in PATTERN_FIELDS if isinstance(fields.get(name), list)}
+    if patterns:
+        n = pattern_length(list(patterns.values()))
+        kwargs.update({name: pattern[:n] for name, pattern in patterns.items()})
+        kwargs["num_hidden_layers"] = n
+    if "qk_rope_head_dim" in kwargs:  # multi-head latent attention, tied as its default ties
+        if "head_dim" in kwargs and fields["head_dim"] == fields["qk_rope_head_dim"]:
+            kwargs["head_dim"] = kwargs["qk_rope_head_dim"]  # the RoPE sub-head: the table's width
+        if fields.get("num_key_value_heads") == fields.get("num_attention_heads"):
+            kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]  # one KV head per head
+    kwargs.update(OVERRIDES.get(model_type, {}))
+    kwargs.update(pattern)
     return cls(**kwargs)
 
 
-def build(model_type: str, folder: Path) -> str | None:
+def pattern_length(patterns: list[list[Any]]) -> int:
+    """The layers of the shortest prefix holding every kind of layer the per-layer lists
+    name together, and at least :data:`TINY`'s: a hybrid keeps a softmax layer, a NoPE
+    pattern its NoPE layer, a sliding pattern its full layer."""
+    kinds = list(zip(*patterns, strict=True))
+    n = next(n for n in range(1, len(kinds) + 1) if set(kinds[:n]) == set(kinds))
+    return max(n, TINY["num_hidden_layers"])
+
+
+def build(model_type: str, folder: Path, **fields: Any) -> str | None:
     """A tiny random-init model of the family saved in ``folder``; the reason if not."""
     import torch
     from conftest import byte_tokenizer
     from transformers import AutoModelForCausalLM
 
     try:
-        config = tiny_config(model_type)
+        config = tiny_config(model_type, **fields)
         with torch.device("meta"):
             size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
         if size > MAX_PARAMETERS:
@@ -141,14 +256,16 @@ def build(model_type: str, folder: Path) -> str | None:
     return None
 
 
-def analyse(model_type: str, root: Path) -> Family:
-    """``ropesplit analyze`` on the family's tiny model: analysed or refused, with why."""
+def analyse(model_type: str, root: Path, name: str | None = None, **fields: Any) -> Family:
+    """``ropesplit analyze`` on the family's tiny model (``fields`` set on its config, saved
+    under ``name``): analysed or refused, with why; the JSON record when analysed."""
     from ropesplit.cli import main
 
-    folder, text, record = root / model_type, root / "text.txt", root / f"{model_type}.json"
+    name = name or model_type
+    folder, text, record = root / name, root / "text.txt", root / f"{name}.json"
     text.write_text(TEXT)
     with _quiet():
-        reason = build(model_type, folder)
+        reason = build(model_type, folder, **fields)
     if reason is not None:
         return Family(model_type, "refused", reason)
     err = io.StringIO()
@@ -163,11 +280,11 @@ def analyse(model_type: str, root: Path) -> Family:
         v = json.loads(record.read_text())
         return Family(model_type, "analysed",
                       f"probabilities {v['reconstruction_max_abs_diff']:.0e}, logits "
-                      f"{v['logit_max_rel_diff']:.0e}, RoPE {v['rope_max_rel_diff']:.0e}")
+                      f"{v['logit_max_rel_diff']:.0e}, RoPE {v['rope_max_rel_diff']:.0e}", v)
     assert "Traceback" not in err.getvalue(), (model_type, err.getvalue())
     assert len(lines) == 1, (model_type, err.getvalue())
     reason = lines[0].split("error: ", 1)[1]
-    return Family(model_type, "refused", re.sub(r"/\S*/" + model_type, model_type, reason))
+    return Family(model_type, "refused", re.sub(r"/\S*/" + re.escape(name), name, reason))
 
 
 def run_all(root: Path | None = None) -> list[Family]:
