@@ -35,6 +35,7 @@ __all__ = ["AppliedRotation", "read_rotation"]
 
 _ZERO = 1e-6  # |M| below this fraction of max |M| is structurally zero
 _MATCH = 1e-4  # the rotation's cos (sin) entries agree to this fraction of max |M|
+STRUCTURE_TOKENS = 64  # the tokens of the first sequence whose response reads the pairs
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,9 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
     sequence ``b`` (column ``c`` for ``e_c``); ``positions (B, N)`` the tokens'
     positions (default ``0..N-1``), read only for the direction of each turn
     (the phase step from one position to the next is positive). The pairing is
-    read from every sequence and token at once; a map that is not a rotation of
-    coordinate pairs plus pass-through coordinates is refused in one line.
+    read from the first :data:`STRUCTURE_TOKENS` tokens of the first sequence, the
+    table from every sequence and token; a map that is not a rotation of coordinate
+    pairs plus pass-through coordinates is refused in one line.
     """
     M = np.asarray(M)
     if M.ndim != 4:
@@ -84,7 +86,8 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
     batch, n_tokens, d_out, d_in = M.shape
     p = (np.broadcast_to(np.arange(n_tokens, dtype=np.float64), (batch, n_tokens))
          if positions is None else np.asarray(positions, dtype=np.float64))  # fmt: skip
-    first = M[0].astype(np.float64)  # (N, d_out, d_in): the structure, from one sequence
+    rows = min(n_tokens, STRUCTURE_TOKENS)
+    first = M[0, :rows].astype(np.float64)  # (rows, d_out, d_in): the structure
     scale = float(np.abs(first).max()) or 1.0
     support = np.abs(first).max(axis=0) > _ZERO * scale  # (d_out, d_in)
     pairs: dict[tuple[int, ...], list[int]] = {}
@@ -114,7 +117,7 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
             raise RopesplitError(f"the RoPE function's pair {ins} -> {list(outs)} is not a "
                                  "rotation")  # fmt: skip
         phase = np.arctan2(first[:, d, a], first[:, c, a])  # (N,)
-        dp = np.diff(p[0])
+        dp = np.diff(p[0, :rows])
         step = _wrap(np.diff(phase)) / np.where(dp == 0, np.inf, dp)
         if step.size and np.median(step) < 0:  # turns by -p theta: the pair read (b, a)
             a, b, c, d = b, a, d, c

@@ -462,9 +462,6 @@ class AttentionCall:
                            **scaling, **self.kwargs)  # fmt: skip
 
 
-_PROBE_ROWS = 64  # tokens whose response reads the pair structure (every token reads the table)
-
-
 @dataclass
 class _Probe:
     """One table's rotation as :func:`~ropesplit.numerics.applied.read_rotation` read it."""
@@ -600,9 +597,7 @@ class Block:
         m = response.detach().float().permute(0, 2, 3, 1).cpu().numpy()  # (B, N, out, in)
         positions = (None if self.positions is None
                      else np.broadcast_to(np.asarray(self.positions), (b, n)))  # fmt: skip
-        rows = min(n, _PROBE_ROWS)
-        shape = read_rotation(m[:1, :rows], None if positions is None else positions[:1, :rows])
-        rotation = read_rotation(m, positions) if rows < n else shape
+        rotation = read_rotation(m, positions)  # pairs from one sequence, tables from each
         device, dtype = one.rotated.device, one.rotated.dtype
         probe = _Probe(torch.as_tensor(rotation.in_order, device=device),
                        torch.as_tensor(rotation.out_order, device=device), rotation.identity,
