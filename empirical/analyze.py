@@ -402,6 +402,9 @@ def capture_rows(
     if layer.sinks is not None:  # the sink logit each head's softmax normaliser adds
         for row in rows:
             row["sink"] = float(layer.sinks[row["head"]])
+    if layer.absolute_share is not None:  # learned gains after RoPE: their i + j term's share
+        for row in rows:
+            row["absolute_share"] = float(layer.absolute_share[row["head"]])
     if layer.shared_key:  # MLA: the RoPE sub-head beside the whole head
         for row, extra in zip(rows, rope_subhead_rows(q, k, spec, measure, positions),
                               strict=True):  # fmt: skip

@@ -105,6 +105,9 @@ class LayerCapture:
     probs: torch.Tensor | None = None  # (H, N, N) the model's own, if kept
     sinks: torch.Tensor | None = None  # (H,) sink logits in the softmax's normaliser, if any
     shared_key: bool = False  # MLA: the rotating key is one head shared by every head
+    # learned gains after RoPE: each head's share of the row-centred logit variance in the
+    # absolute term (i + j) they add (numerics.gains); q, k then hold the relative part's
+    absolute_share: np.ndarray | None = None
 
     @property
     def theta(self) -> np.ndarray:
@@ -341,16 +344,27 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
             state.windows[read] = mask_window(call.mask)
         window = state.windows[read]
     probs = weights.detach()[b]  # (H, N, N)
+    spec = RopeSpec.from_arrays(theta, float(attn_scale) * amplitude**2, layout, int(r), window,
+                                kv_map)  # fmt: skip
+    gains = _gains(raw, q, k, spec, state.positions[b])  # learned gains after RoPE, or None
     qr = rotate_applied(q, cos, sin, layout)  # (H, N, d)
     kr = rotate_applied(k, cos, sin, layout)  # (Hkv, N, d)
-    # against R q, R k as the model attends with them (its RoPE's output)
-    rope_diff = max(max_rel(qr, query.float()), max_rel(kr, key.float()))
+    # against R q, R k as the model attends with them (its RoPE's output, any gains after it)
+    if gains is None:
+        rope_diff = max(max_rel(qr, query.float()), max_rel(kr, key.float()))
+    else:
+        rope_diff = max(max_rel(qr * gains.q_gain, query.float()),
+                        max_rel(kr * gains.k_gain, key.float()))
+        q, k = gains.q, gains.k  # the relative part's features: the split is of W^rel
+        qr, kr = rotate_applied(q, cos, sin, layout), rotate_applied(k, cos, sin, layout)
     model_logits = raw["logits"][b] if "logits" in raw else None
     # a sink in the softmax's normaliser shows as its column in the softmax input (gpt-oss);
     # a sink applied to the output (Granite-SWA) leaves the probabilities a plain softmax
     if model_logits is None or model_logits.shape[-1] != model_logits.shape[-2] + 1:
         sinks = None
     bias = mask_bias(call.mask, b, window)  # Doge's per-key bias, else None
+    if gains is not None:  # the gains' absolute term, beside the relative logit
+        bias = gains.absolute if bias is None else bias + gains.absolute
     if model_logits is not None and bias is not None:
         model_logits = model_logits - bias
     if model_logits is not None:
@@ -365,15 +379,55 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin,
-        spec=RopeSpec.from_arrays(theta, float(attn_scale) * amplitude**2, layout, int(r),
-                                  window, kv_map),
+        spec=spec,
         rope_amplitude=amplitude, attn_scale=float(attn_scale), softcap=softcap,
         rope_base=base, reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=rope_diff,
         logit_max_abs_diff=logit_diff if "logits" in raw else math.nan,
         logit_scale=logit_scale if "logits" in raw else math.nan,
         probs=probs.float().clone() if state.keep_probs else None,
         sinks=None if sinks is None else sinks.float().cpu(), shared_key=bool(raw["shared_key"]),
+        absolute_share=None if gains is None else gains.share,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Gains:
+    """A layer's learned gains after RoPE, split (:mod:`ropesplit.numerics.gains`)."""
+
+    q_gain: torch.Tensor  # (d,)
+    k_gain: torch.Tensor  # (d,)
+    q: torch.Tensor  # (H, N, d) the relative part's features
+    k: torch.Tensor  # (Hkv, N, d)
+    absolute: torch.Tensor  # (H, N, N) W^abs, float32
+    share: np.ndarray  # (H,) its share of the row-centred logit variance
+
+
+def _gains(raw: dict[str, Any], q: torch.Tensor, k: torch.Tensor, spec: RopeSpec,
+           positions: np.ndarray) -> _Gains | None:  # fmt: skip
+    """The gains a norm after RoPE applies, split into a relative logit's features and an
+    absolute term (None where RoPE's output is attended as it is, or only rescaled)."""
+    if raw.get("q_gain") is None and raw.get("k_gain") is None:
+        return None
+    from ropesplit.numerics.gains import (
+        absolute_logits,
+        absolute_share,
+        gain_parts,
+        relative_features,
+    )
+
+    d = q.shape[-1]
+    ones = torch.ones(d, device=q.device)
+    q_gain = ones if raw["q_gain"] is None else raw["q_gain"].float()
+    k_gain = ones if raw["k_gain"] is None else raw["k_gain"].float()
+    gain = (q_gain * k_gain).double().cpu().numpy()
+    m, n = gain_parts(gain, spec)
+    qn, kn = q.double().cpu().numpy(), k.double().cpu().numpy()
+    q_rel, k_rel = relative_features(qn, kn, m)
+    absolute = absolute_logits(qn, kn, spec, n, positions=positions)
+    share = absolute_share(qn, kn, spec, gain, positions=positions)
+    return _Gains(q_gain, k_gain, torch.as_tensor(q_rel, dtype=q.dtype, device=q.device),
+                  torch.as_tensor(k_rel, dtype=k.dtype, device=k.device),
+                  torch.as_tensor(absolute, dtype=torch.float32, device=q.device), share)
 
 
 def capture(

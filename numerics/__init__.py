@@ -11,6 +11,7 @@ Modules, one idea each:
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
     partial_rotary  a partial-rotary (MLA) head: the rotating slice's share of rc(W) (7)
+    gains       learned gains after RoPE: a relative logit plus a term in i + j (8)
     spec        RopeSpec: one layer's RoPE geometry (no config read); pre/post-RoPE detection (1)
     measure     Measure: the options of one measurement (reference, pair budget, seed, ...)
     types       the array types of the signatures, each with its shape

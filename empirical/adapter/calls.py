@@ -396,7 +396,9 @@ class RopeRecord:
     ``k_rot`` the model's attended query and key in the same order, ``rotate(q) ==
     q_rot``; ``cos``, ``sin`` ``(B, N, r)`` the table the RoPE function applied (read
     off it). ``shared_key``: the rotating part of the key came from one head shared by
-    all (multi-head latent attention's ``k_pe``).
+    all (multi-head latent attention's ``k_pe``). ``q_gain``, ``k_gain`` ``(d,)``: learned
+    per-channel gains after RoPE (Hunyuan's norms: ``q_rot = q_gain * rotate(q)``), else
+    None.
     """
 
     q: torch.Tensor
@@ -406,6 +408,8 @@ class RopeRecord:
     cos: torch.Tensor
     sin: torch.Tensor
     shared_key: bool = False
+    q_gain: torch.Tensor | None = None
+    k_gain: torch.Tensor | None = None
 
 
 @dataclass
@@ -473,7 +477,9 @@ class _Probe:
     sin: torch.Tensor
 
 
-Located = tuple[int, "torch.Tensor | None", torch.Tensor]
+# (offset, per-vector scale or None, the rotated head of each attended head, per-channel gain
+# or None)
+Located = tuple[int, "torch.Tensor | None", torch.Tensor, "torch.Tensor | None"]
 
 
 def _locate(rotated: torch.Tensor, attended: torch.Tensor) -> Located | None:
@@ -481,7 +487,9 @@ def _locate(rotated: torch.Tensor, attended: torch.Tensor) -> Located | None:
     ``(offset, scale, heads_of)`` with ``attended[..., offset:offset + dx] == scale *
     rotated[:, heads_of]`` (:func:`_tilings`: the attended head ``i`` holds rotated head
     ``heads_of[i]``); ``scale (B, H, N, 1)`` is None where it is 1, else one number per
-    vector (a weightless norm after RoPE, Llama 4). None where it is not there."""
+    vector (a weightless norm after RoPE, Llama 4); ``gain (dx,)`` None, else one number
+    per coordinate besides (a norm with learned weights after RoPE, Hunyuan: ``attended =
+    gain * scale * rotated``). None where it is not there."""
     (b, h, n, dx), (b2, heads, n2, d) = rotated.shape, attended.shape
     if (b, n) != (b2, n2) or dx > d or heads % h:
         return None
@@ -490,7 +498,7 @@ def _locate(rotated: torch.Tensor, attended: torch.Tensor) -> Located | None:
         for heads_of in _tilings(h, heads, rotated.device):
             found = _at(rotated.float()[:, heads_of], attended, offset, dx, eps)
             if found is not None:
-                return offset, found[1], heads_of
+                return offset, found[1], heads_of, found[2]
     return None
 
 
@@ -503,19 +511,37 @@ def _tilings(h: int, heads: int, device: Any) -> list[torch.Tensor]:
 
 
 def _at(rot: torch.Tensor, attended: torch.Tensor, offset: int, dx: int, eps: float
-        ) -> tuple[int, torch.Tensor | None] | None:  # fmt: skip
-    """``(offset, scale)`` where ``attended[..., offset:offset + dx]`` is ``scale * rot``
-    to the dtypes' rounding (``scale`` None: 1), else None."""
+        ) -> tuple[int, torch.Tensor | None, torch.Tensor | None] | None:  # fmt: skip
+    """``(offset, scale, gain)`` where ``attended[..., offset:offset + dx]`` is ``gain *
+    scale * rot`` to the dtypes' rounding (``scale``, ``gain`` None: 1), else None."""
     part = attended[..., offset:offset + dx].float()
     size = float(torch.nan_to_num(part).abs().max()) if part.numel() else 0.0
     tol = 8 * eps * max(size, 1e-30)
     if bool(torch.isclose(part, rot, rtol=0.0, atol=tol, equal_nan=True).all()):
-        return offset, None  # (NaN where the model has NaN: the capture says so)
+        return offset, None, None  # (NaN where the model has NaN: the capture says so)
     norm = (rot * rot).sum(-1, keepdim=True)
     scale = torch.where(norm > 0, (part * rot).sum(-1, keepdim=True) / norm, 1.0)
     if bool(torch.isclose(part, scale * rot, rtol=0.0, atol=tol).all()):
-        return offset, scale
+        return offset, scale, None
+    scale, gain = _rank_one(part, rot)
+    if bool(torch.isclose(part, gain * scale * rot, rtol=0.0, atol=tol).all()):
+        return offset, scale, gain
     return None
+
+
+def _rank_one(part: torch.Tensor, rot: torch.Tensor, sweeps: int = 4
+              ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``(scale (B, H, N, 1), gain (dx,))`` fitting ``part = gain * scale * rot`` by
+    alternating least squares from the RMS norm's scale (exact data converges at once)."""
+    scale = torch.rsqrt((rot * rot).mean(-1, keepdim=True).clamp_min(1e-30))
+    gain = torch.ones(rot.shape[-1], dtype=rot.dtype, device=rot.device)
+    for _ in range(sweeps):
+        base = rot * scale
+        gain = (part * base).sum((0, 1, 2)) / (base * base).sum((0, 1, 2)).clamp_min(1e-30)
+        gained = rot * gain
+        norm = (gained * gained).sum(-1, keepdim=True)
+        scale = torch.where(norm > 0, (part * gained).sum(-1, keepdim=True) / norm, scale)
+    return scale, gain
 
 
 @dataclass
@@ -607,19 +633,23 @@ class Block:
         return probe
 
     def _standard(self, one: RopeCall, where: Located, attended: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor, _Probe]:  # fmt: skip
-        """Pre-RoPE whole heads and the attended ones, rotating pairs first (RopeRecord)."""
-        probe, (offset, scale, heads_of) = self._probe(one), where
+                  ) -> tuple[torch.Tensor, torch.Tensor, _Probe, torch.Tensor | None]:  # fmt: skip
+        """Pre-RoPE whole heads and the attended ones, rotating pairs first, and the
+        per-channel gain after RoPE in the same order (RopeRecord)."""
+        probe, (offset, scale, heads_of, gain) = self._probe(one), where
         (_, heads, _, d), dx = attended.shape, one.x.shape[-1]
         if probe.identity and offset == 0 and dx == d and scale is None and one.x.shape[1] == heads:
-            return one.x, attended, probe
+            return one.x, attended, probe, None
         x = one.x.index_select(-1, probe.in_order)[:, heads_of]
         if scale is not None:
             x = x * scale.to(x.dtype)
         inside = attended[..., offset:offset + dx].index_select(-1, probe.out_order)
         rest = torch.cat((attended[..., :offset], attended[..., offset + dx:]), dim=-1)
+        if gain is not None:  # in the standard order, 1 on the coordinates no RoPE call made
+            gain = torch.cat((gain.index_select(-1, probe.out_order),
+                              torch.ones(d - dx, dtype=gain.dtype, device=gain.device)))
         return (torch.cat((x, rest.to(x.dtype)), dim=-1), torch.cat((inside, rest), dim=-1),
-                probe)  # fmt: skip
+                probe, gain)  # fmt: skip
 
     def rope(self, layer: int, call: AttentionCall) -> RopeRecord:
         """The layer's RoPE as attended: the calls whose outputs ``call`` attends with,
@@ -634,10 +664,10 @@ class Block:
         q_call, q_at = self._attended(calls, ("q", None), call.query, "queries", layer)
         rest = [c for c in calls if c is not q_call]
         k_call, k_at = self._attended(rest, ("k", None), call.key, "keys", layer)
-        q, q_rot, probe = self._standard(q_call, q_at, call.query)
-        k, k_rot, _ = self._standard(k_call, k_at, call.key)
+        q, q_rot, probe, q_gain = self._standard(q_call, q_at, call.query)
+        k, k_rot, _, k_gain = self._standard(k_call, k_at, call.key)
         shared = k_call.x.shape[1] == 1 < call.key.shape[1]
-        record = RopeRecord(q, k, q_rot, k_rot, probe.cos, probe.sin, shared)
+        record = RopeRecord(q, k, q_rot, k_rot, probe.cos, probe.sin, shared, q_gain, k_gain)
         self.last[layer] = (attended, record)
         return record
 
@@ -855,7 +885,8 @@ def record_pre_rope(raw: dict[int, dict[str, Any]], layers: Any = None, *,
       pairs first (:class:`RopeRecord`), detached (a copy in ``dtype`` when given);
     - ``q_rot``, ``k_rot``: the attended query and key in the same order;
     - ``cos``, ``sin`` ``(B, N, r)``: the table as applied, one per sequence (a view);
-    - ``shared_key``: the rotating key is one head shared by all (MLA).
+    - ``shared_key``: the rotating key is one head shared by all (MLA);
+    - ``q_gain``, ``k_gain``: per-channel gains after RoPE, or None.
     """
 
     def record(layer: int, rope: RopeRecord) -> None:
@@ -867,6 +898,7 @@ def record_pre_rope(raw: dict[int, dict[str, Any]], layers: Any = None, *,
         batch = q.shape[0]
         raw[layer] = {"q": q, "k": k, "q_rot": rope.q_rot, "k_rot": rope.k_rot,
                       "cos": rope.cos.expand(batch, -1, -1),
-                      "sin": rope.sin.expand(batch, -1, -1), "shared_key": rope.shared_key}
+                      "sin": rope.sin.expand(batch, -1, -1), "shared_key": rope.shared_key,
+                      "q_gain": rope.q_gain, "k_gain": rope.k_gain}
 
     return record

@@ -158,3 +158,28 @@ def test_each_sequence_of_a_batch_gets_the_table_of_its_own_positions():
     positions = torch.stack([torch.arange(24), torch.arange(24).flip(0), torch.arange(24) + 9])
     caches = capture_batch(loaded, batch, positions, on_layer=lambda layers: None)
     assert max(cache.rope_max_rel_diff for cache in caches) < 1e-6
+
+
+def hunyuan(gain_q, gain_k):
+    loaded = tiny("hunyuan_v1_dense")
+    with torch.no_grad():
+        for module in loaded.attn.modules:
+            module.query_layernorm.weight.copy_(gain_q)
+            module.key_layernorm.weight.copy_(gain_k)
+    return loaded
+
+
+def test_learned_gains_after_rope_split_into_a_relative_logit_and_a_term_in_i_plus_j():
+    """Hunyuan's query/key norms have learned per-channel weights after RoPE. Planted
+    gains equal within each pair (coordinates l, l + d/2) add no absolute term; unequal
+    ones add one, split off and reported per head, with the capture still exact."""
+    d = 16
+    half = torch.linspace(0.5, 1.5, d // 2)
+    even = analyze(hunyuan(torch.cat([half, half]), torch.cat([half.flip(0), half.flip(0)])),
+                   ids()).heads
+    assert all(row["absolute_share"] < 1e-10 for row in even)  # the fitted gains: float32
+    loaded = hunyuan(torch.linspace(0.3, 2.0, d), torch.linspace(2.0, 0.6, d))
+    cache = capture(loaded, ids())
+    assert cache.logit_max_rel_diff < 1e-5 and cache.rope_max_rel_diff < 1e-5
+    shares = np.concatenate([layer.absolute_share for layer in cache.layers])
+    assert np.all((shares > 0.0) & (shares < 1.0))
