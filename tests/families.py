@@ -52,11 +52,14 @@ GPTJ_SINCE = (5, 24)
 
 
 def required() -> tuple[str, ...]:
-    """:data:`REQUIRED` as the installed transformers can meet it (see :data:`GPTJ_SINCE`)."""
+    """:data:`REQUIRED` as the installed transformers can meet it: the families it ships
+    (an older release has no Qwen3.5, say), GPT-J from :data:`GPTJ_SINCE` on."""
     import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
-    return REQUIRED if version >= GPTJ_SINCE else tuple(f for f in REQUIRED if f != "gptj")
+    return tuple(f for f in REQUIRED if f in CONFIG_MAPPING_NAMES
+                 and (f != "gptj" or version >= GPTJ_SINCE))  # fmt: skip
 
 # the tiny shape, field by field where the family's config has the field
 TINY: dict[str, Any] = {

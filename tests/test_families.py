@@ -35,11 +35,22 @@ def test_the_named_families_are_analysed_with_the_capture_validated(run):
         assert run[name].reason.startswith("probabilities "), run[name]
     if "gptj" not in families.required():  # its attention is a private method there
         assert run["gptj"].status == "refused"
-        assert "has no module-level apply_rotary_pos_emb and eager_attention_forward" in (
-            run["gptj"].reason)
+        assert "none of its layers is softmax attention with RoPE" in run["gptj"].reason
+
+
+def from_documented_release() -> None:
+    """Skip on a transformers older than the docs table's (older releases attend in private
+    methods, or fail inside their own tiny models, before ropesplit is reached)."""
+    documented = families.documented().split(":")[0].removeprefix("transformers ")
+    installed = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    if installed < tuple(int(x) for x in documented.split(".")[:2]):
+        pytest.skip(f"promised from transformers {documented} on")
 
 
 def test_at_least_nine_in_ten_families_are_analysed(run):
+    """On the release the docs table is for, or a newer one (older releases attend in
+    private methods that no registry call reaches, GPT-J's case before 5.24)."""
+    from_documented_release()
     done = sum(f.status == "analysed" for f in run.values())
     assert done >= families.ANALYSED_SHARE * len(run), {
         name: f.reason for name, f in run.items() if f.status != "analysed"}
@@ -55,6 +66,7 @@ def test_multi_head_latent_attention_is_analysed_on_its_rope_subhead_too(run):
 
 def test_refusals_say_what_the_model_is(run):
     """A family with no RoPE softmax layer is refused in one line that says so."""
+    from_documented_release()
     for name in ("granitemoehybrid", "zamba2"):
         assert "none of its" in run[name].reason and "softmax attention with RoPE" in (
             run[name].reason), run[name]
