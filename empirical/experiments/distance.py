@@ -67,7 +67,7 @@ def distance_rows(
         raise RopesplitError(f"the distance fits need at least 4 tokens, got {cache.n_tokens}")
     heads: list[Row] = []
     for index in layers:
-        layer = cache.layers[index]
+        layer = cache.layer(index)  # the model's own index: a hybrid's layers are sparse
         qc, kc = layer_pairs(layer)  # (H, N, P) each
         out = controlled_distance(qc, kc, layer.theta, layer.scale, distances,
                                   window=layer.window)  # fmt: skip  # name -> (H, K)

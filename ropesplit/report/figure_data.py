@@ -183,10 +183,13 @@ def median_head(heads: Sequence[Mapping[str, Any]], stat: str = "r_split") -> tu
 
 
 def _layer(cache: Any, layer: int) -> Any:
-    n_layers = len(cache.layers)
-    if not 0 <= layer < n_layers:
-        raise RopesplitError(f"layer must lie in [0, {n_layers}), got {layer}")
-    return cache.layers[layer]
+    """The capture of layer ``layer`` (its own index; a hybrid's analysed layers are sparse)."""
+    analysed = [one.layer for one in cache.layers]
+    if layer not in analysed:
+        span = (f"[0, {len(analysed)})" if analysed == list(range(len(analysed)))
+                else f"the analysed layers {analysed}")  # fmt: skip
+        raise RopesplitError(f"layer must lie in {span}, got {layer}")
+    return cache.layer(layer)
 
 
 def head_split(cache: Any, layer: int, head: int) -> Any:
