@@ -42,6 +42,28 @@ def _validation(record: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _layers_and_subhead(analyze: Mapping[str, Any], control: Mapping[str, Any]) -> list[str]:
+    """What a hybrid's or an MLA model's record adds: which layers the means pool, and the
+    RoPE sub-head's numbers where the whole head is mostly coordinates no RoPE turns."""
+    text = []
+    skipped = analyze.get("layers_not_analysed") or []
+    if skipped:
+        kinds = ", ".join(f"{x['layer']} ({x['kind']})" for x in skipped)
+        text.append(f"Layers analysed: {', '.join(map(str, analyze['layers_analysed']))}; not "
+                    f"analysed: {kinds}. Every mean pools the analysed layers.")  # fmt: skip
+    sub = analyze.get("summary_rope_subhead")
+    if sub:
+        theirs = (control.get("summary_rope_subhead") or {}) if control else {}
+        cells = "; ".join(f"{name} {fmt(value)}" + (f" (control {fmt(theirs[name])})"
+                                                    if name in theirs else "")
+                          for name, value in sub.items())  # fmt: skip
+        text.append("Multi-head latent attention: most of each head's coordinates carry no "
+                    "position, so the whole-head r_split is high by construction "
+                    "(docs/theory.md section 7). The informative numbers are the RoPE "
+                    f"sub-head's: {cells}.")  # fmt: skip
+    return text
+
+
 def build(inputs: ReportInputs) -> list[Section]:
     analyze = inputs.records["analyze"]
     heads = need(analyze, "heads", "analyze")
@@ -63,6 +85,7 @@ def build(inputs: ReportInputs) -> list[Section]:
         f"Model-wide mean r_split {fmt(summary['r_split'])}"
         + (f", {fmt(control['summary']['r_split'])} for the random-init control" if control
            else "") + " (the paper's value is compared in the claims table at the top).",
+        *_layers_and_subhead(analyze, control),
     ]  # fmt: skip
     return [Section("Empirical: the split on every head, trained vs random init", text,
                     [Table(columns, rows, "per-layer means over heads; last row: all heads")],
