@@ -33,7 +33,9 @@ from ropesplit.core.errors import RopesplitError
 
 __all__ = ["AppliedRotation", "read_rotation"]
 
-_ZERO = 1e-6  # |M| below this fraction of max |M| is structurally zero
+# a coordinate a RoPE function does not touch gets exact zeros (0 * x is 0 in floating point):
+# any nonzero entry is support, however small (a base of 1e9 turns its slowest pair by 1e-8)
+_ZERO = 0.0
 _MATCH = 1e-4  # the rotation's cos (sin) entries agree to this fraction of max |M|
 STRUCTURE_TOKENS = 64  # the tokens of the first sequence whose response reads the pairs
 
@@ -75,7 +77,8 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
     ``M[b, n]`` is the function's output for each unit input at token ``n`` of
     sequence ``b`` (column ``c`` for ``e_c``); ``positions (B, N)`` the tokens'
     positions (default ``0..N-1``), read only for the direction of each turn
-    (the phase step from one position to the next is positive). The pairing is
+    (the phase step from one position to the next is positive, read where two tokens
+    are one position apart: a longer step can wrap). The pairing is
     read from the first :data:`STRUCTURE_TOKENS` tokens of the first sequence, the
     table from every sequence and token; a map that is not a rotation of coordinate
     pairs plus pass-through coordinates is refused in one line.
@@ -118,7 +121,8 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
                                  "rotation")  # fmt: skip
         phase = np.arctan2(first[:, d, a], first[:, c, a])  # (N,)
         dp = np.diff(p[0, :rows])
-        step = _wrap(np.diff(phase)) / np.where(dp == 0, np.inf, dp)
+        unit = np.abs(dp) == 1  # a step of one position turns by +-theta < pi: no aliasing
+        step = _wrap(np.diff(phase))[unit] * dp[unit]
         if step.size and np.median(step) < 0:  # turns by -p theta: the pair read (b, a)
             a, b, c, d = b, a, d, c
         quads.append((a, b, c, d))

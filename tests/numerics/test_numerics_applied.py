@@ -65,8 +65,9 @@ def test_any_written_rotation_reads_back_as_the_standard_one(theta, data):
     np.testing.assert_allclose(y[:, got.out_order], standard(x[:, got.in_order], got.cos[0],
                                                               got.sin[0]), atol=1e-12)
     # every turn reads positive: the table's phase steps are +theta of some pair
-    step = np.angle(np.exp(1j * (np.arctan2(got.sin[0, 1, :P], got.cos[0, 1, :P])
-                                 - np.arctan2(got.sin[0, 0, :P], got.cos[0, 0, :P]))))
+    pair = slice(0, P) if got.layout == "half" else slice(0, 2 * P, 2)  # a column per pair
+    step = np.angle(np.exp(1j * (np.arctan2(got.sin[0, 1, pair], got.cos[0, 1, pair])
+                                 - np.arctan2(got.sin[0, 0, pair], got.cos[0, 0, pair]))))
     assert np.all(step > 0)
     np.testing.assert_allclose(np.sort(step), np.sort(theta), rtol=1e-9)
 
@@ -111,3 +112,23 @@ def test_a_pair_that_does_not_rotate_is_refused():
     M[0, :, 0, 0] *= 2.0  # cos entries no longer equal: a shear, not a turn
     with pytest.raises(RopesplitError, match="is not a rotation"):
         read_rotation(M)
+
+
+def test_a_pair_that_barely_turns_is_still_a_pair():
+    """A base of 1e9 turns the slowest pair by 1.3e-8 rad a token: its sine entries are tiny
+    but nonzero, and it is a rotating pair, not a pass-through coordinate."""
+    theta = np.array([1.0, 1.3e-8])
+    M = rope_map(theta, np.arange(24.0), [(0, 2), (1, 3)], [(0, 2), (1, 3)], [1, 1], [], [], 4)
+    got = read_rotation(M.astype(np.float32))
+    assert got.rotary_dim == 4 and got.identity
+
+
+def test_the_direction_of_a_turn_is_read_where_positions_step_by_one():
+    """Moved positions jump (the perturbation experiments): a phase step across a jump
+    wraps, so only steps of one position read each pair's direction."""
+    theta = np.array([2.5, 0.4])
+    positions = np.array([0, 1, 2, 3, 50, 51, 52, 1000, 1001, 7, 8, 9], dtype=np.float64)
+    M = rope_map(theta, positions, [(0, 2), (1, 3)], [(0, 2), (1, 3)], [1, 1], [], [], 4)
+    got = read_rotation(M, positions[None])
+    assert got.identity
+    np.testing.assert_allclose(got.sin[0, 1, :2], np.sin(theta), atol=1e-15)
