@@ -25,6 +25,8 @@ from ropesplit.empirical.analyze import analyze, analyze_capture
 from ropesplit.empirical.models import from_model
 from ropesplit.empirical.validate import mask_window
 
+pytestmark = pytest.mark.slow  # a dozen tiny models built and captured (make test runs them)
+
 
 def tiny(model_type: str, seed: int = 0, **fields):
     with families._quiet():
