@@ -271,6 +271,11 @@ def unshifted(model_logits: torch.Tensor, sinks: torch.Tensor | None, window: in
         return model_logits[..., :n] + shift
     if model_logits.shape[-1] != n or not n:
         return model_logits
+    # a shifted input has maximum exactly 0 on every row: read on the first row (one attended
+    # pair) and the last, the full check only then (an unshifted row's maximum is 0 by chance)
+    first, last = model_logits[:, 0, 0], model_logits[:, -1, max(0, n - (window or n)):]
+    if not (bool((first == 0).all()) and bool((last.amax(-1) == 0).all())):
+        return model_logits
     attended = allowed_pairs(n, window, model_logits.device)
     row_max = torch.where(attended, model_logits.float(), -math.inf).amax(-1)
     if not bool((row_max == 0).all()):

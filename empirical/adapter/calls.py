@@ -493,6 +493,9 @@ def _locate(rotated: torch.Tensor, attended: torch.Tensor) -> Located | None:
     (b, h, n, dx), (b2, heads, n2, d) = rotated.shape, attended.shape
     if (b, n) != (b2, n2) or dx > d or heads % h:
         return None
+    if (rotated.shape == attended.shape and rotated.stride() == attended.stride()
+            and rotated.data_ptr() == attended.data_ptr()):  # the very tensor: Llama's case
+        return 0, None, torch.arange(heads, device=rotated.device), None
     eps = max(float(torch.finfo(attended.dtype).eps), float(torch.finfo(rotated.dtype).eps))
     for offset in dict.fromkeys((0, d - dx)):
         for heads_of in _tilings(h, heads, rotated.device):
