@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ropesplit.cli import main
 from ropesplit.core.io import write_json
 from ropesplit.report.context import RunContext, RunSettings
@@ -22,6 +24,7 @@ def _written(tmp_path, name, record):
     return json.loads(write_json(tmp_path / name, record).read_text())
 
 
+@pytest.mark.slow  # end to end, seconds: make test runs it, test-fast does not
 def test_derive_cli_and_report_record_are_one(tmp_path, capsys):
     assert main(["derive", "--check", "--json", str(tmp_path / "cli.json")]) == 0
     capsys.readouterr()

@@ -671,7 +671,7 @@ class Block:
         k, k_rot, _, k_gain = self._standard(k_call, k_at, call.key)
         shared = k_call.x.shape[1] == 1 < call.key.shape[1]
         record = RopeRecord(q, k, q_rot, k_rot, probe.cos, probe.sin, shared, q_gain, k_gain)
-        self.last[layer] = (attended, record)
+        self.last = {layer: (attended, record)}  # the running layer's only: layers stream
         return record
 
 

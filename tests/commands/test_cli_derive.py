@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 import sympy as sp
 
 import ropesplit.theory as theory
@@ -32,6 +33,7 @@ def test_derivation_markdown_has_every_step_its_math_and_lemmas():
     assert "FAILED" not in text
 
 
+@pytest.mark.slow  # end to end, seconds: make test runs it, test-fast does not
 def test_check_writes_json_with_every_step_checked(tmp_path, capsys):
     out = tmp_path / "x.json"
     assert main(["derive", "--check", "--json", str(out)]) == 0

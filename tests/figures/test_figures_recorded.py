@@ -168,6 +168,7 @@ def test_read_records_refuses_other_files(tmp_path):
         write_records({"bound": figure_kwargs("bound")}, tmp_path / "a" / "b")
 
 
+@pytest.mark.slow  # end to end, seconds: make test runs it, test-fast does not
 def test_figures_drawn_side_by_side_are_the_bytes_drawn_in_one_process(tmp_path):
     # forked workers draw each file on its own figure: the same files, in the same order,
     # with the progress callback after each figure's last file

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 _CHILD = """
 import gc, json
 import numpy as np
@@ -36,6 +38,7 @@ def _kernels() -> dict[str, list[int]]:
     return json.loads(run.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow  # end to end, seconds: make test runs it, test-fast does not
 def test_every_kernel_of_the_statistics_loads_from_the_disk_cache():
     _kernels()  # the first process may compile (a fresh checkout) and save
     kernels = _kernels()
