@@ -155,7 +155,14 @@ def _read_qk(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[
     q, k, cos, sin = args[:4]
     if not _all_tensors(q, k, cos, sin, *result):
         return []
-    unsq, rest = _unsqueeze_dim(args, kwargs, 4), args[2:]
+    return _pair(function, args, kwargs, result, _unsqueeze_dim(args, kwargs, 4))
+
+
+def _pair(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+          result: Any, unsq: int) -> list[RopeCall]:  # fmt: skip
+    """The query's and the key's calls of ``f(q, k, *tables) -> (R q, R k)``, heads at dim
+    1 (``unsq`` 1) or tokens first (``unsq`` 2)."""
+    q, k, rest = args[0], args[1], args[2:]
 
     def apply(e: torch.Tensor) -> torch.Tensor:
         e = heads_first(e, unsq)  # the call's own layout (a transpose is its own inverse)
@@ -202,17 +209,9 @@ def _freqs_reader(unsq: int) -> Reader:
              result: Any) -> list[RopeCall]:  # fmt: skip
         if len(args) < 3 or not isinstance(result, tuple | list) or len(result) != 2:
             return []
-        q, k, freqs = args[:3]
-        if not _all_tensors(q, k, freqs, *result):
+        if not _all_tensors(*args[:3], *result):
             return []
-
-        def apply(e: torch.Tensor) -> torch.Tensor:
-            e = heads_first(e, unsq)
-            return heads_first(function(e, e, *args[2:], **kwargs)[0], unsq)
-
-        table = _table(function, args[2:])
-        return [RopeCall("q", heads_first(q, unsq), heads_first(result[0], unsq), apply, table),
-                RopeCall("k", heads_first(k, unsq), heads_first(result[1], unsq), apply, table)]
+        return _pair(function, args, kwargs, result, unsq)
 
     return read
 
@@ -356,7 +355,7 @@ def survey(model: Any) -> AttentionLayers:
     index = [int(i) if unique else pos for pos, i in enumerate(own)]  # type: ignore[arg-type]
     analysed = [index[pos] for pos in range(len(found)) if seen.get(pos)]
     nope = {index[pos] for pos in range(len(found)) if seen.get(pos) is False}
-    total = max([n_layers, *(i + 1 for i in index if seen.get(index.index(i)) is not None)])
+    total = max([n_layers, *(index[pos] + 1 for pos in seen)])
     not_analysed = {i: ("NoPE" if i in nope else (types[i] if types and i < len(types)
                                                   else "no softmax attention call"))
                     for i in range(total) if i not in analysed}  # fmt: skip
@@ -564,9 +563,9 @@ class Block:
     depth: int = 0  # inside a RoPE function (or its probe): nested calls are not read
     calls: dict[int, list[RopeCall]] = field(default_factory=dict)
     probes: dict[tuple[Any, ...], _Probe] = field(default_factory=dict)
-    # each layer's last record, by the attended tensors: a second attention call on the same
-    # query and key (DiffLlama's two softmaxes) reads the same RoPE
-    last: dict[int, tuple[tuple[int, int], RopeRecord]] = field(default_factory=dict)
+    # the running layer's record, by its attended tensors: a second attention call on the same
+    # query and key (DiffLlama's two softmaxes) reads the same RoPE (layers stream: one kept)
+    last: tuple[int, tuple[int, int], RopeRecord] | None = None
 
     def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``function(*args, **kwargs)`` (the model's forward pass) inside the block: an
@@ -659,8 +658,8 @@ class Block:
         read through the function's own rotation (:class:`RopeRecord`)."""
         calls = self.calls.pop(layer, [])
         attended = (call.query.data_ptr(), call.key.data_ptr())
-        if not calls and layer in self.last and self.last[layer][0] == attended:
-            return self.last[layer][1]
+        if not calls and self.last is not None and self.last[:2] == (layer, attended):
+            return self.last[2]
         if not calls:
             raise self._fail(f"no {'/'.join(self.conv.functions)} call rotated the queries "
                              f"and keys of layer {layer}")  # fmt: skip
@@ -671,7 +670,7 @@ class Block:
         k, k_rot, _, k_gain = self._standard(k_call, k_at, call.key)
         shared = k_call.x.shape[1] == 1 < call.key.shape[1]
         record = RopeRecord(q, k, q_rot, k_rot, probe.cos, probe.sin, shared, q_gain, k_gain)
-        self.last = {layer: (attended, record)}  # the running layer's only: layers stream
+        self.last = (layer, attended, record)
         return record
 
 
