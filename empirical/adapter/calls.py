@@ -139,8 +139,28 @@ def heads_first(x: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
 
 
 def _table(function: Callable[..., Any], values: Sequence[Any]) -> tuple[Any, ...]:
-    """What names a call's tables: the function and its tensors' storage."""
-    return (id(function), *(v.data_ptr() for v in values if isinstance(v, torch.Tensor)))
+    """What names a call's tables: the function and its tensors, by identity. A bound
+    method (a hub kernel's ``forward``) is a new object at each access, so its function and
+    owner name it; the tensors themselves are held, so that no table freed in the pass can
+    lend its address to another while the probe read off it is kept."""
+    owner, plain = getattr(function, "__self__", None), getattr(function, "__func__", function)
+    return (id(owner), id(plain), *(_Held(v) for v in values if isinstance(v, torch.Tensor)))
+
+
+class _Held:
+    """A tensor in a cache key: equal to the same storage and view, and kept alive."""
+
+    __slots__ = ("tensor", "key")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Held) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
 
 def _all_tensors(*values: Any) -> bool:

@@ -55,6 +55,24 @@ def test_a_hub_wrapped_rope_captures_what_the_plain_function_does(monkeypatch):
     assert plain.reconstruction_max_abs_diff <= 1e-6 and plain.rope_max_rel_diff <= 1e-6
 
 
+@pytest.mark.parametrize("hub", [False, True])
+def test_layers_that_share_one_table_are_probed_once_a_pass(monkeypatch, hub):
+    """Llama hands every layer the same cos/sin: the rotation is read once a forward pass,
+    whether the RoPE function is plain or the hub's module (whose bound ``forward`` is a
+    new object at each access, so it cannot name the table by its ``id``)."""
+    import ropesplit.numerics.applied as applied
+
+    if hub:
+        monkeypatch.setattr(wrapped_rope, "apply_rotary_pos_emb", wrapped_rope.HubRope())
+    reads = []
+    real = applied.read_rotation
+    monkeypatch.setattr(applied, "read_rotation", lambda *a, **k: reads.append(1) or real(*a, **k))
+    loaded = wrapped()
+    assert len(loaded.layers) == 2
+    capture(loaded, ids())
+    assert len(reads) == 1
+
+
 def test_a_plain_rope_function_is_restored_after_the_block():
     loaded = wrapped()
     capture(loaded, ids())
