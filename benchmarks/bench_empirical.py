@@ -115,7 +115,7 @@ def analysis_peak(model: str | None, gguf: str | None, ids: object) -> dict[str,
 _CAPTURE_PARTS = (("forward pass", "empirical/models.py", "model_pass"),
                   ("validation", "empirical/validate.py", "reconstruct"))
 _STATS_PARTS = (("logit sums", "numerics/stats.py", "_logit_sums"),
-                ("  prefix moments", "numerics/stats.py", "_prefix_moments"),
+                ("  prefix moments", "numerics/pairing.py", "prefix_moments"),
                 ("  band kernel", "numerics/stats.py", "kernel"),
                 ("  band sums (FFT)", "numerics/stats.py", "_band_sums"),
                 ("bound check", "numerics/stats.py", "tightness"),

@@ -394,9 +394,11 @@ def capture_rows(
         order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
             len(spec.theta))  # fmt: skip
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
-    if layer.q.device.type != "cpu":  # a GPU: the N^2 parts in torch there
-        measure = replace(measure, device=layer.q.device)
-    q, k = layer.q.double().cpu().numpy(), layer.k.double().cpu().numpy()
+    q, k = layer.q, layer.k
+    if q.device.type != "cpu":  # a GPU: the statistics in torch there, q and k stay
+        measure = replace(measure, device=q.device)
+    else:
+        q, k = q.double().numpy(), k.double().numpy()
     rows = layer_rows(layer.layer, q, k, spec, measure, positions=positions,
                       rope_base=layer.rope_base)  # fmt: skip
     if layer.sinks is not None:  # the sink logit each head's softmax normaliser adds
@@ -406,6 +408,7 @@ def capture_rows(
         for row in rows:
             row["absolute_share"] = float(layer.absolute_share[row["head"]])
     if layer.shared_key:  # MLA: the RoPE sub-head beside the whole head
+        q, k = (x.double().cpu().numpy() if hasattr(x, "cpu") else x for x in (q, k))
         for row, extra in zip(rows, rope_subhead_rows(q, k, spec, measure, positions),
                               strict=True):  # fmt: skip
             row |= extra
@@ -450,8 +453,9 @@ def layer_rows(
     positions: Any,
     rope_base: float | None,
 ) -> list[dict[str, Any]]:
-    """One row per query head of one layer's float64 ``q (H, N, d)``, ``k (Hkv, N, d)``
-    under ``spec`` (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
+    """One row per query head of one layer's ``q (H, N, d)``, ``k (Hkv, N, d)`` (float64
+    numpy, or tensors on ``measure.device``) under ``spec``
+    (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
     from ropesplit.numerics.stats import layer_statistics
 
     stats = layer_statistics(q, k, spec, measure, positions=positions)

@@ -26,6 +26,20 @@ def as_float64(name: str, x: Any, ndim: int) -> np.ndarray:
     return arr
 
 
+def as_float64_on(name: str, x: Any, ndim: int, device: Any) -> Any:
+    """``x`` as a finite float64 torch tensor with ``ndim`` dimensions on ``device``, or raise;
+    a tensor already there is not copied to the host (its finiteness is counted there)."""
+    import torch
+
+    t = torch.as_tensor(x).detach().to(device=device, dtype=torch.float64)
+    if t.ndim != ndim:
+        raise RopesplitError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    bad = int((~torch.isfinite(t)).sum())
+    if bad:
+        raise RopesplitError(f"{name} must be finite, got {bad} non-finite values")
+    return t
+
+
 def check_kv_map(kv_map: Any, n_heads: int, n_kv: int) -> np.ndarray:
     """``(H,)`` int64: the KV head each of ``n_heads`` query heads reads, each in ``[0, n_kv)``."""
     kv = np.asarray(kv_map, dtype=np.int64)

@@ -54,7 +54,8 @@ class Measure:
     kbar_rule: str = "mean"  # the reference key when none is given: one of KBAR_RULES
     # split_head: E term by term with its bounds (False: E = W - f - g, no bounds)
     bounds: bool = True
-    # layer_statistics: the torch device of the two N^2 parts (None: the compiled CPU path)
+    # layer_statistics: the torch device the statistics run on, from the features to the
+    # per-head sums (None: the compiled CPU path; "cpu": the same torch code a GPU runs)
     device: Any = None
     # layer_statistics: the split alone (r_split, its moments and the low-frequency shares
     # under every reference); the bound check and the three-axis fit are skipped: tightness

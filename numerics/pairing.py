@@ -12,11 +12,13 @@ import numpy as np
 import torch
 
 from ropesplit.numerics.fit import band_gram
+from ropesplit.numerics.workers import one_blas_thread
 
 __all__ = ["DISTANCE_TABLE", "BoundCheck", "Factors", "Moments", "pair_indices", "pair_plan",
-           "whole_steps"]
+           "prefix_moments", "row_blocks", "whole_steps"]
 
 DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
+_PREFIX_BYTES = 2**29  # working memory of one span of the prefix sums
 
 
 Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # S^WW (H, N), S^WE, S^EE (M, H, N)
@@ -84,3 +86,82 @@ def whole_steps(pq: np.ndarray, pk: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     if whole and n and (pq.max() - pk.min()) - (pq.min() - pk.max()) < DISTANCE_TABLE * n:
         return pq.astype(np.int64), pk.astype(np.int64), 1.0
     return None
+
+
+def prefix_moments(f: Factors, block: int) -> Moments:
+    r"""Row moments over the columns before each row's block of ``block`` rows, on the
+    features' device (CPU or GPU: the same code).
+
+    Every row of block ``t`` sees all columns ``j < tB``; their moments are
+    quadratic forms in prefix sums of the key features' outer products (per
+    KV head), :math:`G^{yb} = \sum_{j < tB} y_j b_j^\top` and so on:
+
+    .. math:: \sum_{j < tB} W_{ij}^2 = a_i^\top G^{yy} a_i,\quad
+              \sum_{j < tB} W_{ij}E_{ij} = a_i^\top G^{yb} a_i - a_i^\top G^{y\delta} u_i,
+
+    .. math:: \sum_{j < tB} E_{ij}^2 = a_i^\top G^{bb} a_i - 2 a_i^\top G^{b\delta} u_i
+              + u_i^\top G^{\delta\delta} u_i
+
+    Blocks go in spans of bounded memory, the prefix sums carried across.
+    On the CPU the float64 products go through numpy's BLAS (:func:`_mm`), held to one
+    thread (:func:`.workers.one_blas_thread`); on a GPU through torch.
+    """
+    a, y, b, dp, us = f.a, f.y, f.b, f.dp, f.us
+    h, n, c = a.shape
+    hkv, dev = y.shape[0], a.device
+    groups = [torch.from_numpy(np.flatnonzero(f.kv == g)).to(dev) for g in range(hkv)]
+    per_block = 8 * (2 * hkv * 6 * c * c + h * block * 6 * c)  # bytes of work
+    span = max(1, _PREFIX_BYTES // per_block)
+    # the upper blocks of sum z z^T, z = (y, b, delta): rows y (3c columns), b (2c), delta (c)
+    carry = [torch.zeros(hkv, 1, c, width, dtype=torch.float64, device=dev)
+             for width in (3 * c, 2 * c, c)]  # fmt: skip
+    s_ww = torch.empty(h, n, dtype=torch.float64, device=dev)
+    s_we, s_ee = torch.empty(2, len(us), h, n, dtype=torch.float64, device=dev)
+    keys = torch.cat([y, b, dp], -1)  # (Hkv, N, 3c)
+    with one_blas_thread():
+        for t0 in range(0, n, span * block):
+            t1 = min(n, t0 + span * block)
+            z = row_blocks(keys, t0, t1, block)  # (Hkv, nb, B, 3c)
+            inner = [_mm(z[..., k * c : (k + 1) * c].mT, z[..., k * c :]) for k in range(3)]
+            before = []  # the columns before each block: G^{y.}, G^{b.}, G^{dd}
+            for k, part in enumerate(inner):
+                before.append(torch.cumsum(part, 1).sub_(part).add_(carry[k]))
+                carry[k] = before[k][:, -1:] + part[:, -1:]
+            g_y, g_b, g_d = before
+            ab = row_blocks(a, t0, t1, block)  # (H, nb, B, c)
+            ub = [row_blocks(u, t0, t1, block) for u in us]
+            for g, hs in enumerate(groups):  # the query heads reading KV head g share its sums
+                if hs.numel() == 0:
+                    continue
+                x = ab[hs]  # (Hg, nb, B, c)
+                xy = _mm(x, g_y[g])  # (Hg, nb, B, 3c): a G_yy, a G_yb, a G_yd
+                xb = _mm(x, g_b[g])  # (Hg, nb, B, 2c): a G_bb, a G_bd
+                ab_ab = torch.linalg.vecdot(xb[..., :c], x)  # a G_bb a
+                ay_ab = torch.linalg.vecdot(xy[..., c : 2 * c], x)  # a G_yb a
+                s_ww[hs, t0:t1] = torch.linalg.vecdot(xy[..., :c], x).flatten(1)[:, : t1 - t0]
+                for r, u in enumerate(ub):
+                    v = u[hs]
+                    vd = _mm(v, g_d[g]).sub_(xb[..., c:], alpha=2)
+                    s_ee[r, hs, t0:t1] = (torch.linalg.vecdot(vd, v) + ab_ab
+                                          ).flatten(1)[:, : t1 - t0]  # fmt: skip
+                    s_we[r, hs, t0:t1] = (ay_ab - torch.linalg.vecdot(xy[..., 2 * c :], v)
+                                          ).flatten(1)[:, : t1 - t0]  # fmt: skip
+    return s_ww, s_we, s_ee
+
+
+def _mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x @ y`` (batched, broadcast): on the CPU through numpy's BLAS (OpenBLAS multiplies
+    these small batched float64 blocks faster than torch's MKL build, which takes a generic
+    path on AMD CPUs: ``benchmarks/bench_numerics.py``), elsewhere through torch."""
+    if x.device.type != "cpu":
+        return x @ y
+    return torch.from_numpy(np.matmul(x.numpy(), y.numpy()))
+
+
+def row_blocks(x: torch.Tensor, t0: int, t1: int, block: int) -> torch.Tensor:
+    """Rows ``t0:t1`` of ``x (X, N, c)`` as ``(X, nb, block, c)``, the last block 0-padded."""
+    nb = -(-(t1 - t0) // block)
+    part = x[:, t0:t1]
+    if nb * block > t1 - t0:
+        part = torch.nn.functional.pad(part, (0, 0, 0, nb * block - (t1 - t0)))
+    return part.reshape(x.shape[0], nb, block, x.shape[-1])

@@ -161,13 +161,16 @@ def as_spec(spec: Any, d: int) -> RopeSpec:
     return spec.check_head_dim(d)
 
 
-def layer_inputs(q: Any, k: Any, spec: Any) -> tuple[np.ndarray, np.ndarray, RopeSpec,
-                                                      np.ndarray]:  # fmt: skip
+def layer_inputs(q: Any, k: Any, spec: Any, device: Any = None) -> tuple[Any, Any, RopeSpec,
+                                                                        np.ndarray]:  # fmt: skip
     """A layer's ``q (H, N, d)`` and ``k (Hkv, N, d)`` as float64, checked against each
     other and against ``spec`` (:func:`as_spec`): ``(q, k, spec, kv)``, ``kv (H,)`` the KV
-    head each query head reads. Every statistic over a layer starts here."""
-    q = _inputs.as_float64("q", q, 3)
-    k = _inputs.as_float64("k", k, 3)
+    head each query head reads. Every statistic over a layer starts here. With a torch
+    ``device``, ``q`` and ``k`` are float64 tensors there (else numpy arrays)."""
+    if device is None:
+        q, k = _inputs.as_float64("q", q, 3), _inputs.as_float64("k", k, 3)
+    else:
+        q, k = (_inputs.as_float64_on(name, x, 3, device) for name, x in (("q", q), ("k", k)))
     (h, n, d), (hkv, nk, dk) = q.shape, k.shape
     if (nk, dk) != (n, d):
         raise RopesplitError(f"k must have shape (Hkv, {n}, {d}) like q, got {k.shape}")

@@ -78,9 +78,16 @@ from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import RTOL, CausalPairs, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.measure import EXACT, Measure
-from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
+from ropesplit.numerics.pairing import (
+    BoundCheck,
+    Factors,
+    Moments,
+    pair_indices,
+    pair_plan,
+    prefix_moments,
+)
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
-from ropesplit.numerics.rope import from_pairs, low_half, to_pairs
+from ropesplit.numerics.rope import check_rotary_dim, low_half, pair_coordinates, to_pairs
 from ropesplit.numerics.spec import RopeSpec, as_spec, layer_inputs
 from ropesplit.numerics.types import (
     HeadFeatures,
@@ -90,7 +97,7 @@ from ropesplit.numerics.types import (
     LayerQueries,
     Positions,
 )
-from ropesplit.numerics.workers import one_blas_thread, serial
+from ropesplit.numerics.workers import serial
 
 __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
            "pooled_correlation_ci", "row_moments", "tightness", "WORK_BYTES"]
@@ -179,60 +186,69 @@ def layer_statistics(
     holds ``reference``'s own); ``pair_budget`` is the number of causal pairs
     per head whose bound is checked (None: every pair; a smaller number: a
     sample of that many fixed by ``seed``, reported as ``sampled_pairs``);
-    ``device`` (None: the compiled CPU path) runs the two ``N^2`` parts, the
-    row moments and the bound check, and the band sums' FFT in torch on that device
-    (:mod:`.stats_torch`: CUDA where the model sits on a GPU; the same numbers
-    to float64 rounding).
+    ``device`` (None: the compiled CPU path) runs everything in torch on that device
+    (:mod:`.stats_torch`: CUDA where the model sits on a GPU): ``q`` and ``k`` may be
+    tensors there, the features, row moments (prefix sums), FFT band sums, the
+    three-axis fit's right side and the fused bound check stay there, and only the
+    per-head sums come back; the same numbers to float64 rounding (1e-12 relative on
+    the golden fixture, tests/numerics/test_golden.py).
 
     .. math:: E_{ij} = s\,\big(\langle R(p_i)q_i, R(p'_j)\delta_j\rangle
                                - \langle q_i, \delta_j\rangle\big)
     """
-    q, k, spec, kv = layer_inputs(q, k, spec)
+    device = getattr(measure, "device", None)  # (a geometry given loose fails just below)
+    dev = None if device is None else torch.device(device)
+    q, k, spec, kv = layer_inputs(q, k, spec, device=dev)  # tensors on dev when one is given
     (h, n, d), hkv = q.shape, k.shape[0]
     th, s, layout, rotary_dim, w = (spec.frequencies, spec.scale, spec.layout, spec.rotary_dim,
                                     spec.window)  # fmt: skip
     pq, pk = _inputs.check_positions(positions, n)
     reference, references = measure.reference, measure.references
-    pair_budget, seed, device = measure.pair_budget, measure.seed, measure.device
+    pair_budget, seed = measure.pair_budget, measure.seed
     if kbar is None:
         kbar = measure.rule_kbar(k)  # (Hkv, d), or None: each KV head's mean key below
     refs = [resolve_reference(name, th, n=n, window=w, positions=(pq, pk))
             for name in _unique([reference, *references])]  # fmt: skip  # primary first
-    qc = np.ascontiguousarray(to_pairs(q, layout, rotary_dim))  # (H, N, P)
-    kc = np.ascontiguousarray(to_pairs(k, layout, rotary_dim))  # (Hkv, N, P)
+    qc, kc = (_pairs(x, layout, rotary_dim) for x in (q, k))  # (H, N, P), (Hkv, N, P) complex
     if kbar is None:
-        kbc = kc.mean(axis=1, keepdims=True)  # (Hkv, 1, P)
+        kbc = kc.mean(1, keepdim=True)  # (Hkv, 1, P)
     else:
         kb = _inputs.as_float64("kbar", kbar, 2)
         if kb.shape != (hkv, d):
             raise RopesplitError(f"kbar must have shape ({hkv}, {d}), got {kb.shape}")
-        kbc = to_pairs(kb, layout, rotary_dim)[:, None, :]  # (Hkv, 1, P)
+        kbc = _pairs(kb, layout, rotary_dim)[:, None, :].to(kc.device)  # (Hkv, 1, P)
     dc = kc - kbc  # (Hkv, N, P) key deviations
-    low_k = _lowfreq_share(np.abs(dc) ** 2, th)[kv]  # (H,)
-    low_q = _lowfreq_share(np.abs(qc - qc.mean(axis=1, keepdims=True)) ** 2, th)  # (H,)
-    sums = _logit_sums(qc, kc, dc, kv, th, pq, pk, w, [None if r.is_zero else r.m for r in refs],
-                       device, three_axis=not measure.split_only)  # fmt: skip
+    low_k = _lowfreq_share(_energy(dc), th)[kv]  # (H,)
+    low_q = _lowfreq_share(_energy(qc - qc.mean(1, keepdim=True)), th)  # (H,)
+    layer = _Pairs(qc, kc, dc, kv, th, pq, pk, w)
+    sums = _logit_sums(layer, [None if r.is_zero else r.m for r in refs], dev,
+                       three_axis=not measure.split_only)  # fmt: skip
     gram = band_gram(n, w)
     if measure.split_only:  # no bound check, no three-axis fit (Measure.split_only)
         tight: list[tuple[float, float, int | None, int]] = [(math.nan, math.nan, 0, 0)] * h
         fit_share = np.full(h, math.nan)
     else:
         gap = None if refs[0].is_zero else refs[0].one_minus
-        check = BoundCheck(qc, dc[kv], th, pq, pk, s, w, gap)
-        if device is None:
+        if dev is None:  # the compiled kernels read numpy arrays (CPU tensors: no copy)
+            check = BoundCheck(qc.numpy(), dc[kv].numpy(), th, pq, pk, s, w, gap)
             tight = tightness(check, pair_budget, seed)  # one per head
         else:
             from ropesplit.numerics import stats_torch
 
-            tight = stats_torch.tightness(check, pair_budget, seed, device)
+            check = BoundCheck(qc, dc[torch.from_numpy(kv).to(dev)], th, pq, pk, s, w, gap)
+            tight = stats_torch.tightness(check, pair_budget, seed, dev)
         # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
         # solved for the unit right side and scaled back (the fit is linear in it): logits
         # near the underflow range (1e-160) would otherwise stall the iteration in subnormals
         rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
         norm = np.linalg.norm(rhs, axis=0)  # (H,)
         unit = rhs / np.where(norm > 0, norm, 1.0)
-        x, _ = gram.solve(unit)
-        fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
+        if gram.n_a == 1:  # a window of 1: each pair alone in its row and column, b_i + c_i
+            fit_share = np.asarray(sums["tww"], dtype=np.float64)  # fits it exactly (a null
+            # space of N directions b_i - c_i, which rounding in the sums would excite)
+        else:
+            x, _ = gram.solve(unit)
+            fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
     out = []
     for i in range(h):
         tww = sums["tww"][i]
@@ -348,23 +364,63 @@ def _corr(cov: float, var_a: float, var_b: float) -> float:
     return float(min(max(cov / den, -1.0), 1.0)) if den > 0 else math.nan
 
 
-def _lowfreq_share(energy: np.ndarray, theta: np.ndarray) -> np.ndarray:
+def _energy(z: torch.Tensor) -> torch.Tensor:
+    """``|z|^2`` of complex pairs, as ``Re^2 + Im^2`` (no square root)."""
+    return torch.view_as_real(z).square().sum(-1)
+
+
+def _lowfreq_share(energy: torch.Tensor, theta: np.ndarray) -> np.ndarray:
     r"""Share of ``energy (..., N, P)`` (summed over tokens) in the lower-frequency half of pairs.
 
     .. math:: \sum_{l \in \mathrm{low}} e_l \Big/ \sum_l e_l,\quad
               \mathrm{low} = \text{the } \lfloor P/2\rfloor \text{ smallest } \theta_l
               \ (+\tfrac12 \text{ the middle one when } P \text{ is odd})
+
+    The token sum runs where ``energy`` lives; the ``(..., P)`` sums come to the host.
     """
-    per_pair = energy.sum(axis=-2)  # (..., P)
+    per_pair = energy.sum(-2).cpu().numpy()  # (..., P)
     weight = low_half(theta)  # (P,)
     total = per_pair.sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, (per_pair @ weight) / total, np.nan)
 
 
-def _real(z: np.ndarray) -> torch.Tensor:
-    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)`` (real parts, then imaginary)."""
-    return torch.from_numpy(from_pairs(z))
+@dataclass(frozen=True)
+class _Pairs:
+    """One layer's complex pairs (torch, on one device) and what places them."""
+
+    qc: torch.Tensor  # (H, N, P) queries
+    kc: torch.Tensor  # (Hkv, N, P) keys
+    dc: torch.Tensor  # (Hkv, N, P) key deviations from kbar
+    kv: np.ndarray  # (H,) the KV head each query head reads
+    theta: np.ndarray  # (P,)
+    pq: np.ndarray  # (N,) query positions
+    pk: np.ndarray  # (N,) key positions
+    window: int | None
+
+
+def _pairs(x: Any, layout: str, rotary_dim: int | None) -> torch.Tensor:
+    """``(..., d)`` float64 -> ``(..., P)`` complex128 pairs (:func:`.rope.to_pairs`): built in
+    torch where ``x`` is a tensor (on its device), else numpy's own as a CPU tensor."""
+    if not isinstance(x, torch.Tensor):
+        return torch.from_numpy(np.ascontiguousarray(to_pairs(x, layout, rotary_dim)))
+    d = x.shape[-1]
+    re, im = (torch.from_numpy(i).to(x.device)
+              for i in pair_coordinates(d, check_rotary_dim(d, rotary_dim), layout))  # fmt: skip
+    return torch.complex(x.index_select(-1, re), x.index_select(-1, im))
+
+
+def _real(z: torch.Tensor) -> torch.Tensor:
+    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)``, each pair's real and imaginary
+    part side by side (a view where ``z`` is contiguous: every feature is read only through
+    dot products, which any common order of the coordinates leaves unchanged)."""
+    return torch.view_as_real(z.resolve_conj()).flatten(-2)
+
+
+def _turn(z: torch.Tensor, positions: np.ndarray, theta: np.ndarray) -> torch.Tensor:
+    r"""``z (..., N, P)`` turned by :math:`e^{i p_n \theta_l}`, its table ``(N, P)`` built on the
+    host in numpy and moved to ``z``'s device."""
+    return z * torch.from_numpy(np.exp(1j * positions[:, None] * theta)).to(z.device)
 
 
 def _band_rows(
@@ -380,7 +436,7 @@ def _band_rows(
     if window is None:  # row i: columns 0 .. i
         band = y.cumsum(1)[heads]
     else:
-        lo = torch.from_numpy(band_gram(n, window).first_col)  # row i: columns lo_i .. i
+        lo = torch.from_numpy(band_gram(n, window).first_col).to(y.device)  # columns lo_i .. i
         cy = torch.cat([y.new_zeros(y.shape[0], 1, y.shape[2]), y.cumsum(1)], 1)  # (Hkv, N+1, c)
         band = (cy[:, 1:] - cy[:, lo])[heads]
     return [torch.linalg.vecdot(x, band) for x in xs]
@@ -400,8 +456,7 @@ def _band_sums(
 
     by prefix sums (rows, columns) and a zero-padded FFT cross-correlation
     (diagonals): ``O(N c log N)`` instead of ``O(N^2 c)``; numpy's on the host,
-    torch's on ``device`` when one is given (on a lent H200, numpy's FFT on one
-    host thread was a third of a 4096-token layer's statistics).
+    torch's where ``x`` and ``y`` are when ``device`` is given.
     """
     h, n, c = x.shape
     gram = band_gram(n, window)
@@ -409,17 +464,15 @@ def _band_sums(
     if window is None:  # column j: rows j .. N-1, a suffix sum
         cols = torch.linalg.vecdot(y[heads], x.flip(1).cumsum(1).flip(1))  # (H, N)
     else:
-        hi = torch.from_numpy(gram.last_row + 1)  # column j: rows j .. hi_j - 1
+        hi = torch.from_numpy(gram.last_row + 1).to(x.device)  # column j: rows j .. hi_j - 1
         cx = torch.cat([x.new_zeros(h, 1, c), x.cumsum(1)], 1)  # (H, N + 1, c)
         cols = torch.linalg.vecdot(y[heads], cx[:, hi] - cx[:, :-1])  # (H, N)
     length = 2 * n  # zero padding: no circular wrap for lags 0 .. N-1
     if device is not None:  # vecdot conjugates its first argument: sum_c conj(Y) X
-        dev = torch.device(device)
-        fy = torch.fft.rfft(y.to(dev), length, dim=1)[heads.to(dev)]  # (H, N + 1, c)
-        spec = torch.linalg.vecdot(fy, torch.fft.rfft(x.to(dev), length, dim=1))
-        diags = torch.fft.irfft(spec, length, dim=1)[:, : gram.n_a].cpu()
-        return rows, cols, diags.contiguous()
-    # numpy's FFT: 0.81 times torch's time here (one thread, N = 512, c = 64)
+        fy = torch.fft.rfft(y, length, dim=1)[heads]  # (H, N + 1, c)
+        spec = torch.linalg.vecdot(fy, torch.fft.rfft(x, length, dim=1))
+        return rows, cols, torch.fft.irfft(spec, length, dim=1)[:, : gram.n_a].contiguous()
+    # on the CPU numpy's FFT (faster than torch's there: benchmarks/bench_numerics.py)
     fy = np.fft.rfft(y.numpy(), length, axis=1).conj()[heads.numpy()]  # (H, N + 1, c)
     spec = np.einsum("hfc,hfc->hf", np.fft.rfft(x.numpy(), length, axis=1), fy)
     diags = np.fft.irfft(spec, length, axis=1)[:, : gram.n_a]  # (H, n_a) sum_i x_i . y_{i-D}
@@ -427,18 +480,7 @@ def _band_sums(
 
 
 def _logit_sums(
-    qc: np.ndarray,
-    kc: np.ndarray,
-    dc: np.ndarray,
-    kv: np.ndarray,
-    theta: np.ndarray,
-    pq: np.ndarray,
-    pk: np.ndarray,
-    window: int | None,
-    refs: list[np.ndarray | None],
-    device: Any = None,
-    *,
-    three_axis: bool = True,
+    layer: _Pairs, refs: list[np.ndarray | None], device: Any = None, *, three_axis: bool = True
 ) -> dict[str, Any]:
     r"""Masked second moments of ``W / s`` and ``E_m / s`` per head, and the three-axis right side.
 
@@ -456,24 +498,28 @@ def _logit_sums(
     in ``E`` and are left out of it exactly).  Each row's raw moments
     :math:`S^{WW}_i = \sum_j W_{ij}^2`, :math:`S^{WE}_i`, :math:`S^{EE}_i`
     come from :func:`row_moments` (no ``(N, N)`` matrix), and are centred
-    with the row sums :math:`R_i` and the masked means:
+    with the row sums :math:`R_i` and the masked means. Everything runs where
+    ``layer``'s tensors are (``device`` None: the CPU, compiled moments and numpy's FFT);
+    only the per-head sums come back to the host:
 
     .. math:: \sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i - \mu_E R^W_i - \mu_W R^E_i
               + n_i\mu_W\mu_E
     """
+    qc, kc, dc, kv, theta, window = (layer.qc, layer.kc, layer.dc, layer.kv, layer.theta,
+                                     layer.window)  # fmt: skip
     h, n, _ = qc.shape
+    dev = qc.device
     gram = band_gram(n, window)
-    heads = torch.from_numpy(kv)
+    heads = torch.from_numpy(kv).to(dev)
     ms = [np.ones(theta.size) if m is None else np.asarray(m) for m in refs]
     silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there, all m
-    de = np.where(silent, 0.0, dc)  # (Hkv, N, P) the deviations E reads
-    rot_k = np.exp(1j * pk[:, None] * theta)  # (N, P)
-    a = _real(qc * np.exp(1j * pq[:, None] * theta))  # (H, N, 2P)  R(p_i) q_i
-    y = _real(kc * rot_k)  # (Hkv, N, 2P)  R(p'_j) k_j
-    b = _real(de * rot_k)  # (Hkv, N, 2P)  R(p'_j) delta_j
+    de = dc.masked_fill(torch.from_numpy(silent).to(dev), 0.0)  # (Hkv, N, P) the deviations E reads
+    a = _real(_turn(qc, layer.pq, theta))  # (H, N, 2P)  R(p_i) q_i
+    y = _real(_turn(kc, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) k_j
+    b = _real(_turn(de, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) delta_j
     dp = _real(de)  # (Hkv, N, 2P)  delta_j
-    us = _real(qc * np.stack(ms)[:, None, None])  # (M, H, N, 2P): q_i m, every reference
-    count_a, count_b, count_c = (torch.from_numpy(v)
+    us = _real(qc * torch.from_numpy(np.stack(ms)[:, None, None]).to(dev))  # (M, H, N, 2P): q_i m
+    count_a, count_b, count_c = (torch.from_numpy(v).to(dev)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     if three_axis:
         row_w, col_w, diag_w = _band_sums(a, y, window, heads, device)  # (H, N), (H, N), (H, n_a)
@@ -501,31 +547,35 @@ def _logit_sums(
     row_e = [r - m[:, None] * count_b for r, m in zip(row_e, mean_e, strict=True)]
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
 
-    def row_centred(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> np.ndarray:
-        return torch.where(several, x - u * v / count_b, 0.0).sum(-1).numpy()
+    def host(x: torch.Tensor) -> np.ndarray:
+        """A per-head sum ``(H,)`` of ``x (H, N)``, on the host."""
+        return x.sum(-1).cpu().numpy()
 
-    w_sq = s_ww.sum(-1).numpy()  # (H,) raw: the scale of the rounding in tww and cww
-    e_sq = [s.sum(-1).numpy() for s in s_ee]
+    def row_centred(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> np.ndarray:
+        return host(torch.where(several, x - u * v / count_b, 0.0))
+
+    w_sq = host(s_ww)  # (H,) raw: the scale of the rounding in tww and cww
+    e_sq = [host(s) for s in s_ee]
     # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
     # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
     (products,) = _band_rows([(a * a).sum(-1, keepdim=True)], (y * y).sum(-1, keepdim=True),
                              window, heads)  # fmt: skip  # (H, N) sum_j |a_i|^2 |y_j|^2
-    some = w_sq > ((a.shape[-1] + 4) * 2.0**-53) ** 2 * products.sum(-1).numpy()  # (H,)
+    some = w_sq > ((a.shape[-1] + 4) * 2.0**-53) ** 2 * host(products)  # (H,)
     res: dict[str, Any] = {
-        "tww": np.where(some, _resolved(ww.sum(-1).numpy(), w_sq), 0.0),
+        "tww": np.where(some, _resolved(host(ww), w_sq), 0.0),
         "cww": np.where(some, _resolved(row_centred(ww, row_w, row_w), w_sq), 0.0),
-        "twe": [x.sum(-1).numpy() for x in we],
-        "tee": [_resolved(x.sum(-1).numpy(), r) for x, r in zip(ee, e_sq, strict=True)],
+        "twe": [host(x) for x in we],
+        "tee": [_resolved(host(x), r) for x, r in zip(ee, e_sq, strict=True)],
         "cwe": [row_centred(x, row_w, r) for x, r in zip(we, row_e, strict=True)],
         "cee": [_resolved(row_centred(x, r, r), s)
                 for x, r, s in zip(ee, row_e, e_sq, strict=True)],
         "w_sq": w_sq, "e_sq": e_sq,
-        "mean_w": mean_w.numpy(), "mean_e": [m.numpy() for m in mean_e],
+        "mean_w": mean_w.cpu().numpy(), "mean_e": [m.cpu().numpy() for m in mean_e],
     }  # fmt: skip
     if three_axis:
         rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
                          col_w - mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip
-        res["rhs"] = rhs.T.contiguous().numpy()  # (K, H)
+        res["rhs"] = rhs.T.contiguous().cpu().numpy()  # (K, H): the three-axis fit's input
     return res
 
 
@@ -537,7 +587,7 @@ def row_moments(f: Factors, window: int | None) -> Moments:
 
     With no window, rows go in blocks of :data:`_BLOCK_ROWS`: the columns
     before a row's block come from prefix sums of outer products
-    (:func:`_prefix_moments`, ``O(N P^2)``), the block's own triangle from the
+    (:func:`.pairing.prefix_moments`, ``O(N P^2)``), the block's own triangle from the
     compiled pair loop (:func:`_band_kernel`).  With a window the compiled
     loop takes every pair of the band (``O(N\,\mathrm{window}\,P)``).
     """
@@ -545,7 +595,7 @@ def row_moments(f: Factors, window: int | None) -> Moments:
     i = np.arange(n, dtype=np.int64)
     if window is None:
         first = i // _BLOCK_ROWS * _BLOCK_ROWS
-        s_ww, s_we, s_ee = _prefix_moments(f)
+        s_ww, s_we, s_ee = prefix_moments(f, _BLOCK_ROWS)
     else:
         first = np.maximum(0, i - window + 1)
         s_ww = torch.zeros(h, n, dtype=torch.float64)
@@ -554,84 +604,6 @@ def row_moments(f: Factors, window: int | None) -> Moments:
     _band_kernel(not serial())(*features, f.kv.astype(np.int64), first, _BLOCK_ROWS,
                                s_ww.numpy(), s_we.numpy(), s_ee.numpy())  # fmt: skip  # in place
     return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)  # sums of squares: rounding aside
-
-
-def _prefix_moments(f: Factors) -> Moments:
-    r"""Row moments over the columns before each row's block of :data:`_BLOCK_ROWS` rows.
-
-    Every row of block ``t`` sees all columns ``j < tB``; their moments are
-    quadratic forms in prefix sums of the key features' outer products (per
-    KV head), :math:`G^{yb} = \sum_{j < tB} y_j b_j^\top` and so on:
-
-    .. math:: \sum_{j < tB} W_{ij}^2 = a_i^\top G^{yy} a_i,\quad
-              \sum_{j < tB} W_{ij}E_{ij} = a_i^\top G^{yb} a_i - a_i^\top G^{y\delta} u_i,
-
-    .. math:: \sum_{j < tB} E_{ij}^2 = a_i^\top G^{bb} a_i - 2 a_i^\top G^{b\delta} u_i
-              + u_i^\top G^{\delta\delta} u_i
-
-    Blocks go in spans of bounded memory, the prefix sums carried across.
-    The float64 products go through numpy's BLAS (:func:`_mm`), held to one
-    thread (:func:`.workers.one_blas_thread`).
-    """
-    a, y, b, dp, us = f.a, f.y, f.b, f.dp, f.us
-    h, n, c = a.shape
-    hkv, block = y.shape[0], _BLOCK_ROWS
-    groups = [torch.from_numpy(np.flatnonzero(f.kv == g)) for g in range(hkv)]
-    per_block = 8 * (2 * hkv * 6 * c * c + h * block * 6 * c)  # bytes of work
-    span = max(1, WORK_BYTES // per_block)
-    # the upper blocks of sum z z^T, z = (y, b, delta): rows y (3c columns), b (2c), delta (c)
-    carry = [torch.zeros(hkv, 1, c, width, dtype=torch.float64) for width in (3 * c, 2 * c, c)]
-    s_ww = torch.empty(h, n, dtype=torch.float64)
-    s_we, s_ee = torch.empty(2, len(us), h, n, dtype=torch.float64)
-    keys = torch.cat([y, b, dp], -1)  # (Hkv, N, 3c)
-    with one_blas_thread():
-        for t0 in range(0, n, span * block):
-            t1 = min(n, t0 + span * block)
-            z = _row_blocks(keys, t0, t1, block)  # (Hkv, nb, B, 3c)
-            inner = [_mm(z[..., k * c : (k + 1) * c].mT, z[..., k * c :]) for k in range(3)]
-            before = []  # the columns before each block: G^{y.}, G^{b.}, G^{dd}
-            for k, part in enumerate(inner):
-                before.append(torch.cumsum(part, 1).sub_(part).add_(carry[k]))
-                carry[k] = before[k][:, -1:] + part[:, -1:]
-            g_y, g_b, g_d = before
-            ab = _row_blocks(a, t0, t1, block)  # (H, nb, B, c)
-            ub = [_row_blocks(u, t0, t1, block) for u in us]
-            for g, hs in enumerate(groups):  # the query heads reading KV head g share its sums
-                if hs.numel() == 0:
-                    continue
-                x = ab[hs]  # (Hg, nb, B, c)
-                xy = _mm(x, g_y[g])  # (Hg, nb, B, 3c): a G_yy, a G_yb, a G_yd
-                xb = _mm(x, g_b[g])  # (Hg, nb, B, 2c): a G_bb, a G_bd
-                ab_ab = torch.linalg.vecdot(xb[..., :c], x)  # a G_bb a
-                ay_ab = torch.linalg.vecdot(xy[..., c : 2 * c], x)  # a G_yb a
-                s_ww[hs, t0:t1] = torch.linalg.vecdot(xy[..., :c], x).flatten(1)[:, : t1 - t0]
-                for r, u in enumerate(ub):
-                    v = u[hs]
-                    vd = _mm(v, g_d[g]).sub_(xb[..., c:], alpha=2)
-                    s_ee[r, hs, t0:t1] = (torch.linalg.vecdot(vd, v) + ab_ab
-                                          ).flatten(1)[:, : t1 - t0]  # fmt: skip
-                    s_we[r, hs, t0:t1] = (ay_ab - torch.linalg.vecdot(xy[..., 2 * c :], v)
-                                          ).flatten(1)[:, : t1 - t0]  # fmt: skip
-    return s_ww, s_we, s_ee
-
-
-def _mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``x @ y`` of CPU float64 tensors (batched, broadcast) through numpy's BLAS.
-
-    Benchmarked here (AMD EPYC, one thread): OpenBLAS multiplies the
-    prefix sums' small batched float64 blocks 2.8 times faster than torch's
-    MKL build, which takes a generic path on this CPU.
-    """
-    return torch.from_numpy(np.matmul(x.numpy(), y.numpy()))
-
-
-def _row_blocks(x: torch.Tensor, t0: int, t1: int, block: int) -> torch.Tensor:
-    """Rows ``t0:t1`` of ``x (X, N, c)`` as ``(X, nb, block, c)``, the last block 0-padded."""
-    nb = -(-(t1 - t0) // block)
-    part = x[:, t0:t1]
-    if nb * block > t1 - t0:
-        part = torch.nn.functional.pad(part, (0, 0, 0, nb * block - (t1 - t0)))
-    return part.reshape(x.shape[0], nb, block, x.shape[-1])
 
 
 @functools.cache

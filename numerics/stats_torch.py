@@ -43,16 +43,19 @@ Shapes::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
 
+from ropesplit.numerics import pairing
 from ropesplit.numerics.bound import ATOL, RTOL, rotation_gap
 from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indices, pair_plan
 
 __all__ = ["row_moments", "tightness"]
 
 _BLOCK_BYTES = 2**28  # temporaries of one block of query rows
+BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products (as .stats)
 _STORE_BYTES = 2**32  # one group of heads' ratios, with their sort (about 3 copies)
 
 _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # real, imaginary, modulus
@@ -60,22 +63,57 @@ _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # real, imaginary, mod
 
 def row_moments(f: Factors, window: int | None, device: torch.device | str) -> Moments:
     r""":math:`S^{WW} (H, N)`, :math:`S^{WE}, S^{EE} (M, H, N)` over the band, as
-    :func:`.stats.row_moments`, computed on ``device`` (returned on the CPU, float64).
+    :func:`.stats.row_moments`, computed on ``device`` and left there (float64).
 
-    Per block of query rows: :math:`W = A Y^\top`, :math:`E^m = A B^\top - U^m \Delta^\top`
-    (``Y, B, Delta`` the columns of the KV head each query head reads), zero
-    outside the band, and their row sums of :math:`W^2`, :math:`WE^m`, :math:`(E^m)^2`.
+    With no window, as the compiled path splits them: the columns before each block of
+    :data:`BLOCK_ROWS` rows from prefix sums of the keys' outer products
+    (:func:`.pairing.prefix_moments`, ``O(N c^2)``, batched matrix products), and each
+    block's own triangle as dense ``(rows, rows)`` products (:func:`_triangles`). With a
+    window, blocks of query rows against the columns of their band: :math:`W = A Y^\top`,
+    :math:`E^m = A B^\top - U^m \Delta^\top`, zero outside the band, and their row sums of
+    :math:`W^2`, :math:`WE^m`, :math:`(E^m)^2`.
     """
     dev = torch.device(device)
-    h, n, _ = f.a.shape
-    refs = len(f.us)
+    f = Factors(*(x.to(dev, torch.float64) for x in (f.a, f.y, f.b, f.dp, f.us)), f.kv)
+    if window is None:
+        s_ww, s_we, s_ee = pairing.prefix_moments(f, BLOCK_ROWS)
+        _triangles(f, s_ww, s_we, s_ee)
+    else:
+        s_ww, s_we, s_ee = _band_moments(f, window)
+    # sums of squares: >= 0 but for rounding, as the compiled path returns them
+    return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)
+
+
+def _triangles(f: Factors, s_ww: torch.Tensor, s_we: torch.Tensor, s_ee: torch.Tensor) -> None:
+    """Add each row's pairs inside its own block of :data:`BLOCK_ROWS` rows (``j`` from the
+    block's first row to ``i``) into the moments, in place: spans of blocks at once."""
+    h, n, c = f.a.shape
+    dev, block = f.a.device, BLOCK_ROWS
     heads = torch.from_numpy(np.asarray(f.kv, dtype=np.int64)).to(dev)
-    a = f.a.to(dev, torch.float64)
-    u = f.us.to(dev, torch.float64)  # (M, H, N, c)
-    y, b, dp = (x.to(dev, torch.float64) for x in (f.y, f.b, f.dp))  # (Hkv, N, c)
+    lower = torch.ones(block, block, dtype=torch.bool, device=dev).tril_()  # j <= i in a block
+    refs = len(f.us)
+    span = max(1, _BLOCK_BYTES // (8 * h * block * block * (3 + 2 * refs)))  # blocks at once
+    for t0 in range(0, n, span * block):
+        t1 = min(n, t0 + span * block)
+        a = pairing.row_blocks(f.a, t0, t1, block)  # (H, nb, B, c)
+        y, b, dp = (pairing.row_blocks(x, t0, t1, block)[heads] for x in (f.y, f.b, f.dp))
+        w = (a @ y.mT).masked_fill_(~lower, 0.0)  # (H, nb, B, B)
+        e = torch.stack([pairing.row_blocks(u, t0, t1, block) for u in f.us]) @ dp.mT
+        e = e.neg_().add_(a @ b.mT).masked_fill_(~lower, 0.0)  # (M, H, nb, B, B)
+        s_ww[:, t0:t1] += torch.linalg.vecdot(w, w).flatten(1)[:, : t1 - t0]
+        s_we[:, :, t0:t1] += torch.linalg.vecdot(w, e).flatten(2)[..., : t1 - t0]
+        s_ee[:, :, t0:t1] += torch.linalg.vecdot(e, e).flatten(2)[..., : t1 - t0]
+
+
+def _band_moments(f: Factors, window: int) -> Moments:
+    """The moments of every pair of a window's band: blocks of query rows against the
+    columns they see, as dense products masked to the band."""
+    (h, n, _), dev = f.a.shape, f.a.device
+    heads = torch.from_numpy(np.asarray(f.kv, dtype=np.int64)).to(dev)
+    a, u, y, b, dp = f.a, f.us, f.y, f.b, f.dp
     s_ww = torch.zeros(h, n, dtype=torch.float64, device=dev)
-    s_we, s_ee = torch.zeros(2, refs, h, n, dtype=torch.float64, device=dev)
-    cells = _BLOCK_BYTES // (8 * h * (3 + 2 * refs))  # W, A B^T, E^m and one product of them
+    s_we, s_ee = torch.zeros(2, len(u), h, n, dtype=torch.float64, device=dev)
+    cells = _BLOCK_BYTES // (8 * h * (3 + 2 * len(u)))  # W, A B^T, E^m and one product of them
     for i0, i1, j0 in _query_blocks(n, window, cells):
         keep = _band(i0, i1, j0, window, dev)  # (rows, cols)
         w = (a[:, i0:i1] @ y[heads, j0:i1].mT).masked_fill_(~keep, 0.0)  # (H, rows, cols)
@@ -84,8 +122,7 @@ def row_moments(f: Factors, window: int | None, device: torch.device | str) -> M
         s_ww[:, i0:i1] = torch.linalg.vecdot(w, w)
         s_we[:, :, i0:i1] = torch.linalg.vecdot(w, e)
         s_ee[:, :, i0:i1] = torch.linalg.vecdot(e, e)
-    # sums of squares: >= 0 but for rounding, as the compiled path returns them
-    return s_ww.clamp_(min=0.0).cpu(), s_we.cpu(), s_ee.clamp_(min=0.0).cpu()
+    return s_ww, s_we, s_ee
 
 
 def tightness(
@@ -94,13 +131,17 @@ def tightness(
     r"""Per head ``(max, median, sampled_pairs, violations)`` of :math:`|E_{ij}|/B_{ij}`,
     as :func:`.stats.tightness`, evaluated on ``device``.
 
-    ``check`` (:class:`~.pairing.BoundCheck`): ``qc, dc (H, N, P)`` complex,
-    ``theta (P,)``, positions ``pq, pk (N,)``, the scale and window, ``gap``
-    :math:`1 - m_l` ``(P,)`` complex (None: :math:`m_l = 1`).  Exact
-    over every causal pair (blocks of query rows) unless ``pair_budget`` is
-    below their number: then the seeded sample :func:`.stats.tightness`
-    draws (the same pairs).  Pairs with :math:`B = 0` have no ratio (they
-    count as violations only when :math:`|E| > \mathrm{ATOL}`).
+    ``check`` (:class:`~.pairing.BoundCheck`): ``qc, dc (H, N, P)`` complex (numpy, or
+    tensors already on ``device``), ``theta (P,)``, positions ``pq, pk (N,)``, the scale
+    and window, ``gap`` :math:`1 - m_l` ``(P,)`` complex (None: :math:`m_l = 1`).  Exact
+    over every causal pair (blocks of query rows) unless ``pair_budget`` is below their
+    number: then the seeded sample :func:`.stats.tightness` draws (the same pairs).  Pairs
+    with :math:`B = 0` have no ratio (they count as violations only when
+    :math:`|E| > \mathrm{ATOL}`).
+
+    Fused: a block's :math:`E` and :math:`B` are summed one pair ``l`` at a time
+    (:func:`_remainder_terms`), so no ``(heads, rows, cols, P)`` tensor is formed; the
+    median is selected (``torch.kthvalue``), not sorted.
     """
     qc, dc, theta, pq, pk = check.qc, check.dc, check.theta, check.pq, check.pk
     s, window, gap = check.scale, check.window, check.gap
@@ -123,35 +164,42 @@ def tightness(
     else:
         pos_q, pos_k = (torch.from_numpy(np.ascontiguousarray(v)).to(dev) for v in (pq, pk))
         size = 2 * n_pairs  # the row blocks' rectangles hold at most twice the pairs
-    out: list[tuple[float, float, int | None, int]] = []
-    group = max(1, min(h, _STORE_BYTES // (3 * 8 * size)))
+    tops: list[torch.Tensor] = []
+    medians: list[torch.Tensor] = []
+    valids: list[torch.Tensor] = []
+    bads: list[torch.Tensor] = []
+    group = max(1, min(h, _STORE_BYTES // (8 * size)))
     for h0 in range(0, h, group):
         hs = slice(h0, min(h, h0 + group))
         q, d = tuple(x[hs] for x in q_all), tuple(x[hs] for x in d_all)
         hg = q[0].shape[0]
-        cells = _BLOCK_BYTES // (8 * max(p, 1) * (3 * hg + 8))  # 3 terms per head, 8 shared
+        cells = _BLOCK_BYTES // (8 * (5 * hg + 6))  # E, B and 3 products a head; 6 angle terms
         ratios, bad = [], torch.zeros(hg, dtype=torch.int64, device=dev)
         if sampling:
             for c0 in range(0, size, max(1, cells)):
                 at = slice(c0, c0 + max(1, cells))
                 e, bound = _remainder_terms(tuple(x[:, i[at]] for x in q),
                                             tuple(x[:, j[at]] for x in d),
-                                            dist[at, None] * th, u_gap, s)  # fmt: skip  # (Hg, S)
+                                            dist[at], th, u_gap, s)  # fmt: skip  # (Hg, S)
                 ratios.append(_ratios(e, bound, None))
                 bad += _violations(e, bound, None)
         else:
             for i0, i1, j0 in _query_blocks(n, window, cells):
                 keep = _band(i0, i1, j0, window, dev)  # (rows, cols)
-                x = (pos_q[i0:i1, None] - pos_k[None, j0:i1])[..., None] * th  # (rows, cols, P)
                 e, bound = _remainder_terms(tuple(v[:, i0:i1, None] for v in q),
                                             tuple(v[:, None, j0:i1] for v in d),
-                                            x, u_gap, s)  # (Hg, rows, cols)  # fmt: skip
+                                            pos_q[i0:i1, None] - pos_k[None, j0:i1], th,
+                                            u_gap, s)  # (Hg, rows, cols)  # fmt: skip
                 ratios.append(_ratios(e, bound, keep).flatten(1))
                 bad += _violations(e, bound, keep)
         top, median, valid = _summaries(torch.cat(ratios, 1))
-        for t, m, v, k in zip(top.tolist(), median.tolist(), valid.tolist(), bad.tolist(),
-                              strict=True):  # fmt: skip
-            out.append((t, m, sampled, int(k)) if v else (math.nan, math.nan, sampled, int(k)))
+        for kept, value in zip((tops, medians, valids, bads), (top, median, valid, bad),
+                               strict=True):  # fmt: skip
+            kept.append(value)
+    summary = torch.stack([torch.cat(x).to(torch.float64) for x in (tops, medians, valids, bads)])
+    out: list[tuple[float, float, int | None, int]] = []
+    for t, m, v, k in summary.T.tolist():  # the one copy back to the host
+        out.append((t, m, sampled, int(k)) if v else (math.nan, math.nan, sampled, int(k)))
     return out
 
 
@@ -181,10 +229,15 @@ def _band(i0: int, i1: int, j0: int, window: int | None, device: torch.device) -
     return (back >= 0) & (back < (i1 if window is None else window))
 
 
-def _complex_parts(z: np.ndarray, device: torch.device) -> _Parts:
-    """``(Re z, Im z, |z|)`` of complex pairs as float64 tensors on ``device``."""
-    re, im = (torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)).to(device)
-              for v in (z.real, z.imag))  # fmt: skip
+def _complex_parts(z: Any, device: torch.device) -> _Parts:
+    """``(Re z, Im z, |z|)`` of complex pairs (numpy, or a tensor) as float64 tensors on
+    ``device``."""
+    if isinstance(z, torch.Tensor):
+        z = z.to(device)
+        re, im = z.real.to(torch.float64), z.imag.to(torch.float64)
+    else:
+        re, im = (torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)).to(device)
+                  for v in (z.real, z.imag))  # fmt: skip
     return re, im, torch.hypot(re, im)
 
 
@@ -198,16 +251,19 @@ def _gap(gap: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Ten
 def _remainder_terms(
     q: tuple[torch.Tensor, ...],
     dev: tuple[torch.Tensor, ...],
-    x: torch.Tensor,
+    dist: torch.Tensor,
+    theta: torch.Tensor,
     gap: tuple[torch.Tensor, torch.Tensor] | None,
     s: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""``(E, B)`` term by term for broadcast query and key-deviation pairs at angles ``x``.
+    r"""``(E, B)`` term by term for broadcast query and key-deviation pairs at distances
+    ``dist``, summed one pair ``l`` at a time (no pair axis in memory).
 
-    ``q, dev``: ``(Re, Im, |.|)`` broadcasting to ``(..., P)``, ``x (..., P)``
-    the angles :math:`\theta_l\Delta`; with :math:`\tilde q = a + ib`,
-    :math:`\tilde\delta = \delta_c + i\delta_e` and :math:`u = e^{ix} - m`
-    from half angles (no cancellation near ``x = 0``):
+    ``q, dev``: ``(Re, Im, |.|)`` ``(..., P)`` broadcasting against each other,
+    ``dist`` broadcasting to their shape without the pair axis, the angles
+    :math:`x_l = \theta_l\Delta`; with :math:`\tilde q = a + ib`,
+    :math:`\tilde\delta = \delta_c + i\delta_e` and :math:`u = e^{ix} - m` from half
+    angles (no cancellation near ``x = 0``):
 
     .. math:: E = s\sum_l\big[(a\delta_c + b\delta_e)\,\mathrm{Re}\,u_l
               + (a\delta_e - b\delta_c)\,\mathrm{Im}\,u_l\big],\qquad
@@ -215,13 +271,24 @@ def _remainder_terms(
     """
     a, b, q_abs = q
     d_re, d_im, d_abs = dev
-    u_re, u_im = rotation_gap(torch.sin(0.5 * x), torch.cos(0.5 * x))  # e^{ix} - 1
-    if gap is not None:
-        u_re, u_im = gap[0] + u_re, gap[1] + u_im  # e^{ix} - m
-    real = (a * d_re).addcmul_(b, d_im).mul_(u_re)  # Re(q conj delta) Re u
-    real.addcmul_((a * d_im).addcmul_(b, d_re, value=-1.0), u_im)  # + (-Im q conj delta) Im u
-    modulus = (q_abs * d_abs).mul_(torch.hypot(u_re, u_im))
-    return s * real.sum(-1), s * modulus.sum(-1)
+    real: torch.Tensor | None = None
+    modulus: torch.Tensor | None = None
+    for pair in range(theta.shape[0]):
+        half = (0.5 * theta[pair]) * dist
+        u_re, u_im = rotation_gap(torch.sin(half), torch.cos(half))  # e^{ix} - 1
+        if gap is not None:
+            u_re, u_im = gap[0][pair] + u_re, gap[1][pair] + u_im  # e^{ix} - m
+        al, bl, dr, di = a[..., pair], b[..., pair], d_re[..., pair], d_im[..., pair]
+        term = (al * dr).addcmul_(bl, di).mul_(u_re)  # Re(q conj delta) Re u
+        term.addcmul_((al * di).addcmul_(bl, dr, value=-1.0), u_im)  # + (-Im q conj delta) Im u
+        size = (q_abs[..., pair] * d_abs[..., pair]).mul_(torch.hypot(u_re, u_im))
+        real = term if real is None else real.add_(term)
+        modulus = size if modulus is None else modulus.add_(size)
+    if real is None or modulus is None:  # no pairs: E = B = 0
+        zero = torch.zeros(torch.broadcast_shapes(a.shape[:-1], d_re.shape[:-1], dist.shape),
+                           dtype=torch.float64, device=dist.device)  # fmt: skip
+        return zero, zero.clone()
+    return s * real, s * modulus
 
 
 def _ratios(e: torch.Tensor, bound: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -240,13 +307,17 @@ def _summaries(ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     """``(max, median, valid)`` per head of ``ratio (Hg, L)`` (``-inf``: no ratio), on its device.
 
     The median is the mean of the order statistics of ranks ``(v-1)//2`` and
-    ``v//2`` among the ``v`` valid values (:func:`.stats._summary`); max and
-    median are meaningless where ``v = 0``.
+    ``v//2`` among the ``v`` valid values (:func:`.stats._summary`), each selected
+    (``torch.kthvalue``: no sort); max and median are meaningless where ``v = 0``.
     """
     length = ratio.shape[1]
-    left_out = (ratio == -math.inf).sum(-1, keepdim=True)  # (Hg, 1)
+    left_out = (ratio == -math.inf).sum(-1)  # (Hg,)
     valid = length - left_out
-    ordered = torch.sort(ratio, -1).values  # the left-out first
-    ranks = torch.cat([left_out + (valid - 1) // 2, left_out + valid // 2], -1)
-    low, high = ordered.gather(-1, ranks.clamp_(max=length - 1)).unbind(-1)
-    return ordered[:, -1], 0.5 * (low + high), valid[:, 0]
+    top = ratio.amax(-1) if length else torch.full_like(valid, -math.inf, dtype=ratio.dtype)
+    ranks = torch.stack([left_out + (valid - 1) // 2, left_out + valid // 2], -1)
+    ranks = ranks.clamp_(0, max(length - 1, 0))
+    median = torch.zeros(ratio.shape[0], dtype=ratio.dtype, device=ratio.device)
+    for x, (low, high) in enumerate(ranks.tolist() if length else []):  # heads of this group
+        pick = [torch.kthvalue(ratio[x], k + 1).values for k in dict.fromkeys((low, high))]
+        median[x] = 0.5 * (pick[0] + pick[-1])
+    return top, median, valid

@@ -75,9 +75,10 @@ def factors(qc, kc, kv, theta, pq, pk, gaps):
     silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there
     de = np.where(silent, 0.0, dc)
     rot_k = np.exp(1j * pk[:, None] * theta)
-    a = stats._real(qc * np.exp(1j * pq[:, None] * theta))
-    feats = [stats._real(v) for v in (kc * rot_k, de * rot_k, de)]
-    return pairing.Factors(a, *feats, stats._real(qc * np.stack(ms)[:, None, None]), kv)
+    real = lambda z: stats._real(torch.from_numpy(np.ascontiguousarray(z)))  # noqa: E731
+    a = real(qc * np.exp(1j * pq[:, None] * theta))
+    feats = [real(v) for v in (kc * rot_k, de * rot_k, de)]
+    return pairing.Factors(a, *feats, real(qc * np.stack(ms)[:, None, None]), kv)
 
 
 def assert_moments_equal(got, want, f):
@@ -166,15 +167,20 @@ def test_the_window_is_honoured():
 
 
 def test_every_step_stays_on_the_device():
-    """On the meta device (data-free, and it refuses host tensors as CUDA does) both
-    functions run to their one copy back to the host: no host tensor is mixed in, and
-    nothing is read back inside the block loops."""
-    n, p = 10, 2
+    """On the meta device (data-free, and it refuses host tensors as CUDA does) the row
+    moments stay there (prefix sums and triangles, or the band), and the bound check runs
+    to its one copy of the per-head summaries back to the host: no host tensor is mixed
+    in, and nothing is read back inside the block loops."""
+    n, p = 130, 2  # three blocks of 64 rows, the last one partial
     qc = np.exp(1j * np.arange(n * p, dtype=np.float64)).reshape(1, n, p)
     theta, pos, gap = np.array([0.7, 0.0]), np.arange(n, dtype=np.float64), np.array([0.5j, 0.1])
     f = factors(qc, qc, np.zeros(1, dtype=np.int64), theta, pos, pos, [None, gap])
+    for window in (None, 3):
+        s_ww, s_we, s_ee = stats_torch.row_moments(f, window, "meta")
+        assert s_ww.device.type == s_ee.device.type == "meta"
+        assert s_ww.shape == (1, n) and s_we.shape == s_ee.shape == (2, 1, n)
     dc = qc - qc.mean(axis=1, keepdims=True)
-    calls = [lambda: stats_torch.row_moments(f, 3, "meta")] + [
+    calls = [
         lambda budget=budget: stats_torch.tightness(
             pairing.BoundCheck(qc, dc, theta, pos + 0.5 * np.sin(pos), pos, 1.0, 4, gap),
             budget, 0, "meta")
