@@ -68,6 +68,7 @@ from ropesplit.empirical.validate import (
     rebuild_logits,
     reconstruct,
     rotate_applied,
+    sampled_rows,
     tolerances,
     unshifted,
 )
@@ -108,6 +109,9 @@ class LayerCapture:
     # learned gains after RoPE: each head's share of the row-centred logit variance in the
     # absolute term (i + j) they add (numerics.gains); q, k then hold the relative part's
     absolute_share: np.ndarray | None = None
+    # the query rows whose logits and probabilities were rebuilt and compared: all of them
+    # for the first sequence of a forward pass, a seeded sample for the others
+    validated_rows: int = 0
 
     @property
     def theta(self) -> np.ndarray:
@@ -184,9 +188,13 @@ class Capture:
         """Largest per-layer relative difference of the rebuilt ``R q``/``R k``."""
         return max(layer.rope_max_rel_diff for layer in self.layers)
 
-    def validation(self) -> dict[str, float]:
-        """The three validation numbers, for JSON records: probabilities, logits, RoPE."""
+    def validation(self) -> dict[str, Any]:
+        """The three validation numbers, for JSON records: probabilities, logits, RoPE; and
+        ``validated_rows``, the query rows of each layer whose logits were compared (every
+        row, ``n_tokens``, for the first sequence of a forward pass; a seeded sample of
+        :data:`~ropesplit.empirical.validate.VALIDATED_ROWS` for the others)."""
         return {
+            "validated_rows": min(layer.validated_rows for layer in self.layers),
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
             "logit_max_rel_diff": self.logit_max_rel_diff,
             "logit_max_abs_diff": max(layer.logit_max_abs_diff for layer in self.layers),
@@ -378,9 +386,11 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
                                                         softcap=softcap, layout=layout,
                                                         dtype=torch.float32,
                                                         rotated=(qr, kr[torch.as_tensor(kv_map)])))
+    blocks = None if b == 0 else sampled_rows(q.shape[1], (layer, b))
     logit_diff, logit_scale, prob_diff = reconstruct(
         q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
         model_logits=model_logits, probs=probs, rotated=(qr, kr), sinks=sinks, bias=bias,
+        blocks=blocks,
     )  # fmt: skip
     return LayerCapture(
         layer=layer, q=q, k=k, cos=cos, sin=sin,
@@ -392,6 +402,7 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         probs=probs.float().clone() if state.keep_probs else None,
         sinks=None if sinks is None else sinks.float().cpu(), shared_key=bool(raw["shared_key"]),
         absolute_share=None if gains is None else gains.share,
+        validated_rows=q.shape[1] if blocks is None else sum(r1 - r0 for r0, r1 in blocks),
     )  # fmt: skip
 
 

@@ -538,3 +538,47 @@ def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block, 
     assert math.isnan(val._compare_block(
         torch.from_numpy(rebuilt[:, r0:, c0:].copy()), None,
         torch.from_numpy(probs[:, r0:, c0:]), torch.from_numpy(attended))[3])  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["sampled", "unsampled"])
+def test_later_sequences_of_a_pass_are_validated_on_their_seeded_rows(monkeypatch, where):
+    """The first sequence of a forward pass is compared on every query row, the others on
+    a seeded sample (``validate.sampled_rows``), and the record says how many: a
+    probability corrupted on a sampled row of the second sequence fails the capture; one
+    on a row outside the sample is not seen (what a sample promises, and no more)."""
+    from ropesplit.empirical.capture import capture_batch
+    from ropesplit.empirical.validate import VALIDATED_ROWS, sampled_rows
+
+    cap = importlib.import_module("ropesplit.empirical.capture")
+    n = 64
+    loaded = load_model(ARCHS["llama"][0], seed=0)
+    ids = torch.stack([token_ids(n, seed=0), token_ids(n, seed=1)])
+    runs = sampled_rows(n, (1, 1))  # layer 1, sequence 1
+    inside = {r for r0, r1 in runs for r in range(r0, r1)}
+    assert len(inside) == VALIDATED_ROWS and n - 1 in inside
+    row = min(inside) if where == "sampled" else min(set(range(n)) - inside)
+    original = cap.reconstruct
+
+    def corrupted(*args, probs, **kw):
+        if probs.data_ptr() == seen.get("second"):
+            probs = probs.clone()
+            probs[0, row, 0] += 0.5  # mass on the first key: sequence 1, layer 1, head 0
+        return original(*args, probs=probs, **kw)
+
+    seen: dict[str, int] = {}
+    keep = cap._finish_layer
+
+    def finish(state, call, weights, b):
+        if call.layer == 1 and b == 1:
+            seen["second"] = weights.detach()[b].data_ptr()
+        return keep(state, call, weights, b)
+
+    monkeypatch.setattr(cap, "_finish_layer", finish)
+    monkeypatch.setattr(cap, "reconstruct", corrupted)
+    if where == "sampled":
+        with pytest.raises(ValidationError, match="reconstruction_max_abs_diff"):
+            capture_batch(loaded, ids, on_layer=lambda layers: None)
+        return
+    first, second = capture_batch(loaded, ids, on_layer=lambda layers: None)
+    assert first.validation()["validated_rows"] == n
+    assert second.validation()["validated_rows"] == VALIDATED_ROWS
