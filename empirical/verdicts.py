@@ -164,8 +164,15 @@ def _condition(rows: Sequence[Row], c: Condition, test: PrimaryTest, cell: Mappi
         interval = _interval(values, c.unit)
         decision = decide(interval, c.threshold, c.direction, min_n=_min_n(c, test),
                           what=condition_label(c))  # fmt: skip
-        entry |= {"interval": interval.as_dict()}
+        entry |= {"interval": interval.as_dict(), "margin": margin(interval, c.threshold)}
     return entry | {"outcome": decision.outcome, "reason": decision.reason}
+
+
+def margin(interval: Any, threshold: float) -> float:
+    """How far a condition's numbers must move before its decision changes: the distance from
+    ``threshold`` to the interval's nearest end (docs/architecture.md, the numeric contract:
+    records agree to 1e-9, so a margin above that cannot flip)."""
+    return float(min(abs(interval.low - threshold), abs(interval.high - threshold)))
 
 
 def graded_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:

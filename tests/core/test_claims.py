@@ -188,6 +188,11 @@ def test_evaluate_matches_a_hand_computation_over_passages_and_twin_seeds():
     assert paired["n"] == 5 and paired["interval"]["method"] == "t prediction"
     assert (paired["interval"]["low"], paired["interval"]["high"]) == pytest.approx((low, high))
     assert [n["measure"] for n in out["nulls"]] == ["r_split_control", "r_split_shuffled"]
+    # each condition's margin: the distance from its threshold to the interval's nearest end
+    for c in (level, paired):
+        ends = (c["interval"]["low"], c["interval"]["high"])
+        assert c["margin"] == pytest.approx(min(abs(e - c["threshold"]) for e in ends), rel=1e-12)
+        assert c["margin"] > 0 and c["outcome"] == "agrees"
 
 
 @pytest.mark.parametrize(
