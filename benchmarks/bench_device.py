@@ -20,8 +20,15 @@ measurements on the host, without a peak).
 ``--geometry llama2-7b`` measures a random-init model of Llama-2-7B's shapes
 (``geometry.py``) instead, on seeded random tokens: with ``--layers 32`` the
 paper's own scale, on one GPU (``--dtype bfloat16`` halves the weights),
-its random weights drawn on the device itself (:func:`on_device`). Measured
-on a lent H200: docs/analyse-your-model.md, "On one GPU".
+its random weights drawn on the device itself (``load_model`` builds a
+config's model there). ``--torch-stats`` runs the statistics through the torch
+path on ``--device`` even where it is the CPU (what a GPU runs, timed without
+one). ``--claims TOKENS PASSAGES`` measures instead ``claims`` end to end, its
+five random-init twins drawn on the device, every stage timed
+(:func:`claims_row`). Measured: docs/analyse-your-model.md, "On one GPU".
+
+    .venv/bin/python benchmarks/bench_device.py --device cpu --geometry llama2-7b \
+        --layers 2 --claims 128 8
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 
@@ -44,24 +52,44 @@ def timed(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[Any, float]:
     return out, time.perf_counter() - tick
 
 
-def on_device(config: Any, device: Any, dtype: str) -> Any:
-    """A random-init model of ``config`` built on ``device`` itself, ready for capture.
+def claims_row(loaded: Any, tokens: int, passages: int, sync: Callable[[], None]
+               ) -> dict[str, Any]:  # fmt: skip
+    """``claims`` end to end on ``loaded`` at ``tokens`` tokens over ``passages`` passages of
+    seeded random token ids (the word order over as many), every stage timed: the five
+    random-init twins (drawn on the model's device: ``load_model``), the plan's warm-up, each
+    corpus' passages (trained, shuffled frequencies, twins) and word order, and judging."""
+    import hashlib
 
-    ``load_model`` draws random weights on the host (seeded, the same on every
-    device) and then moves them: for Llama-2-7B's 32 layers that took over 270 s
-    of a 16-core host on the lent H200, against seconds on the GPU. Timing and
-    memory do not depend on which random weights these are.
-    """
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from ropesplit.empirical.models import from_model
+    from ropesplit.core.claims import CONTROL_SEEDS
+    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.empirical.corpus import PassageIds
+    from ropesplit.empirical.models import random_init_twin
 
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
-                                                 dtype=getattr(torch, dtype))  # fmt: skip
-    return from_model(model, name=f"{config.model_type} (config, built on {device})")
+    ids = torch.randint(int(loaded.config.vocab_size), (passages, tokens),
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    given = PassageIds([f"random {p}" for p in range(passages)], ids, tokens, 0,
+                       hashlib.sha256(ids.numpy().tobytes()).hexdigest())  # fmt: skip
+    twins, twins_s = timed(lambda: {s: random_init_twin(loaded, s) for s in CONTROL_SEEDS}, sync)
+    marks: list[tuple[str, float]] = []
+
+    def stage(text: str) -> None:
+        sync()
+        marks.append((text.splitlines()[0][:60], time.perf_counter()))
+
+    settings = ClaimsSettings(tokens=tokens, grid=(tokens,), passages=passages,
+                              order_passages=passages, second_corpus=None)  # fmt: skip
+    marks.append(("setup and the plan's timed warm-up", time.perf_counter()))
+    record, wall = timed(lambda: run_claims(loaded, settings, controls=twins,
+                                            passage_ids=given, on_stage=stage), sync)  # fmt: skip
+    marks.append(("judged", time.perf_counter()))
+    stages = {"twins (5, drawn on the device)": twins_s}
+    for (text, t0), (_, t1) in zip(marks[:-1], marks[1:], strict=True):
+        stages[text] = t1 - t0  # each stage until the next one starts
+    return {"tokens": tokens, "passages": passages, "twins_s": twins_s, "claims_s": wall,
+            "total_s": twins_s + wall, "stages_s": stages,
+            "verdicts": {c["claim"]: c["verdict"] for c in record["claims"]}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", help="the model's dtype (load_model's)")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--repeats", type=int, default=3, help="medians over this many runs")
+    parser.add_argument("--torch-stats", action="store_true",
+                        help="the statistics through the torch path on --device even on a CPU "
+                        "(Measure(device=...): what a GPU runs), not the compiled one")  # fmt: skip
+    parser.add_argument("--claims", nargs=2, type=int, metavar=("TOKENS", "PASSAGES"),
+                        help="instead of the rows per N: claims end to end at TOKENS tokens "
+                        "over PASSAGES passages of random ids, with its five twins, every "
+                        "stage timed")  # fmt: skip
     args = parser.parse_args(argv)
 
     import torch
@@ -87,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, forward, load_model, tokenize
-    from ropesplit.empirical.analyze import analyze
+    from ropesplit.empirical.analyze import DEFAULT_MEASURE
+    from ropesplit.empirical.analyze import analyze as analyze_one
 
     def sync() -> None:
         if cuda:
@@ -100,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.geometry:
         from geometry import geometry_config
 
-        loaded = on_device(geometry_config(args.geometry, args.layers), device, args.dtype)
+        config = geometry_config(args.geometry, args.layers)  # drawn on the device itself
+        loaded = load_model(config, device=args.device, dtype=args.dtype)
     else:
         loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
     gpu = torch.cuda.get_device_name(device) if cuda else "host"
@@ -114,6 +151,20 @@ def main(argv: list[str] | None = None) -> int:
         return torch.randint(int(loaded.config.vocab_size), (n,),
                              generator=torch.Generator().manual_seed(0))  # fmt: skip
 
+    if args.claims:
+        row = claims_row(loaded, *args.claims, sync)
+        print(f"claims at {row['tokens']} tokens x {row['passages']} passages: "
+              f"{row['total_s']:.1f} s in all ({row['total_s'] / 60:.2f} min), twins "
+              f"{row['twins_s']:.1f} s; verdicts {row['verdicts']}")  # fmt: skip
+        for name, seconds in row["stages_s"].items():
+            print(f"  {seconds:8.1f} s  {name}")
+        if args.json:
+            write_json(args.json, {"model": loaded.name, "device": str(device), "name": gpu,
+                                   "dtype": args.dtype, "geometry": args.geometry,
+                                   "claims": row})  # fmt: skip
+        return 0
+    measure = replace(DEFAULT_MEASURE, device=device) if args.torch_stats else DEFAULT_MEASURE
+    analyze = functools.partial(analyze_one, measure=measure)
     analyze(loaded, ids_of(min(64, *args.tokens)))  # warm-up
     rows = []
     print(f"{'N':>6} {'heads':>6} {'forward s':>10} {'capture s':>10} {'analysis s':>11} "

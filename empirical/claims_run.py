@@ -249,6 +249,9 @@ def run_claims(
         "skipped": {label: c.skipped for label, c in corpora.items()},
         "token_ids_sha256": {label: c.sha256 for label, c in corpora.items()},
         "control_seeds": list(CONTROL_SEEDS),
+        # each twin is drawn by the generator of the device the model is on: twins drawn on
+        # a CPU and on a GPU are different draws from the same distribution
+        "twins_drawn_on": loaded.device.type,
         "seed": seed,
         "level": LEVEL,
         "power": power,

@@ -238,7 +238,11 @@ def load_model(
     is for an in-memory model. ``device_map`` is passed to ``from_pretrained``
     (``"auto"`` lets accelerate place layers). With ``random_init`` the
     weights are drawn by ``from_config`` (from the named model's config)
-    under ``torch.manual_seed(seed)``; the tokenizer is still the named model's.
+    under ``torch.manual_seed(seed)``, on ``device`` itself (built inside
+    ``torch.device(device)``: a 7B twin is drawn by the GPU's generator in
+    seconds, not copied from the host); the tokenizer is still the named model's.
+    Twins drawn on a CPU and on a GPU are different draws from the same
+    distribution (each device has its own generator).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
@@ -297,12 +301,14 @@ def load_model(
         from ropesplit.empirical.adapter.configs import set_eager
 
         set_eager(config)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        home = torch.device(device if device_map is None else "cpu")
+        with torch.random.fork_rng(devices=[home] if home.type == "cuda" else []):
+            torch.manual_seed(seed)  # seeds the device's generator too: the draw is made there
             try:
-                built = AutoModelForCausalLM.from_config(
-                    config, attn_implementation="eager", dtype=torch_dtype
-                )
+                with home:  # allocated and drawn where the model will live, tensor by tensor
+                    built = AutoModelForCausalLM.from_config(
+                        config, attn_implementation="eager", dtype=torch_dtype
+                    )
             except Exception as exc:  # e.g. a config with no causal-LM class (BERT)
                 raise RopesplitError(f"cannot build {name}: {one_line(exc)}") from None
     assert built is not None
