@@ -297,15 +297,18 @@ _SAME = ("model", "corpus", "corpora", "tokens", "grid", "passages", "order_pass
          "token_ids_sha256", "control_seeds", "seed", "level", "registry")  # shards agree
 
 
-def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_records(records: list[dict[str, Any]], *, partial: bool = False) -> dict[str, Any]:
     """Shards of one corpus run (``shard=``) merged into the record of the passages they cover.
 
     The per-passage rows are independent of the shard they ran in (global
     indices, seeds and control twins), so the merge of shards covering the
     whole run is that run's record exactly; the claims, the grid and the pooled
     correlations are recomputed from the merged rows. Refuses, in one line,
-    records of different runs (model, corpus, tokens, seeds, ...) and shards
-    that overlap.
+    records of different runs (model, corpus, tokens, seeds, ...), shards
+    that overlap, and shards that leave some of the run's passages out (a
+    failed array job), naming the missing ranges; with ``partial`` those are
+    merged on purpose and ``header.partial`` says what is missing
+    (``"passages 4:6 of 8 missing"``).
     """
     from ropesplit.core.errors import RopesplitError
 
@@ -322,6 +325,10 @@ def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     for (a0, a1), (b0, b1) in zip(spans, spans[1:], strict=False):
         if b0 < a1:
             raise RopesplitError(f"shards {a0}:{a1} and {b0}:{b1} overlap: each passage once")
+    missing = missing_passages(spans, max(first["passages"], first["order_passages"]))
+    if missing and not partial:
+        raise RopesplitError(f"the shards leave {missing}: merge them all, or pass --partial "
+                             "to judge the claims on the passages there are")  # fmt: skip
     labels = first["corpora"]
 
     def place(row: Mapping[str, Any]) -> tuple[int, int]:
@@ -329,9 +336,30 @@ def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
 
     rows = sorted((row for r in records for row in r["passages"]), key=place)
     order = sorted((row for r in records for row in r["order"]), key=place)
-    header = {key: value for key, value in first.items() if key != "seconds"}
+    header = {key: value for key, value in first.items() if key not in ("seconds", "partial")}
     header["shards"] = [list(span) for span in spans]
+    if missing:
+        header["partial"] = missing
     return judge_record(header, rows, order)
+
+
+def missing_passages(spans: Sequence[Sequence[int]], need: int) -> str | None:
+    """What the sorted, disjoint shard ``spans`` leave out of a run's ``need`` passages, in
+    words (``"passages 4:6 of 8 missing"``), or None when they cover it.
+
+    >>> missing_passages([[0, 4], [6, 8]], 8)
+    'passages 4:6 of 8 missing'
+    >>> missing_passages([[2, 8]], 8), missing_passages([[0, 8]], 8)
+    ('passages 0:2 of 8 missing', None)
+    """
+    gaps, at = [], 0
+    for lo, hi in spans:
+        if lo > at:
+            gaps.append(f"{at}:{lo}")
+        at = max(at, hi)
+    if at < need:
+        gaps.append(f"{at}:{need}")
+    return f"passages {', '.join(gaps)} of {need} missing" if gaps else None
 
 
 def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -219,6 +219,8 @@ def summary(record: dict[str, Any]) -> str:
              f"tokens {grid.get('tokens', [head['tokens']])} (headline {head['tokens']}, "
              f"{head['corpus']}), twin seeds {head['control_seeds']}; passages measured here "
              f"{shards}", f"power: {head['power']}"]  # fmt: skip
+    if head.get("partial"):
+        lines.insert(1, f"partial: {head['partial']}")
     lines += [claim_line(c) for c in record["claims"]]
     return "\n".join(lines)
 

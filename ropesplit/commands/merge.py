@@ -6,7 +6,10 @@ its passages exactly as the whole run would (global passage indices, seeds
 and control twins); the merge concatenates their per-passage rows and
 recomputes every claim's test and each head's pooled ``r_split`` from them,
 so the merge of shards covering the run equals the single run. Records of
-different runs or overlapping shards are refused (exit 2, no file written).
+different runs, overlapping shards and shards that leave passages out (a
+failed array job) are refused (exit 2, no file written); ``--partial`` merges
+the shards there are, and the record, this summary and the report say
+``partial: passages A:B of N missing``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("records", nargs="+", metavar="SHARD.json",
                         help="claims.json records of disjoint shards of one run")  # fmt: skip
     parser.add_argument("--json", metavar="PATH", help="write the merged claims.json")
+    parser.add_argument("--partial", action="store_true",
+                        help="merge shards that leave some of the run's passages out, the "
+                        "record marked partial (refused otherwise)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(record, dict) or "shards" not in record.get("header", {}):
             raise RopesplitError(f"record {name} is not a 'ropesplit claims' record")
         records.append(record)
-    merged = merge_records(records)
+    merged = merge_records(records, partial=args.partial)
     print(summary(merged))
     write_output(args.json, merged)
     return 0

@@ -460,6 +460,18 @@ def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_clai
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"ropesplit merge: error: {message}")
         assert not bad.exists()
+    # a failed array job: shards 0:4 and 6:8 leave 4:6 out; refused, then merged on purpose
+    gap = [paths[0], tmp_path / "shard-gap.json"]
+    write_json(gap[1], tiny_run((6, 8)))
+    assert main(["merge", *map(str, gap), "--json", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not bad.exists()
+    assert err.startswith("ropesplit merge: error: the shards leave passages 4:6 of 8 missing")
+    assert main(["merge", *map(str, gap), "--partial", "--json", str(bad)]) == 0
+    assert "partial: passages 4:6 of 8 missing" in capsys.readouterr().out
+    merged = json.loads(bad.read_text())
+    assert merged["header"]["partial"] == "passages 4:6 of 8 missing"
+    assert len(merged["passages"]) == 6 and "partial" not in _json(tiny_claims)["header"]
 
 
 @pytest.mark.slow  # a claims run

@@ -142,6 +142,8 @@ def build(inputs: ReportInputs) -> list[Section]:
              f"cell is {head['tokens']} tokens of {head['corpus']}, every other choice at its "
              f"default. Each passage beside its random-init twin (seeds "
              f"{', '.join(map(str, head['control_seeds']))}). Power: {head['power']}.")  # fmt: skip
+    if head.get("partial"):  # shards merged with --partial: judged on the passages there are
+        intro = f"Partial: {head['partial']}. " + intro
     words = "; ".join(f"{word}: {meaning}" for word, meaning in VERDICTS.items())
     return [Section("The paper's claims at a glance", [intro, f"Verdicts. {words}."], [table],
                     anchor=SECTION.anchor),
