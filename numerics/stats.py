@@ -46,6 +46,9 @@ How it is computed (all float64):
   largest ratio, the median or a violation (:func:`_screened_summary`, the
   numbers of :func:`.bound.causal_ratios` on every pair); in row chunks of
   batched tensors otherwise.
+- with ``Measure.device`` everything above runs in torch on that device
+  (:mod:`.stats_torch`: the same prefix sums, the bound fused pair by pair),
+  the features built there from ``q`` and ``k`` as given.
   Pairs with ``B = 0`` are left out of the tightness ratio (their ``E`` is
   0, else they count as violations); the median is selected exactly inside a
   bracket read off a sample (:func:`_order_statistics`), not by sorting.  The

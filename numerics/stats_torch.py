@@ -1,4 +1,4 @@
-r"""The two ``O(N^2)`` parts of :mod:`.stats` as dense torch blocks on any device (CUDA, CPU).
+r"""The two ``O(N^2)`` parts of :mod:`.stats` in torch on any device (CUDA, CPU).
 
 Over the causal band :math:`\mathcal M_i = \{j : j \le i,\ i - j < \mathrm{window}\}`
 (no window: every ``j <= i``), with the real features of :class:`.pairing.Factors`:
@@ -23,15 +23,19 @@ tightness is :math:`|E_{ij}|/B_{ij}` over the pairs with :math:`B_{ij} > 0`
 :math:`|E| > B(1 + \mathrm{RTOL}) + \mathrm{ATOL}` (:func:`.bound.violations`)
 (:func:`tightness`).
 
-How: blocks of query rows ``i0 .. i1`` against the columns ``j0 .. i1`` they
-can see, as ``(H, rows, cols)`` matrix products (the moments) or
-``(H, rows, cols, P)`` terms (the bound), masked to the band; one block's
-temporaries stay within :data:`_BLOCK_BYTES`.  The numbers are those of
-:func:`.stats.row_moments` and :func:`.stats.tightness` (the numba path) up
-to the order of the sums: the same pair sample, the same angles (whole-number
-positions counted in steps as :func:`.stats.whole_steps` says), the same
-:math:`u` (:func:`.bound.rotation_gap`).  Every result is gathered to the
-host once per group of heads: no synchronisation inside the block loops.
+How: with no window the moments are those of :func:`.stats.row_moments`' split, prefix
+sums of the keys' outer products for the columns before each block of
+:data:`BLOCK_ROWS` rows and dense products for the block's own triangle; with a window,
+blocks of query rows ``i0 .. i1`` against the columns ``j0 .. i1`` they see, masked to
+the band. The bound is summed one pair ``l`` at a time over such a block's
+``(H, rows, cols)``, so no pair axis is held. One block's temporaries stay within
+:data:`_BLOCK_BYTES`.  The numbers are those of :func:`.stats.row_moments` and
+:func:`.stats.tightness` (the numba path) up to the order of the sums (1e-12 relative on
+the golden fixture): the same pair sample, the same angles (whole-number positions
+counted in steps as :func:`.stats.whole_steps` says), the same :math:`u`
+(:func:`.bound.rotation_gap`).  The moments stay on the device; the bound check's
+per-head summaries come to the host once per group of heads (the median's ranks once
+before its selection): no synchronisation inside the block loops.
 
 Shapes::
 
