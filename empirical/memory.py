@@ -62,9 +62,8 @@ def release_growth(first: int | None) -> int | None:
     arenas, fragmented, and the process grew about 20 MiB a layer (16 x 512
     tokens of the default model: 0.6 GiB above the model after layer 1,
     1.0 GiB after layer 30). Trimming every layer kept it flat, but the
-    refaulted pages raised the capture from about 1.0 to 1.19 times the
-    forward pass (``benchmarks/bench_empirical.py``); trimming on growth bounds it at
-    the first layer's size plus :data:`GROWTH`, which
+    refaulted pages slowed the capture (``benchmarks/bench_empirical.py``); trimming
+    on growth bounds it at the first layer's size plus :data:`GROWTH`, which
     :func:`~ropesplit.empirical.analyze.memory_estimate` counts.
     """
     now = resident()

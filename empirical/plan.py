@@ -14,7 +14,7 @@ the two lengths; the estimate sums it over the sequences of each kind,
 
 a floor rather than a bound where the quadratic attention dominates (long ``N``). Scaled
 from ``W`` alone (per token, no fixed part), a claims run of 512-token passages on the
-default model was estimated at 7.8 min and took 5.2; affine, at 4.5.
+default model was overestimated by half; the affine form comes closer.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
     ``measure``, None: ``analyze``'s default) and of a plain forward pass: each timed once
     at ``tokens`` and at twice that many tokens of the model itself, after one untimed
     pass (a first capture loads the statistics' compiled kernels: timed, it made a claims
-    run's estimate 150 minutes for a run of a few). The per-token part is the slope
+    run's estimate dozens of times too long). The per-token part is the slope
     between the two lengths (the whole time over the longer one should noise make it
     negative); the fixed part is what the shorter one leaves, never below 0."""
     import torch

@@ -347,9 +347,8 @@ def reconstruct(
     all its mass on the attended pairs (a model attending beyond the mask
     fails). Where the model's tensors are float32 on the CPU the comparisons
     are one compiled pass each over the attended pairs (:func:`_compare_kernels`;
-    the torch ops they replace made ten passes over every pair of the block:
-    4.3-5.2 ms against 3.7-4.0 for a layer of the default model at 512 tokens,
-    two threads); elsewhere (a GPU, half precision) torch ops compare each block
+    the torch ops they replace made ten passes over every pair of the block);
+    elsewhere (a GPU, half precision) torch ops compare each block
     on the model's device (:func:`_compare_block`), nothing copied whole.
     ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``. ``sinks (H,)``: a sink logit per
     head in the softmax's normaliser (gpt-oss), ``A_ij = e^{W_ij} / (sum_j e^{W_ij} +

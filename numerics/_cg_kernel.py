@@ -3,8 +3,8 @@ r"""Compiled preconditioned CG for the three-axis fit's band Gram (:meth:`.fit.B
 Kept apart from :mod:`.fit` so both kernels are module-level functions:
 numba caches a function on disk only when what it calls is a global it can
 name. As closures inside one factory, ``solve`` read ``apply`` from a cell,
-missed its disk cache in every new process and compiled again (5.7 s, before
-the first statistic of every run). Imported on first use: ``import
+missed its disk cache in every new process and compiled again before the
+first statistic of every run. Imported on first use: ``import
 ropesplit.numerics`` does not load numba.
 """
 

@@ -273,8 +273,8 @@ def _causal_kernel(parallel: bool = True, width: int = 0, diagonal: bool = False
     read from the arrays), so the frequency loop is laid out in whole vector
     registers; ``diagonal``: both position sequences are consecutive, so a
     diagonal has one distance and its row of the table stays in registers.
-    The two together measured 0.78 times the general build's time (``P = 32``,
-    one thread).  Each is a closure constant, and numba keys its disk cache on
+    Both save time over the general build (``benchmarks/bench_numerics.py``).
+    Each is a closure constant, and numba keys its disk cache on
     those: every build has its own entry.
     """
     import numba

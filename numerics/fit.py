@@ -205,8 +205,7 @@ class BandGram(_Gram):
         """:meth:`_Gram._cg`, step for step, as one compiled loop (:func:`._cg_kernel.solve`).
 
         The same preconditioned CG and stopping rule, in place of some thirty
-        numpy calls per iteration on ``(K, H)`` arrays (about 0.4 ms an
-        iteration at ``N = 512``, nine heads, before). The numpy iteration
+        numpy calls per iteration on ``(K, H)`` arrays. The numpy iteration
         stays the float64 twin (``tests/numerics/test_numerics_fit.py``).
         """
         from ropesplit.numerics._cg_kernel import solve  # numba loads on first use

@@ -44,7 +44,7 @@ def serial() -> bool:
 
 @functools.cache
 def _controller() -> Any:
-    """threadpoolctl's view of the loaded BLAS libraries (found once: 15 ms)."""
+    """threadpoolctl's view of the loaded BLAS libraries (found once a process)."""
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()

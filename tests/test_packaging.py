@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -354,3 +356,35 @@ def test_the_config_check_sees_a_planted_read(tmp_path, monkeypatch):
         "planted.py:3: getattr(config, 'rope_theta', None)",
         "planted.py:5: cfg.n_layers",
     ]
+
+
+# a duration quoted in a docstring: "5.7 s", "0.4 ms", "7.8 min", "3.2 times the time"
+_TIMING = re.compile(r"\b\d+(\.\d+)?\s?(ms|s|sec|seconds?|min|minutes?|us|times (faster|slower|"
+                     r"the|its|as))\b(?![a-zA-Z])")  # fmt: skip
+
+
+def _quoted_timings(path: Path) -> list[str]:
+    """Docstring lines of ``path`` that quote a timing (``path:line: text``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            out += [f"{path.name}:{getattr(node, 'lineno', 1)}: {line.strip()}"
+                    for line in (doc or "").splitlines() if _TIMING.search(line)]  # fmt: skip
+    return out
+
+
+def test_no_docstring_quotes_a_timing():
+    """Timings belong to benchmarks/ and the docs pages that date them: one in a docstring
+    is read by no test and goes stale as the code and the machine change."""
+    found = [hit for layer in ("theory", "numerics", "empirical", "ropesplit")
+             for path in sorted((ROOT / layer).rglob("*.py")) for hit in _quoted_timings(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_timing_check_sees_a_planted_timing(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('def f():\n    """Fast: 0.4 ms a call, 3.2 times the time."""\n')
+    assert len(_quoted_timings(planted)) == 1
+    planted.write_text('def f():\n    """Fast: 1.6x the other, 512 tokens, 30 layers."""\n')
+    assert _quoted_timings(planted) == []

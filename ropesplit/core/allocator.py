@@ -1,21 +1,20 @@
 """The C heap of a long run: freed memory kept in the process, not mapped afresh per tensor.
 
-By default glibc serves blocks above a threshold with a fresh ``mmap`` and
-gives them back when freed, and it moves that threshold as blocks come and
-go. A run of forward passes and statistics allocates and frees tensors of a
-few to hundreds of MiB many times a second, so the default costs page faults:
-the same forward pass of 1024 tokens took 3.3 s, 2.6 s or 2.1 s in one
-process, depending on what ran before it, and ``ropesplit claims`` (8
-passages, 512 tokens) spent 44 s of its 190 in the kernel.
-:func:`steady_allocator` fixes the ``mmap`` threshold at 32 MiB (the
-default's own ceiling) and keeps up to 1 GiB of freed memory at the heap's
-top: that claims run took 146 s (21 s in the kernel), with the same numbers
-bit for bit. Blocks above 32 MiB still go back when freed: with the
-threshold at 1 GiB as well (every block from the heap) the run was no faster
-and the heap fragmented, so a streamed capture's peak grew with depth (2048
-tokens of Llama-2-7B's geometry: 4.6 GiB above the weights with 2 layers,
-5.7 GiB with 8; 3.6 and 3.8 GiB here). A streamed capture still hands its
-growth back (``empirical.memory.release_growth`` calls ``malloc_trim``).
+By default glibc serves blocks above a threshold with a fresh ``mmap`` and gives
+them back when freed, and it moves that threshold as blocks come and go. A run of
+forward passes and statistics allocates and frees tensors of a few to hundreds of
+MiB many times a second, so the default costs page faults: the same forward pass
+varied by 1.6x in one process, depending on what ran before it, and ``ropesplit
+claims`` spent a quarter of its time in the kernel. :func:`steady_allocator` fixes
+the ``mmap`` threshold at 32 MiB (the default's own ceiling) and keeps up to 1 GiB
+of freed memory at the heap's top: that claims run was a quarter faster, with the
+same numbers (``benchmarks/bench_empirical.py --allocator`` measures both). Blocks
+above 32 MiB still go back when freed: with the threshold at 1 GiB as well (every
+block from the heap) the run was no faster and the heap fragmented, so a streamed
+capture's peak grew with depth (2048 tokens of Llama-2-7B's geometry: 4.6 GiB above
+the weights with 2 layers, 5.7 GiB with 8; 3.6 and 3.8 GiB here). A streamed capture
+still hands its growth back (``empirical.memory.release_growth`` calls
+``malloc_trim``).
 """
 
 from __future__ import annotations
