@@ -199,7 +199,7 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
     ``tests/empirical/test_empirical_analyze.py`` measures the peak of a run against it.
     """
     from ropesplit.empirical.adapter.configs import largest_head_shape, widths
-    from ropesplit.numerics.stats import WORK_BYTES
+    from ropesplit.numerics.pairing import WORK_BYTES
 
     analysed = [m for m, i in zip(loaded.attn.modules, loaded.attn.index, strict=True)
                 if i in loaded.attn.analysed]  # fmt: skip
@@ -394,11 +394,11 @@ def capture_rows(
         order = np.random.default_rng([shuffle_frequencies, layer.layer]).permutation(
             len(spec.theta))  # fmt: skip
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
-    q, k = layer.q, layer.k
-    if q.device.type != "cpu":  # a GPU: the statistics in torch there, q and k stay
-        measure = replace(measure, device=q.device)
+    if layer.q.device.type != "cpu":  # a GPU: the statistics in torch there, q and k stay
+        measure = replace(measure, device=layer.q.device)
+        q, k = layer.q, layer.k
     else:
-        q, k = q.double().numpy(), k.double().numpy()
+        q, k = layer.q.double().numpy(), layer.k.double().numpy()
     rows = layer_rows(layer.layer, q, k, spec, measure, positions=positions,
                       rope_base=layer.rope_base)  # fmt: skip
     if layer.sinks is not None:  # the sink logit each head's softmax normaliser adds
@@ -408,7 +408,7 @@ def capture_rows(
         for row in rows:
             row["absolute_share"] = float(layer.absolute_share[row["head"]])
     if layer.shared_key:  # MLA: the RoPE sub-head beside the whole head
-        q, k = (x.double().cpu().numpy() if hasattr(x, "cpu") else x for x in (q, k))
+        q, k = layer.q.double().cpu().numpy(), layer.k.double().cpu().numpy()  # MLA: the host
         for row, extra in zip(rows, rope_subhead_rows(q, k, spec, measure, positions),
                               strict=True):  # fmt: skip
             row |= extra

@@ -14,11 +14,12 @@ import torch
 from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.workers import one_blas_thread
 
-__all__ = ["DISTANCE_TABLE", "BoundCheck", "Factors", "Moments", "pair_indices", "pair_plan",
-           "prefix_moments", "row_blocks", "whole_steps"]
+__all__ = ["BLOCK_ROWS", "DISTANCE_TABLE", "WORK_BYTES", "BoundCheck", "Factors", "Moments",
+           "pair_indices", "pair_plan", "prefix_moments", "row_blocks", "whole_steps"]
 
 DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
-_PREFIX_BYTES = 2**29  # working memory of one span of the prefix sums
+WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's prefix sums
+BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products
 
 
 Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # S^WW (H, N), S^WE, S^EE (M, H, N)
@@ -111,7 +112,7 @@ def prefix_moments(f: Factors, block: int) -> Moments:
     hkv, dev = y.shape[0], a.device
     groups = [torch.from_numpy(np.flatnonzero(f.kv == g)).to(dev) for g in range(hkv)]
     per_block = 8 * (2 * hkv * 6 * c * c + h * block * 6 * c)  # bytes of work
-    span = max(1, _PREFIX_BYTES // per_block)
+    span = max(1, WORK_BYTES // per_block)
     # the upper blocks of sum z z^T, z = (y, b, delta): rows y (3c columns), b (2c), delta (c)
     carry = [torch.zeros(hkv, 1, c, width, dtype=torch.float64, device=dev)
              for width in (3 * c, 2 * c, c)]  # fmt: skip

@@ -30,7 +30,7 @@ How it is computed (all float64):
   ``f + g = W - E``.  The split statistics need, per row, only
   :math:`\sum_j W^2`, :math:`\sum_j W E` and :math:`\sum_j E^2` over the
   row's pairs, plus row sums: with no window, the columns before a row's
-  block of :data:`_BLOCK_ROWS` rows are quadratic forms in prefix sums of the
+  block of :data:`.pairing.BLOCK_ROWS` rows are quadratic forms in prefix sums of the
   key features' outer products (``O(N P^2)``, matrix products), and the
   block's own triangle is a compiled pair loop; with a window the compiled
   loop takes the whole band.  No ``(N, N)`` matrix is formed.
@@ -46,9 +46,6 @@ How it is computed (all float64):
   largest ratio, the median or a violation (:func:`_screened_summary`, the
   numbers of :func:`.bound.causal_ratios` on every pair); in row chunks of
   batched tensors otherwise.
-- with ``Measure.device`` everything above runs in torch on that device
-  (:mod:`.stats_torch`: the same prefix sums, the bound fused pair by pair),
-  the features built there from ``q`` and ``k`` as given.
   Pairs with ``B = 0`` are left out of the tightness ratio (their ``E`` is
   0, else they count as violations); the median is selected exactly inside a
   bracket read off a sample (:func:`_order_statistics`), not by sorting.  The
@@ -57,6 +54,9 @@ How it is computed (all float64):
   than the number of causal pairs, the tightness and the violation count
   come from a seeded uniform sample of ``pair_budget`` pairs and
   ``sampled_pairs`` says how many; every other statistic stays exact.
+- with ``Measure.device`` everything above runs in torch on that device
+  (:mod:`.stats_torch`: the same prefix sums, the bound fused pair by pair),
+  the features built there from ``q`` and ``k`` as given.
 
 Shapes::
 
@@ -76,7 +76,7 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.numerics import _inputs
+from ropesplit.numerics import _inputs, pairing
 from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import RTOL, CausalPairs, remainder_and_bound, violations
 from ropesplit.numerics.fit import band_gram
@@ -103,12 +103,10 @@ from ropesplit.numerics.types import (
 from ropesplit.numerics.workers import serial
 
 __all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
-           "pooled_correlation_ci", "row_moments", "tightness", "WORK_BYTES"]
+           "pooled_correlation_ci", "row_moments", "tightness"]
 
-WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's prefix sums
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
-_BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products
 _MEDIAN_SAMPLE = 4096  # values read to bracket a median before the exact selection
 _ROUNDING = 1e-12  # a sum of squares about a mean below this share of the raw one is rounding
 
@@ -243,13 +241,13 @@ def layer_statistics(
         # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
         # solved for the unit right side and scaled back (the fit is linear in it): logits
         # near the underflow range (1e-160) would otherwise stall the iteration in subnormals
-        rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
-        norm = np.linalg.norm(rhs, axis=0)  # (H,)
-        unit = rhs / np.where(norm > 0, norm, 1.0)
         if gram.n_a == 1:  # a window of 1: each pair alone in its row and column, b_i + c_i
             fit_share = np.asarray(sums["tww"], dtype=np.float64)  # fits it exactly (a null
             # space of N directions b_i - c_i, which rounding in the sums would excite)
         else:
+            rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
+            norm = np.linalg.norm(rhs, axis=0)  # (H,)
+            unit = rhs / np.where(norm > 0, norm, 1.0)
             x, _ = gram.solve(unit)
             fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
     out = []
@@ -588,7 +586,7 @@ def row_moments(f: Factors, window: int | None) -> Moments:
     r"""Raw row moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
     :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2`; no ``(N, N)`` matrix.
 
-    With no window, rows go in blocks of :data:`_BLOCK_ROWS`: the columns
+    With no window, rows go in blocks of :data:`.pairing.BLOCK_ROWS`: the columns
     before a row's block come from prefix sums of outer products
     (:func:`.pairing.prefix_moments`, ``O(N P^2)``), the block's own triangle from the
     compiled pair loop (:func:`_band_kernel`).  With a window the compiled
@@ -597,14 +595,14 @@ def row_moments(f: Factors, window: int | None) -> Moments:
     h, n, _ = f.a.shape
     i = np.arange(n, dtype=np.int64)
     if window is None:
-        first = i // _BLOCK_ROWS * _BLOCK_ROWS
-        s_ww, s_we, s_ee = prefix_moments(f, _BLOCK_ROWS)
+        first = i // pairing.BLOCK_ROWS * pairing.BLOCK_ROWS
+        s_ww, s_we, s_ee = prefix_moments(f, pairing.BLOCK_ROWS)
     else:
         first = np.maximum(0, i - window + 1)
         s_ww = torch.zeros(h, n, dtype=torch.float64)
         s_we, s_ee = torch.zeros(2, len(f.us), h, n, dtype=torch.float64)
     features = (x.numpy() for x in (f.a, f.y, f.b, f.dp, f.us))
-    _band_kernel(not serial())(*features, f.kv.astype(np.int64), first, _BLOCK_ROWS,
+    _band_kernel(not serial())(*features, f.kv.astype(np.int64), first, pairing.BLOCK_ROWS,
                                s_ww.numpy(), s_we.numpy(), s_ee.numpy())  # fmt: skip  # in place
     return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)  # sums of squares: rounding aside
 
@@ -684,7 +682,7 @@ def tightness(
     if whole is not None:  # every pair, compiled; heads in chunks of bounded memory
         iq, ik, step = whole
         out = []
-        for h0 in range(0, h, chunk := max(1, WORK_BYTES // (8 * n_pairs))):
+        for h0 in range(0, h, chunk := max(1, pairing.WORK_BYTES // (8 * n_pairs))):
             pairs = CausalPairs(qc[h0 : h0 + chunk], dc[h0 : h0 + chunk], theta * step, iq, ik,
                                 s, window=window, one_minus_m=gap)  # fmt: skip
             ratio, top, unsure = pairs.screen()

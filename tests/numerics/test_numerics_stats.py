@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics import pairing
 from ropesplit.numerics.fit import three_axis_fit
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import frequencies, from_pairs, to_pairs
@@ -236,7 +237,6 @@ def test_prefix_blocks_match_the_reference_twin(data, block, spans, ref):
     # rows in blocks of a few tokens send most pairs through the prefix sums of the keys' outer
     # products; with a working memory of a few bytes every block is its own span (the prefix
     # carried across spans).  window = N has the same pairs as no window and the same path.
-    import ropesplit.numerics.stats as stats
 
     n, d = data.draw(st.integers(2, 30)), 2 * data.draw(st.integers(1, 4))
     entries = st.floats(-3, 3).map(lambda x: x if abs(x) > 1e-50 else 0.0)  # squares stay normal
@@ -246,9 +246,9 @@ def test_prefix_blocks_match_the_reference_twin(data, block, spans, ref):
     window = data.draw(st.sampled_from([None, n]))
     spec, measure = geometry(theta, 0.5, rotary_dim=r, window=window, reference=ref)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(stats, "_BLOCK_ROWS", block)
+        patch.setattr(pairing, "BLOCK_ROWS", block)
         if spans:
-            patch.setattr(stats, "WORK_BYTES", 64)
+            patch.setattr(pairing, "WORK_BYTES", 64)
         got = head_statistics(q, k, spec, dataclasses.replace(measure, references=("zero", "mean")))
     sp = split_head(q, k, spec, measure)
     fg = sp.f + sp.g
@@ -273,9 +273,8 @@ def test_logits_within_their_own_rounding_of_zero_have_no_spread(block, monkeypa
     position), though the rotated features give W_11 = -sin cos + cos sin, about 1e-17
     of the products' 1: r_split and r_3axis are NaN, not a correlation of rounding
     (hypothesis found 3.4e-17 here)."""
-    import ropesplit.numerics.stats as stats
 
-    monkeypatch.setattr(stats, "_BLOCK_ROWS", block)
+    monkeypatch.setattr(pairing, "BLOCK_ROWS", block)
     q, k = np.array([[0.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 0.0], [1.0, 0.0]])
     spec, measure = geometry(frequencies(2, 50.0), 0.5)
     assert (split_head(q, k, spec, measure).W == 0).all()  # the twin: exactly no logits
@@ -287,9 +286,8 @@ def test_logits_within_their_own_rounding_of_zero_have_no_spread(block, monkeypa
 def test_keys_deviating_in_still_pairs_leave_no_remainder_through_the_prefix(monkeypatch):
     # deviations only where theta = 0 (m = 1 under every reference): E = 0 exactly, also
     # when most pairs go through the prefix sums (blocks of 4 rows)
-    import ropesplit.numerics.stats as stats
 
-    monkeypatch.setattr(stats, "_BLOCK_ROWS", 4)
+    monkeypatch.setattr(pairing, "BLOCK_ROWS", 4)
     rng = np.random.default_rng(1)
     n, d = 40, 6
     theta = frequencies(d, 100.0, rotary_dim=4)
@@ -395,14 +393,13 @@ def test_the_summary_is_the_max_and_median_of_what_is_not_left_out(values):
 def test_memory_chunks_change_no_statistic(monkeypatch):
     # a working-memory limit of a few pairs sends the compiled bound one head at a time (the
     # same bits) and the logit sums one row at a time (other product shapes: rounding only)
-    import ropesplit.numerics.stats as stats
 
     rng = np.random.default_rng(4)
     q, k = rng.normal(size=(3, 40, 8)), rng.normal(size=(1, 40, 8)) + 0.5
     args = (q, k, *geometry(frequencies(8, 1e4), 0.35, kv_map=[0, 0, 0], reference="mean",
                             references=("zero",)))  # fmt: skip
     whole = layer_statistics(*args)
-    monkeypatch.setattr(stats, "WORK_BYTES", 64)
+    monkeypatch.setattr(pairing, "WORK_BYTES", 64)
     chunked = layer_statistics(*args)
     for a, b in zip(whole, chunked, strict=True):
         assert (a.tightness_max, a.tightness_median, a.violations) == (
