@@ -25,7 +25,7 @@ tightness is :math:`|E_{ij}|/B_{ij}` over the pairs with :math:`B_{ij} > 0`
 
 How: with no window the moments are those of :func:`.stats.row_moments`' split, prefix
 sums of the keys' outer products for the columns before each block of
-:data:`BLOCK_ROWS` rows and dense products for the block's own triangle; with a window,
+:data:`.pairing.BLOCK_ROWS` rows and dense products for the block's own triangle; with a window,
 blocks of query rows ``i0 .. i1`` against the columns ``j0 .. i1`` they see, masked to
 the band. The bound is summed one pair ``l`` at a time over such a block's
 ``(H, rows, cols)``, so no pair axis is held. One block's temporaries stay within
@@ -59,7 +59,6 @@ from ropesplit.numerics.pairing import BoundCheck, Factors, Moments, pair_indice
 __all__ = ["row_moments", "tightness"]
 
 _BLOCK_BYTES = 2**28  # temporaries of one block of query rows
-BLOCK_ROWS = 64  # rows per block sharing one prefix of the keys' outer products (as .stats)
 _STORE_BYTES = 2**32  # one group of heads' ratios, with their sort (about 3 copies)
 
 _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # real, imaginary, modulus
@@ -70,7 +69,7 @@ def row_moments(f: Factors, window: int | None, device: torch.device | str) -> M
     :func:`.stats.row_moments`, computed on ``device`` and left there (float64).
 
     With no window, as the compiled path splits them: the columns before each block of
-    :data:`BLOCK_ROWS` rows from prefix sums of the keys' outer products
+    :data:`.pairing.BLOCK_ROWS` rows from prefix sums of the keys' outer products
     (:func:`.pairing.prefix_moments`, ``O(N c^2)``, batched matrix products), and each
     block's own triangle as dense ``(rows, rows)`` products (:func:`_triangles`). With a
     window, blocks of query rows against the columns of their band: :math:`W = A Y^\top`,
@@ -80,7 +79,7 @@ def row_moments(f: Factors, window: int | None, device: torch.device | str) -> M
     dev = torch.device(device)
     f = Factors(*(x.to(dev, torch.float64) for x in (f.a, f.y, f.b, f.dp, f.us)), f.kv)
     if window is None:
-        s_ww, s_we, s_ee = pairing.prefix_moments(f, BLOCK_ROWS)
+        s_ww, s_we, s_ee = pairing.prefix_moments(f, pairing.BLOCK_ROWS)
         _triangles(f, s_ww, s_we, s_ee)
     else:
         s_ww, s_we, s_ee = _band_moments(f, window)
@@ -89,10 +88,10 @@ def row_moments(f: Factors, window: int | None, device: torch.device | str) -> M
 
 
 def _triangles(f: Factors, s_ww: torch.Tensor, s_we: torch.Tensor, s_ee: torch.Tensor) -> None:
-    """Add each row's pairs inside its own block of :data:`BLOCK_ROWS` rows (``j`` from the
+    """Add each row's pairs inside its own block of :data:`.pairing.BLOCK_ROWS` rows (``j`` from the
     block's first row to ``i``) into the moments, in place: spans of blocks at once."""
     h, n, c = f.a.shape
-    dev, block = f.a.device, BLOCK_ROWS
+    dev, block = f.a.device, pairing.BLOCK_ROWS
     heads = torch.from_numpy(np.asarray(f.kv, dtype=np.int64)).to(dev)
     lower = torch.ones(block, block, dtype=torch.bool, device=dev).tril_()  # j <= i in a block
     refs = len(f.us)
@@ -168,10 +167,7 @@ def tightness(
     else:
         pos_q, pos_k = (torch.from_numpy(np.ascontiguousarray(v)).to(dev) for v in (pq, pk))
         size = 2 * n_pairs  # the row blocks' rectangles hold at most twice the pairs
-    tops: list[torch.Tensor] = []
-    medians: list[torch.Tensor] = []
-    valids: list[torch.Tensor] = []
-    bads: list[torch.Tensor] = []
+    groups: list[tuple[torch.Tensor, ...]] = []  # per group of heads: max, median, valid, bad
     group = max(1, min(h, _STORE_BYTES // (8 * size)))
     for h0 in range(0, h, group):
         hs = slice(h0, min(h, h0 + group))
@@ -196,11 +192,8 @@ def tightness(
                                             u_gap, s)  # (Hg, rows, cols)  # fmt: skip
                 ratios.append(_ratios(e, bound, keep).flatten(1))
                 bad += _violations(e, bound, keep)
-        top, median, valid = _summaries(torch.cat(ratios, 1))
-        for kept, value in zip((tops, medians, valids, bads), (top, median, valid, bad),
-                               strict=True):  # fmt: skip
-            kept.append(value)
-    summary = torch.stack([torch.cat(x).to(torch.float64) for x in (tops, medians, valids, bads)])
+        groups.append((*_summaries(torch.cat(ratios, 1)), bad))
+    summary = torch.stack([torch.cat(x).to(torch.float64) for x in zip(*groups, strict=True)])
     out: list[tuple[float, float, int | None, int]] = []
     for t, m, v, k in summary.T.tolist():  # the one copy back to the host
         out.append((t, m, sampled, int(k)) if v else (math.nan, math.nan, sampled, int(k)))
@@ -275,8 +268,8 @@ def _remainder_terms(
     """
     a, b, q_abs = q
     d_re, d_im, d_abs = dev
-    real: torch.Tensor | None = None
-    modulus: torch.Tensor | None = None
+    shape = torch.broadcast_shapes(a.shape[:-1], d_re.shape[:-1], dist.shape)
+    real, modulus = torch.zeros(2, *shape, dtype=torch.float64, device=dist.device)
     for pair in range(theta.shape[0]):
         half = (0.5 * theta[pair]) * dist
         u_re, u_im = rotation_gap(torch.sin(half), torch.cos(half))  # e^{ix} - 1
@@ -285,13 +278,8 @@ def _remainder_terms(
         al, bl, dr, di = a[..., pair], b[..., pair], d_re[..., pair], d_im[..., pair]
         term = (al * dr).addcmul_(bl, di).mul_(u_re)  # Re(q conj delta) Re u
         term.addcmul_((al * di).addcmul_(bl, dr, value=-1.0), u_im)  # + (-Im q conj delta) Im u
-        size = (q_abs[..., pair] * d_abs[..., pair]).mul_(torch.hypot(u_re, u_im))
-        real = term if real is None else real.add_(term)
-        modulus = size if modulus is None else modulus.add_(size)
-    if real is None or modulus is None:  # no pairs: E = B = 0
-        zero = torch.zeros(torch.broadcast_shapes(a.shape[:-1], d_re.shape[:-1], dist.shape),
-                           dtype=torch.float64, device=dist.device)  # fmt: skip
-        return zero, zero.clone()
+        real.add_(term)
+        modulus.addcmul_(q_abs[..., pair] * d_abs[..., pair], torch.hypot(u_re, u_im))
     return s * real, s * modulus
 
 

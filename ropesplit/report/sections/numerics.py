@@ -21,8 +21,9 @@ def build(inputs: ReportInputs) -> list[Section]:
          "is spread evenly (random) or sits in the fastest pairs (adversarial). "
          f"Bound violations: {violations}. That count checks the implementation, not the "
          "model: |E| <= bound holds for every input by the triangle inequality, so a violation "
-         "would be a bug (and exits 1). The finding is the tightness, |E| / bound: how much of "
-         "its bound the remainder uses, low where the key deviations sit in slow pairs."],
+         "would be a bug (ropesplit bound and analyze exit 1 on one). The finding is the "
+         "tightness, |E| / bound: how much of its bound the remainder uses, low where the key "
+         "deviations sit in slow pairs."],
         [Table(list(COLUMNS), [[fmt(case.get(c)) for c in COLUMNS] for case in cases])],
         figures=inputs.figures_named(SECTION.figures), anchor=SECTION.anchor,
     )]  # fmt: skip
