@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError, ValidationError
-from ropesplit.empirical.adapter import AttentionCall, StopForward, record_pre_rope, taps
+from ropesplit.empirical.adapter import AttentionCall, Held, StopForward, record_pre_rope, taps
 from ropesplit.empirical.adapter.configs import (
     attn_implementation,
     config_theta,
@@ -256,9 +256,11 @@ class _CaptureState:
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(
         default_factory=dict
     )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude: one derivation per table
-    # per mask read, the mask held so that its storage is not reused within the pass
-    windows: dict[tuple[Any, ...], tuple[Any, int | None]] = field(default_factory=dict)
-    biases: dict[tuple[Any, ...], tuple[Any, torch.Tensor | None]] = field(default_factory=dict)
+    # one read per mask (and sequence, window), keyed by the mask held (adapter.Held)
+    windows: dict[Held, int | None] = field(default_factory=dict)
+    biases: dict[tuple[Held | None, int, int | None], torch.Tensor | None] = field(
+        default_factory=dict
+    )
     resident: int | None = None  # streamed: bytes resident after the first layer
     shuffled: bool = False  # under the frequency-order null: theta checked as a set
 
@@ -349,10 +351,10 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     theta = full_theta(theta_r, d)  # (d/2,)
     attn_scale, window, softcap, sinks = call.scale, call.window, call.softcap, call.sinks
     if window is None and call.mask is not None:  # a window kept only in the mask (Phi-3.5-MoE)
-        read = (call.mask.data_ptr(), tuple(call.mask.shape))
-        if read not in state.windows:  # the mask held: its storage is not reused meanwhile
-            state.windows[read] = (call.mask, mask_window(call.mask))
-        window = state.windows[read][1]
+        read = Held(call.mask)
+        if read not in state.windows:
+            state.windows[read] = mask_window(call.mask)
+        window = state.windows[read]
     probs = weights.detach()[b]  # (H, N, N)
     spec = RopeSpec.from_arrays(theta, float(attn_scale) * amplitude**2, layout, int(r), window,
                                 kv_map)  # fmt: skip
@@ -372,10 +374,10 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     # a sink applied to the output (Granite-SWA) leaves the probabilities a plain softmax
     if model_logits is None or model_logits.shape[-1] != model_logits.shape[-2] + 1:
         sinks = None
-    key_of_mask = (None if call.mask is None else call.mask.data_ptr(), b, window)
+    key_of_mask = (None if call.mask is None else Held(call.mask), b, window)
     if key_of_mask not in state.biases:  # one read per mask and sequence (layers share it)
-        state.biases[key_of_mask] = (call.mask, mask_bias(call.mask, b, window))
-    bias = state.biases[key_of_mask][1]  # Doge's per-key bias, else None
+        state.biases[key_of_mask] = mask_bias(call.mask, b, window)
+    bias = state.biases[key_of_mask]  # Doge's per-key bias, else None
     if gains is not None:  # the gains' absolute term, beside the relative logit
         bias = gains.absolute if bias is None else bias + gains.absolute
     if model_logits is not None and bias is not None:

@@ -63,6 +63,7 @@ __all__ = [
     "AttentionCall",
     "Block",
     "Convention",
+    "Held",
     "RopeCall",
     "StopForward",
     "AttentionLayers",
@@ -144,11 +145,13 @@ def _table(function: Callable[..., Any], values: Sequence[Any]) -> tuple[Any, ..
     owner name it; the tensors themselves are held, so that no table freed in the pass can
     lend its address to another while the probe read off it is kept."""
     owner, plain = getattr(function, "__self__", None), getattr(function, "__func__", function)
-    return (id(owner), id(plain), *(_Held(v) for v in values if isinstance(v, torch.Tensor)))
+    return (id(owner), id(plain), *(Held(v) for v in values if isinstance(v, torch.Tensor)))
 
 
-class _Held:
-    """A tensor in a cache key: equal to the same storage and view, and kept alive."""
+class Held:
+    """A tensor in a cache key: equal to the same storage and view, and kept alive while the
+    key is, so that no tensor freed meanwhile lends its address to another (the adapter's
+    probes, the capture's reads of a mask)."""
 
     __slots__ = ("tensor", "key")
 
@@ -157,7 +160,7 @@ class _Held:
         self.key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Held) and self.key == other.key
+        return isinstance(other, Held) and self.key == other.key
 
     def __hash__(self) -> int:
         return hash(self.key)
