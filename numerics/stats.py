@@ -27,13 +27,14 @@ How it is computed (all float64):
 
 - ``W / s = a . y`` and ``E_m / s = a . b - u . delta`` are bilinear in real
   features (``a = R q``, ``y = R k``, ``b = R delta``, ``u = q m``), and
-  ``f + g = W - E``.  The split statistics need, per row, only
-  :math:`\sum_j W^2`, :math:`\sum_j W E` and :math:`\sum_j E^2` over the
-  row's pairs, plus row sums: with no window, the columns before a row's
-  block of :data:`.pairing.BLOCK_ROWS` rows are quadratic forms in prefix sums of the
-  key features' outer products (``O(N P^2)``, matrix products), and the
-  block's own triangle is a compiled pair loop; with a window the compiled
-  loop takes the whole band.  No ``(N, N)`` matrix is formed.
+  ``f + g = W - E``.  The split statistics need only the sums over rows of
+  :math:`\sum_j W^2`, :math:`\sum_j W E` and :math:`\sum_j E^2` over each
+  row's pairs, plus row sums: with no window, the columns before a block of
+  :data:`.pairing.BLOCK_ROWS` rows give, summed over the block, inner products of
+  prefix sums of the key features' outer products with the block's own
+  (``O(N P^2)``, matrix products, the same work for any number of references),
+  and the block's own triangle is a compiled pair loop; with a window the
+  compiled loop takes the whole band.  No ``(N, N)`` matrix is formed.
 - ``r_3axis`` needs only the masked diagonal, row and column sums of ``W``
   (:mod:`.fit`: ``O(N)`` normal equations solved to convergence, cached per
   ``(N, window)``); its correlation is :math:`\sqrt{x^\top A^\top w / \|w\|^2}`
@@ -519,7 +520,9 @@ def _logit_sums(
     y = _real(_turn(kc, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) k_j
     b = _real(_turn(de, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) delta_j
     dp = _real(de)  # (Hkv, N, 2P)  delta_j
-    us = _real(qc * torch.from_numpy(np.stack(ms)[:, None, None]).to(dev))  # (M, H, N, 2P): q_i m
+    m = torch.from_numpy(np.stack(ms).astype(np.complex128)).to(dev)  # (M, P)
+    factors = Factors(a, y, b, dp, _real(qc), m, kv)
+    us = factors.us  # (M, H, N, 2P): q_i m
     count_a, count_b, count_c = (torch.from_numpy(v).to(dev)
                                  for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     if three_axis:
@@ -531,13 +534,14 @@ def _logit_sums(
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
     mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
     whole = window is None or window >= n  # then every row sees all columns before it
-    factors, band = Factors(a, y, b, dp, us, kv), None if whole else window
+    band = None if whole else window
     if device is None:
-        s_ww, s_we, s_ee = row_moments(factors, band)
+        moments = row_moments(factors, band)
     else:
         from ropesplit.numerics import stats_torch
 
-        s_ww, s_we, s_ee = stats_torch.row_moments(factors, band, device)
+        moments = stats_torch.row_moments(factors, band, device)
+    s_ww, s_we, s_ee = moments.ww, moments.we, moments.ee
     nw = count_b * mean_w[:, None]  # (H, N) n_i mu_W
     ww = s_ww - mean_w[:, None] * (2 * row_w - nw)  # per-row products about the masked means
     we = [s - m[:, None] * row_w - mean_w[:, None] * r + nw * m[:, None]
@@ -548,28 +552,35 @@ def _logit_sums(
     row_e = [r - m[:, None] * count_b for r, m in zip(row_e, mean_e, strict=True)]
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
 
-    def host(x: torch.Tensor) -> np.ndarray:
-        """A per-head sum ``(H,)`` of ``x (H, N)``, on the host."""
-        return x.sum(-1).cpu().numpy()
+    def host(x: torch.Tensor, before: torch.Tensor | None = None) -> np.ndarray:
+        """A per-head sum ``(H,)`` of ``x (H, N)``, with the pairs ``before`` the rows' blocks
+        ``(H,)`` where given, on the host."""
+        return (x.sum(-1) if before is None else x.sum(-1) + before).cpu().numpy()
 
-    def row_centred(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> np.ndarray:
-        return host(torch.where(several, x - u * v / count_b, 0.0))
+    def row_centred(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, before: torch.Tensor
+                    ) -> np.ndarray:  # fmt: skip
+        """The same of each row's products about its own mean: a row of one pair has none,
+        and its pair is its block's first, so no column lies before it."""
+        return host(torch.where(several, x - u * v / count_b, 0.0), before)
 
-    w_sq = host(s_ww)  # (H,) raw: the scale of the rounding in tww and cww
-    e_sq = [host(s) for s in s_ee]
+    # sums of squares: >= 0 but for rounding
+    ww0, ee0 = moments.ww_before.clamp(min=0.0), moments.ee_before.clamp(min=0.0)
+    we0 = moments.we_before
+    w_sq = host(s_ww, ww0)  # (H,) raw: the scale of the rounding in tww and cww
+    e_sq = [host(s, b0) for s, b0 in zip(s_ee, ee0, strict=True)]
     # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
     # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
     (products,) = _band_rows([(a * a).sum(-1, keepdim=True)], (y * y).sum(-1, keepdim=True),
                              window, heads)  # fmt: skip  # (H, N) sum_j |a_i|^2 |y_j|^2
     some = w_sq > ((a.shape[-1] + 4) * 2.0**-53) ** 2 * host(products)  # (H,)
     res: dict[str, Any] = {
-        "tww": np.where(some, _resolved(host(ww), w_sq), 0.0),
-        "cww": np.where(some, _resolved(row_centred(ww, row_w, row_w), w_sq), 0.0),
-        "twe": [host(x) for x in we],
-        "tee": [_resolved(host(x), r) for x, r in zip(ee, e_sq, strict=True)],
-        "cwe": [row_centred(x, row_w, r) for x, r in zip(we, row_e, strict=True)],
-        "cee": [_resolved(row_centred(x, r, r), s)
-                for x, r, s in zip(ee, row_e, e_sq, strict=True)],
+        "tww": np.where(some, _resolved(host(ww, ww0), w_sq), 0.0),
+        "cww": np.where(some, _resolved(row_centred(ww, row_w, row_w, ww0), w_sq), 0.0),
+        "twe": [host(x, b0) for x, b0 in zip(we, we0, strict=True)],
+        "tee": [_resolved(host(x, b0), r) for x, b0, r in zip(ee, ee0, e_sq, strict=True)],
+        "cwe": [row_centred(x, row_w, r, b0) for x, r, b0 in zip(we, row_e, we0, strict=True)],
+        "cee": [_resolved(row_centred(x, r, r, b0), s)
+                for x, r, b0, s in zip(ee, row_e, ee0, e_sq, strict=True)],
         "w_sq": w_sq, "e_sq": e_sq,
         "mean_w": mean_w.cpu().numpy(), "mean_e": [m.cpu().numpy() for m in mean_e],
     }  # fmt: skip
@@ -583,28 +594,28 @@ def _logit_sums(
 
 
 def row_moments(f: Factors, window: int | None) -> Moments:
-    r"""Raw row moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
-    :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2`; no ``(N, N)`` matrix.
+    r"""Raw moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
+    :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2` (:class:`.pairing.Moments`); no
+    ``(N, N)`` matrix.
 
     With no window, rows go in blocks of :data:`.pairing.BLOCK_ROWS`: the columns
-    before a row's block come from prefix sums of outer products
-    (:func:`.pairing.prefix_moments`, ``O(N P^2)``), the block's own triangle from the
-    compiled pair loop (:func:`_band_kernel`).  With a window the compiled
-    loop takes every pair of the band (``O(N\,\mathrm{window}\,P)``).
+    before a row's block come from prefix sums of outer products, summed over the rows
+    (:func:`.pairing.prefix_moments`, ``O(N c^2)``), the block's own triangle per row from
+    the compiled pair loop (:func:`_band_kernel`).  With a window the compiled
+    loop takes every pair of the band (``O(N\,\mathrm{window}\,c)``).
     """
     h, n, _ = f.a.shape
     i = np.arange(n, dtype=np.int64)
+    moments = Moments.zeros(h, n, len(f.m), f.a.device)
     if window is None:
         first = i // pairing.BLOCK_ROWS * pairing.BLOCK_ROWS
-        s_ww, s_we, s_ee = prefix_moments(f, pairing.BLOCK_ROWS)
+        prefix_moments(f, pairing.BLOCK_ROWS, moments)
     else:
         first = np.maximum(0, i - window + 1)
-        s_ww = torch.zeros(h, n, dtype=torch.float64)
-        s_we, s_ee = torch.zeros(2, len(f.us), h, n, dtype=torch.float64)
     features = (x.numpy() for x in (f.a, f.y, f.b, f.dp, f.us))
     _band_kernel(not serial())(*features, f.kv.astype(np.int64), first, pairing.BLOCK_ROWS,
-                               s_ww.numpy(), s_we.numpy(), s_ee.numpy())  # fmt: skip  # in place
-    return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)  # sums of squares: rounding aside
+                               *(x.numpy() for x in moments.fields()[:3]))  # fmt: skip  # in place
+    return moments
 
 
 @functools.cache

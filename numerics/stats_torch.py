@@ -65,26 +65,25 @@ _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # real, imaginary, mod
 
 
 def row_moments(f: Factors, window: int | None, device: torch.device | str) -> Moments:
-    r""":math:`S^{WW} (H, N)`, :math:`S^{WE}, S^{EE} (M, H, N)` over the band, as
+    r"""The moments of the band's pairs (:class:`.pairing.Moments`) as
     :func:`.stats.row_moments`, computed on ``device`` and left there (float64).
 
     With no window, as the compiled path splits them: the columns before each block of
     :data:`.pairing.BLOCK_ROWS` rows from prefix sums of the keys' outer products
     (:func:`.pairing.prefix_moments`, ``O(N c^2)``, batched matrix products), and each
-    block's own triangle as dense ``(rows, rows)`` products (:func:`_triangles`). With a
+    block's own triangle per row as dense ``(rows, rows)`` products (:func:`_triangles`). With a
     window, blocks of query rows against the columns of their band: :math:`W = A Y^\top`,
     :math:`E^m = A B^\top - U^m \Delta^\top`, zero outside the band, and their row sums of
     :math:`W^2`, :math:`WE^m`, :math:`(E^m)^2`.
     """
-    dev = torch.device(device)
-    f = Factors(*(x.to(dev, torch.float64) for x in (f.a, f.y, f.b, f.dp, f.us)), f.kv)
+    f = f.to(torch.device(device))
+    moments = Moments.zeros(f.a.shape[0], f.a.shape[1], len(f.m), f.a.device)
     if window is None:
-        s_ww, s_we, s_ee = pairing.prefix_moments(f, pairing.BLOCK_ROWS)
-        _triangles(f, s_ww, s_we, s_ee)
+        pairing.prefix_moments(f, pairing.BLOCK_ROWS, moments)
+        _triangles(f, moments.ww, moments.we, moments.ee)
     else:
-        s_ww, s_we, s_ee = _band_moments(f, window)
-    # sums of squares: >= 0 but for rounding, as the compiled path returns them
-    return s_ww.clamp_(min=0.0), s_we, s_ee.clamp_(min=0.0)
+        _band_moments(f, window, moments.ww, moments.we, moments.ee)
+    return moments
 
 
 def _triangles(f: Factors, s_ww: torch.Tensor, s_we: torch.Tensor, s_ee: torch.Tensor) -> None:
@@ -108,14 +107,15 @@ def _triangles(f: Factors, s_ww: torch.Tensor, s_we: torch.Tensor, s_ee: torch.T
         s_ee[:, :, t0:t1] += torch.linalg.vecdot(e, e).flatten(2)[..., : t1 - t0]
 
 
-def _band_moments(f: Factors, window: int) -> Moments:
-    """The moments of every pair of a window's band: blocks of query rows against the
-    columns they see, as dense products masked to the band."""
+def _band_moments(
+    f: Factors, window: int, s_ww: torch.Tensor, s_we: torch.Tensor, s_ee: torch.Tensor
+) -> None:
+    """The moments of every pair of a window's band, per row, into ``s_ww, s_we, s_ee``:
+    blocks of query rows against the columns they see, as dense products masked to the
+    band."""
     (h, n, _), dev = f.a.shape, f.a.device
     heads = torch.from_numpy(np.asarray(f.kv, dtype=np.int64)).to(dev)
     a, u, y, b, dp = f.a, f.us, f.y, f.b, f.dp
-    s_ww = torch.zeros(h, n, dtype=torch.float64, device=dev)
-    s_we, s_ee = torch.zeros(2, len(u), h, n, dtype=torch.float64, device=dev)
     cells = _BLOCK_BYTES // (8 * h * (3 + 2 * len(u)))  # W, A B^T, E^m and one product of them
     for i0, i1, j0 in _query_blocks(n, window, cells):
         keep = _band(i0, i1, j0, window, dev)  # (rows, cols)
@@ -125,7 +125,6 @@ def _band_moments(f: Factors, window: int) -> Moments:
         s_ww[:, i0:i1] = torch.linalg.vecdot(w, w)
         s_we[:, :, i0:i1] = torch.linalg.vecdot(w, e)
         s_ee[:, :, i0:i1] = torch.linalg.vecdot(e, e)
-    return s_ww, s_we, s_ee
 
 
 def tightness(

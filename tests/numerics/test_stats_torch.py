@@ -78,13 +78,14 @@ def factors(qc, kc, kv, theta, pq, pk, gaps):
     real = lambda z: stats._real(torch.from_numpy(np.ascontiguousarray(z)))  # noqa: E731
     a = real(qc * np.exp(1j * pq[:, None] * theta))
     feats = [real(v) for v in (kc * rot_k, de * rot_k, de)]
-    return pairing.Factors(a, *feats, real(qc * np.stack(ms)[:, None, None]), kv)
+    m = torch.from_numpy(np.stack(ms).astype(np.complex128))
+    return pairing.Factors(a, *feats, real(qc), m, kv)
 
 
 def assert_moments_equal(got, want, f):
     n = f.a.shape[1]
     k = max(float(x.norm(dim=-1).max()) for x in (f.a, f.y, f.b, f.dp, *f.us))
-    for g, w in zip(got, want, strict=True):
+    for g, w in zip(got.fields(), want.fields(), strict=True):
         assert g.dtype == torch.float64 and g.device == CPU and g.shape == w.shape
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=RTOL, atol=1e-12 * n * k**4)
 
@@ -154,9 +155,10 @@ def test_the_window_is_honoured():
     banded = stats_torch.row_moments(f, window, CPU)
     assert_moments_equal(banded, stats.row_moments(f, window), f)
     full = stats_torch.row_moments(f, None, CPU)
-    for a, b in zip(banded, full, strict=True):  # the first rows see every column
+    rows = slice(0, 3)  # per-row moments (one block of 12 rows: nothing lies before it)
+    for a, b in zip(banded.fields()[rows], full.fields()[rows], strict=True):
         torch.testing.assert_close(a[..., :window], b[..., :window], rtol=RTOL, atol=1e-12)
-    assert (banded[0][:, window:] < full[0][:, window:]).all()  # fewer squares past the window
+    assert (banded.ww[:, window:] < full.ww[:, window:]).all()  # fewer squares past the window
     dc = kc - kc.mean(axis=1, keepdims=True)
     check = pairing.BoundCheck(qc, dc, theta, pos, pos, 0.5, window, gap)
     for budget in (None, 20):  # exact, and the sample of pairs (numbered within the band)
@@ -176,9 +178,10 @@ def test_every_step_stays_on_the_device():
     theta, pos, gap = np.array([0.7, 0.0]), np.arange(n, dtype=np.float64), np.array([0.5j, 0.1])
     f = factors(qc, qc, np.zeros(1, dtype=np.int64), theta, pos, pos, [None, gap])
     for window in (None, 3):
-        s_ww, s_we, s_ee = stats_torch.row_moments(f, window, "meta")
-        assert s_ww.device.type == s_ee.device.type == "meta"
-        assert s_ww.shape == (1, n) and s_we.shape == s_ee.shape == (2, 1, n)
+        got = stats_torch.row_moments(f, window, "meta")
+        assert {x.device.type for x in got.fields()} == {"meta"}
+        assert got.ww.shape == (1, n) and got.we.shape == got.ee.shape == (2, 1, n)
+        assert got.ww_before.shape == (1,) and got.ee_before.shape == (2, 1)
     dc = qc - qc.mean(axis=1, keepdims=True)
     calls = [
         lambda budget=budget: stats_torch.tightness(
