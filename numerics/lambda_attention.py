@@ -50,7 +50,7 @@ Shapes::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -247,7 +247,8 @@ def lambda_attention(
     if n_local is None or n_local >= n_tokens:
         out = _dense(q, k, v, scaling, cap, grouped_far, pos)
     else:
-        out = _banded(q, k, v, scaling, n_local, min(n_global, n_tokens), cap, grouped_far, pos)
+        banded = replace(spec, n_global=min(n_global, n_tokens))
+        out = _banded(q, k, v, scaling, banded, grouped_far, pos)
     return out.reshape(batch, heads, n_tokens, -1)  # (B, H, N, dv)
 
 
@@ -319,14 +320,17 @@ def _banded(
     k: torch.Tensor,
     v: torch.Tensor,
     scaling: float,
-    n_local: int,
-    n_global: int,
-    cap: int | None,
+    spec: LambdaSpec,
     far: Any,
     pos: torch.Tensor,
 ) -> torch.Tensor:
-    """Local band blockwise plus the global keys, one softmax: ``(B, Hkv, g, N, dv)``."""
+    """Local band blockwise plus the global keys, one softmax: ``(B, Hkv, g, N, dv)``.
+
+    ``spec.n_local`` is set and below ``N``; ``spec.n_global`` is at most ``N``.
+    """
     (batch, n_kv, group, n_tokens, _) = q.shape
+    n_local, n_global, cap = spec.n_local, spec.n_global, spec.cap
+    assert n_local is not None  # the dense branch takes n_local=None
     size, n_blocks = n_local, -(-n_tokens // n_local)
     rows = n_blocks * size  # padded length
     # local band: queries of block b against keys of blocks b-1 and b

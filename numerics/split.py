@@ -43,7 +43,7 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.bound import remainder_and_bound
 from ropesplit.numerics.measure import EXACT, Measure
-from ropesplit.numerics.reference import resolve_reference
+from ropesplit.numerics.reference import Reference, resolve_reference
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.spec import RopeSpec, as_spec
 from ropesplit.numerics.types import Distances, HeadFeatures, KeyMean, Positions
@@ -78,6 +78,117 @@ def _kbar(kbar: KeyMean | None, k: np.ndarray) -> np.ndarray:
     if kb.shape != k.shape[1:]:
         raise RopesplitError(f"kbar must have shape {k.shape[1:]}, got {kb.shape}")
     return kb
+
+
+@dataclass(frozen=True)
+class _DistanceMap:
+    r"""The distances :math:`\Delta_{ij}` ``(N, N)`` the split rotates by, and where they come
+    from: the query and key positions ``(p, p')`` and the cap :math:`L` (``positions`` None for
+    a given distance map)."""
+
+    Delta: np.ndarray  # (N, N) p_i - p'_j, min(p_i - p'_j, L) under a cap, or the given map
+    positions: tuple[np.ndarray, np.ndarray] | None  # (p, p') each (N,)
+    cap: float | None
+
+
+def _distance_map(
+    n: int, positions: Positions, distances: Distances | None, cap: float | None
+) -> _DistanceMap:
+    """The distance map from ``positions`` (capped at ``cap``) or the given ``distances``."""
+    if cap is not None and (distances is not None or not cap >= 0):
+        raise RopesplitError(f"cap must be a distance >= 0, without distances; got {cap}")
+    if distances is not None:
+        return _DistanceMap(_inputs.check_distances(distances, n, positions), None, None)
+    pq, pk = _inputs.check_positions(positions, n)
+    true = pq[:, None] - pk[None, :]  # (N, N)
+    return _DistanceMap(true if cap is None else np.minimum(true, cap), (pq, pk), cap)
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """One head's complex pairs: queries, keys, the reference key and the key deviations."""
+
+    qc: np.ndarray  # (N, P) q~
+    kc: np.ndarray  # (N, P) k~
+    kbc: np.ndarray  # (P,) kbar~
+    dc: np.ndarray  # (N, P) delta~ = k~ - kbar~
+
+    @classmethod
+    def of(cls, q: np.ndarray, k: np.ndarray, kbar: np.ndarray, spec: RopeSpec) -> _Pairs:
+        """The pairs of ``q, k (N, d)`` and ``kbar (d,)`` in ``spec``'s layout."""
+        layout, rotary_dim = spec.layout, spec.rotary_dim
+        qc = to_pairs(q, layout, rotary_dim)  # (N, P)
+        kc = to_pairs(k, layout, rotary_dim)  # (N, P)
+        kbc = to_pairs(kbar, layout, rotary_dim)  # (P,)
+        return cls(qc, kc, kbc, kc - kbc)
+
+
+def _chunk_rows(n: int, n_pairs: int) -> int:
+    """Query rows per chunk of the term-by-term products (``_CHUNK_BYTES`` of working memory)."""
+    return max(1, _CHUNK_BYTES // (16 * 8 * max(n * n_pairs, 1)))
+
+
+def _semantic(pairs: _Pairs, ref: Reference, s: float) -> np.ndarray:
+    r""":math:`g_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\overline{\tilde\delta_{jl}}\,m_l`
+    ``(N, N)`` (:math:`m_l = 1` for ``zero``)."""
+    qc, dc = pairs.qc, pairs.dc
+    if ref.is_zero:
+        return s * (qc @ np.conj(dc).T).real  # (N, N)
+    return s * ((qc * ref.m) @ np.conj(dc).T).real  # (N, N)  s Re sum q~ conj(delta~) m
+
+
+def _logit_and_positional(
+    pairs: _Pairs, th: np.ndarray, s: float, where: _DistanceMap
+) -> tuple[np.ndarray, np.ndarray]:
+    """``W`` and ``f`` ``(N, N)``: matrix products of pairs rotated to their positions (those
+    beyond the cap rotated by ``L``), or term by term under a given distance map."""
+    if where.positions is None:
+        return _rotated_term_by_term(pairs, th, s, where.Delta)
+    qc, kc, kbc = pairs.qc, pairs.kc, pairs.kbc
+    pq, pk = where.positions
+    q_rot = qc * np.exp(1j * pq[:, None] * th)  # (N, P)  R(p_i) q_i
+    w = s * (q_rot @ np.conj(kc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+    f = s * (q_rot @ np.conj(kbc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
+    cap = where.cap
+    if cap is not None and (far := pq[:, None] - pk[None, :] > cap).any():  # beyond the cap
+        q_cap = qc * np.exp(1j * cap * th)  # (N, P)  q~ e^{i theta L}: rotated by L
+        w = np.where(far, s * (q_cap @ np.conj(kc).T).real, w)
+        f = np.where(far, s * (q_cap @ np.conj(kbc)).real[:, None], f)
+    return w, f
+
+
+def _rotated_term_by_term(
+    pairs: _Pairs, th: np.ndarray, s: float, Delta: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""``W`` and ``f`` ``(N, N)`` at an arbitrary :math:`\Delta_{ij}`, row chunk by row chunk."""
+    qc, kc, kbc = pairs.qc, pairs.kc, pairs.kbc
+    n = Delta.shape[0]
+    rows = _chunk_rows(n, th.size)
+    w, f = np.empty((2, n, n))
+    for i0 in range(0, n, rows):
+        block = slice(i0, min(n, i0 + rows))
+        rot = np.exp(1j * Delta[block, :, None] * th)  # (rows, N, P)
+        q_block = qc[block, None, :] * rot  # (rows, N, P)  q~_il e^{i theta_l Delta_ij}
+        w[block] = s * np.einsum("ijp,jp->ij", q_block, np.conj(kc)).real
+        f[block] = s * (q_block @ np.conj(kbc)).real
+    return w, f
+
+
+def _remainder_and_bounds(
+    pairs: _Pairs, th: np.ndarray, s: float, Delta: np.ndarray, ref: Reference
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``E`` and its tight and loose bounds ``(N, N)`` each, term by term (:mod:`.bound`)."""
+    qc, dc = pairs.qc, pairs.dc
+    gap = None if ref.is_zero else ref.one_minus
+    n = Delta.shape[0]
+    rows = _chunk_rows(n, th.size)
+    e, bound, loose = np.empty((3, n, n))
+    for i0 in range(0, n, rows):
+        block = slice(i0, min(n, i0 + rows))
+        parts = remainder_and_bound(qc[block, None, :], dc[None, :, :], th, Delta[block], s,
+                                    loose=True, one_minus_m=gap)  # each (rows, N)  # fmt: skip
+        e[block], bound[block], loose[block] = (p.numpy() for p in parts)
+    return e, bound, loose
 
 
 def split_head(
@@ -125,54 +236,19 @@ def split_head(
         raise RopesplitError(f"q and k must have one shape (N, d), got {q.shape} and {k.shape}")
     n, d = q.shape
     spec = as_spec(spec, d)
-    th, s, layout, rotary_dim = spec.frequencies, spec.scale, spec.layout, spec.rotary_dim
-    if cap is not None and (distances is not None or not cap >= 0):
-        raise RopesplitError(f"cap must be a distance >= 0, without distances; got {cap}")
-    if distances is None:
-        pq, pk = _inputs.check_positions(positions, n)
-        true = pq[:, None] - pk[None, :]  # (N, N)
-        delta = true if cap is None else np.minimum(true, cap)
-    else:
-        delta = _inputs.check_distances(distances, n, positions)  # (N, N)
+    th, s = spec.frequencies, spec.scale
+    where = _distance_map(n, positions, distances, cap)
     kb = _kbar(measure.rule_kbar(k) if kbar is None else kbar, k)
-    qc = to_pairs(q, layout, rotary_dim)  # (N, P)
-    kc = to_pairs(k, layout, rotary_dim)  # (N, P)
-    kbc = to_pairs(kb, layout, rotary_dim)  # (P,)
-    dc = kc - kbc  # (N, P) key deviations
+    pairs = _Pairs.of(q, k, kb, spec)
     mask = _inputs.causal_mask(n, spec.window)
-    ref = resolve_reference(measure.reference, th, distances=delta, mask=mask)
+    ref = resolve_reference(measure.reference, th, distances=where.Delta, mask=mask)
     if ref.m.shape != th.shape:
         raise RopesplitError(f"reference must have {th.size} pairs, got {ref.m.shape[0]}")
-    gap = None if ref.is_zero else ref.one_minus
-    if ref.is_zero:
-        g = s * (qc @ np.conj(dc).T).real  # (N, N)
-    else:
-        g = s * ((qc * ref.m) @ np.conj(dc).T).real  # (N, N)  s Re sum q~ conj(delta~) m
-    rows = max(1, _CHUNK_BYTES // (16 * 8 * max(n * th.size, 1)))
-    if distances is None:  # absolute rotations: W and f are matrix products
-        q_rot = qc * np.exp(1j * pq[:, None] * th)  # (N, P)  R(p_i) q_i
-        w = s * (q_rot @ np.conj(kc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
-        f = s * (q_rot @ np.conj(kbc * np.exp(1j * pk[:, None] * th)).T).real  # (N, N)
-        if cap is not None and (far := true > cap).any():  # beyond the cap: rotated by L
-            q_cap = qc * np.exp(1j * cap * th)  # (N, P)  q~ e^{i theta L}
-            w = np.where(far, s * (q_cap @ np.conj(kc).T).real, w)
-            f = np.where(far, s * (q_cap @ np.conj(kbc)).real[:, None], f)
-    else:  # an arbitrary Delta_ij: rotate term by term, row chunk by row chunk
-        w, f = np.empty((2, n, n))
-        for i0 in range(0, n, rows):
-            block = slice(i0, min(n, i0 + rows))
-            rot = np.exp(1j * delta[block, :, None] * th)  # (rows, N, P)
-            q_block = qc[block, None, :] * rot  # (rows, N, P)  q~_il e^{i theta_l Delta_ij}
-            w[block] = s * np.einsum("ijp,jp->ij", q_block, np.conj(kc)).real
-            f[block] = s * (q_block @ np.conj(kbc)).real
+    g = _semantic(pairs, ref, s)
+    w, f = _logit_and_positional(pairs, th, s, where)
     if not measure.bounds:
         return HeadSplit(W=w, f=f, g=g, E=w - f - g, bound=None, bound_loose=None, mask=mask,
-                         kbar=kb, delta=delta, reference=ref.name, m=ref.m)  # fmt: skip
-    e, bound, loose = np.empty((3, n, n))
-    for i0 in range(0, n, rows):
-        block = slice(i0, min(n, i0 + rows))
-        parts = remainder_and_bound(qc[block, None, :], dc[None, :, :], th, delta[block], s,
-                                    loose=True, one_minus_m=gap)  # each (rows, N)  # fmt: skip
-        e[block], bound[block], loose[block] = (p.numpy() for p in parts)
+                         kbar=kb, delta=where.Delta, reference=ref.name, m=ref.m)  # fmt: skip
+    e, bound, loose = _remainder_and_bounds(pairs, th, s, where.Delta, ref)
     return HeadSplit(W=w, f=f, g=g, E=e, bound=bound, bound_loose=loose, mask=mask, kbar=kb,
-                     delta=delta, reference=ref.name, m=ref.m)  # fmt: skip
+                     delta=where.Delta, reference=ref.name, m=ref.m)  # fmt: skip

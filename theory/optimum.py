@@ -27,11 +27,13 @@ remainder of every reference rotation.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
 
 from ropesplit.theory.reference import SPLIT_REFERENCE
+from ropesplit.theory.split import Complex
 from ropesplit.theory.step import Step, Verdict, zero_verdict
 from ropesplit.theory.sums import (
     EXCHANGE,
@@ -64,6 +66,7 @@ _a, _b, _dc, _de, _mre, _mim, _cb, _eb = sp.symbols("a b dc de mre mim cbar ebar
 _theta = sp.Symbol("theta", real=True)
 _J = sp.Symbol("j", integer=True, nonnegative=True)  # the distance (or key) index j
 _N = sp.Symbol("n", integer=True, positive=True)  # the symbolic support size n
+_ZERO, _ONE = Complex(0, 0), Complex(1, 0)  # m = 0 (the deviation part X); delta~ = 1 (h = q~)
 
 
 def _cmul(x: tuple[Any, Any], y: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -99,16 +102,16 @@ def _variance_moments() -> tuple[str, Any]:
             E((X - c) ** 2) - E((X - mu1) ** 2) - (mu1 - c) ** 2)
 
 
-def _deviation(a: Any, b: Any, dc: Any, de: Any, theta: Any, Delta: Any, mre: Any, mim: Any,
-               s: Any) -> Any:
+def _deviation(q: Complex, delta: Complex, theta: Any, Delta: Any, m: Complex, s: Any) -> Any:
     r""":math:`E_m = s\operatorname{Re}(h(e^{i\theta\Delta} - m))` from split_reference
     (at :math:`m = 0` the deviation part :math:`X`)."""
-    return SPLIT_REFERENCE.claim(a, b, 0, 0, dc, de, theta, Delta, mre, mim, s)[2]
+    return SPLIT_REFERENCE.claim(q.re, q.im, 0, 0, delta.re, delta.im, theta, Delta,
+                                 m.re, m.im, s)[2]
 
 
-def _semantic(a: Any, b: Any, dc: Any, de: Any, mre: Any, mim: Any, s: Any) -> Any:
+def _semantic(q: Complex, delta: Complex, m: Complex, s: Any) -> Any:
     r""":math:`g_m = s\operatorname{Re}(h\,m)` from split_reference."""
-    return SPLIT_REFERENCE.claim(a, b, 0, 0, dc, de, 0, 0, mre, mim, s)[1]
+    return SPLIT_REFERENCE.claim(q.re, q.im, 0, 0, delta.re, delta.im, 0, 0, m.re, m.im, s)[1]
 
 
 # --- mean_rotation_optimum -------------------------------------------------------------
@@ -125,11 +128,12 @@ def _verify_mean_rotation(claim: Callable[..., Any]) -> Verdict:
     Dl, w = sp.IndexedBase("Delta", real=True), sp.IndexedBase("w", real=True)
     # symbolic P and n: E_Delta[X] = Sum_j w_j Sum_l X_l(Delta_j) = Sum_l g_{m,l}
     a, b, dc, de, th = indexed("a b dc de theta")
-    X_lj = _deviation(a, b, dc, de, th, Dl[_J], 0, 0, _s)  # pair l at distance Delta_j
+    q, delta = Complex(a, b), Complex(dc, de)
+    X_lj = _deviation(q, delta, th, Dl[_J], _ZERO, _s)  # pair l at distance Delta_j
     pooled = sp.Sum(w[_J] * X_lj, (PAIR, 0, PAIRS - 1), (_J, 0, _N - 1))  # w_j moved inside
     inner, outer = pooled.reorder((PAIR, _J)).limits  # exchange of the finite sums
     mre, mim = claim(th, Dl, w, _N)
-    g = _semantic(a, b, dc, de, mre, mim, _s)
+    g = _semantic(q, delta, Complex(mre, mim), _s)
     per_pair = summand_of(sp.Sum(sp.Sum(w[_J] * X_lj, inner), outer) - over_pairs(g))
     cases: list[tuple[str, Any]] = [
         ("symbolic P and n: Sum_j w_j Sum_l X_l(Delta_j) - Sum_l s Re(h_l m_l), summand",
@@ -141,11 +145,11 @@ def _verify_mean_rotation(claim: Callable[..., Any]) -> Verdict:
     for n, P in [(n, 1) for n in SUPPORT_SIZES] + [(2, 2)]:
         wn, norm = _weights(n)
         pairs = [sp.symbols(f"hr{l} hi{l} theta{l}", real=True) for l in range(P)]
-        X = [sum(_deviation(p[0], p[1], 1, 0, p[2], Dl[j], 0, 0, _s) for p in pairs)
+        X = [sum(_deviation(Complex(hr, hi), _ONE, t, Dl[j], _ZERO, _s) for hr, hi, t in pairs)
              for j in range(n)]
-        ms = [[x.doit() for x in claim(p[2], Dl, wn, n)] for p in pairs]
-        g_star = sum(_semantic(p[0], p[1], 1, 0, mr, mi, _s)
-                     for p, (mr, mi) in zip(pairs, ms, strict=True))
+        ms = [[x.doit() for x in claim(t, Dl, wn, n)] for _, _, t in pairs]
+        g_star = sum(_semantic(Complex(hr, hi), _ONE, Complex(mr, mi), _s)
+                     for (hr, hi, _), (mr, mi) in zip(pairs, ms, strict=True))
         cases.append((f"n={n} distances, P={P}: E(X - c)^2 - E(X - g*)^2 - (g* - c)^2",
                       _expect([(x - _c) ** 2 for x in X], wn, norm)
                       - _expect([(x - g_star) ** 2 for x in X], wn, norm)
@@ -207,22 +211,43 @@ MEAN_ROTATION_OPTIMUM = Step(
 # --- mean_rotation_remainder -----------------------------------------------------------
 
 
-def _remainder_claim(hr_l: Any, hi_l: Any, hr_k: Any, hi_k: Any, theta_l: Any, theta_k: Any,
-                     Delta: Any, w: Any, n: Any, s: Any) -> Any:
-    r"""The :math:`(l, k)` term of :math:`\mathbb E_\Delta E_m^2` under the mean rotation:
+@dataclass(frozen=True)
+class _Distances:
+    r"""A distribution of distances: weight :math:`w_j` on :math:`\Delta_j`, :math:`j < n`
+    (``Delta``, ``w`` indexed or lists of length n, the weights summing to 1)."""
+
+    Delta: Any
+    w: Any
+    n: Any
+
+    def mu(self, phi: Any) -> tuple[Any, Any]:
+        r""":math:`\mu(\phi) = \mathbb E_\Delta e^{i\phi\Delta}` as (real, imaginary) Sums."""
+        w, Delta, n = self.w, self.Delta, self.n
+        return (sp.Sum(w[_J] * sp.cos(phi * Delta[_J]), (_J, 0, n - 1)),
+                sp.Sum(w[_J] * sp.sin(phi * Delta[_J]), (_J, 0, n - 1)))
+
+
+def _remainder_term(h_l: tuple[Any, Any], h_k: tuple[Any, Any], theta_l: Any, theta_k: Any,
+                    distances: _Distances, s: Any) -> Any:
+    r"""The :math:`(l, k)` term of :math:`\mathbb E_\Delta E_m^2` under the mean rotation
+    (:math:`h = h_r + i h_i` as a (real, imaginary) pair):
 
     .. math:: \tfrac{s^2}{2}\operatorname{Re}\big[h_l\overline{h_k}\,C_{lk}
               + h_l h_k\,\tilde C_{lk}\big]
     """
-    def mu(phi: Any) -> tuple[Any, Any]:  # E e^{i phi Delta}
-        return (sp.Sum(w[_J] * sp.cos(phi * Delta[_J]), (_J, 0, n - 1)),
-                sp.Sum(w[_J] * sp.sin(phi * Delta[_J]), (_J, 0, n - 1)))
-
+    mu = distances.mu
     m_l, m_k = mu(theta_l), mu(theta_k)
     C = tuple(x - y for x, y in zip(mu(theta_l - theta_k), _cmul(m_l, _conj(m_k)), strict=True))
     Ct = tuple(x - y for x, y in zip(mu(theta_l + theta_k), _cmul(m_l, m_k), strict=True))
-    h_l, h_k = (hr_l, hi_l), (hr_k, hi_k)
     return s**2 / 2 * (_cmul(_cmul(h_l, _conj(h_k)), C)[0] + _cmul(_cmul(h_l, h_k), Ct)[0])
+
+
+def _remainder_claim(*numeric_args: Any) -> Any:
+    """mean_rotation_remainder's claim on its ``numeric_args`` ``(hr_l, hi_l, hr_k, hi_k,
+    theta_l, theta_k, Delta, w, n, s)``, in order: :func:`_remainder_term`."""
+    hr_l, hi_l, hr_k, hi_k, theta_l, theta_k, Delta, w, n, s = numeric_args
+    distances = _Distances(Delta, w, n)
+    return _remainder_term((hr_l, hi_l), (hr_k, hi_k), theta_l, theta_k, distances, s)
 
 
 def _mean_rot(theta: Any, Delta: Any, w: Any, n: int, norm: dict[Any, Any]) -> tuple[Any, Any]:
@@ -322,21 +347,23 @@ def _mean_key_claim(c: Any, e: Any, w: Any, n: Any) -> tuple[Any, Any]:
 
 def _verify_mean_key(claim: Callable[..., Any]) -> Verdict:
     cs, es = sp.IndexedBase("c", real=True), sp.IndexedBase("e", real=True)
+    q, k, kbar, m = Complex(_a, _b), Complex(_dc, _de), Complex(_cb, _eb), Complex(_mre, _mim)
     cases: list[tuple[str, Any]] = [
         ("E_m is affine in the key: E_m(k - kbar) - (E_m(k) - E_m(kbar))",
-         _deviation(_a, _b, _dc - _cb, _de - _eb, _theta, _D, _mre, _mim, _s)
-         - _deviation(_a, _b, _dc, _de, _theta, _D, _mre, _mim, _s)
-         + _deviation(_a, _b, _cb, _eb, _theta, _D, _mre, _mim, _s)),
+         _deviation(q, k - kbar, _theta, _D, m, _s) - _deviation(q, k, _theta, _D, m, _s)
+         + _deviation(q, kbar, _theta, _D, m, _s)),
         _variance_moments(),
     ]
     a, b, th, mr, mi = indexed("a b theta mre mim")
+    q_l, m_l = Complex(a, b), Complex(mr, mi)  # pair l's query and reference rotation
     c2, e2 = sp.IndexedBase("ck", real=True), sp.IndexedBase("ek", real=True)  # [pair, key]
     for n in SUPPORT_SIZES:
         w, norm = _weights(n)
         at_l = {cs[j]: c2[PAIR, j] for j in range(n)} | {es[j]: e2[PAIR, j] for j in range(n)}
         cb, eb = (x.doit().subs(norm).subs(at_l) for x in claim(cs, es, w, n))  # pair l's mean
-        mean_E = _expect([_deviation(a, b, c2[PAIR, j] - cb, e2[PAIR, j] - eb, th, _D, mr, mi, _s)
-                          for j in range(n)], w, norm)
+        k_l = [Complex(c2[PAIR, j], e2[PAIR, j]) for j in range(n)]  # pair l of each key
+        mean_E = _expect([_deviation(q_l, k - Complex(cb, eb), th, _D, m_l, _s) for k in k_l],
+                         w, norm)
         cases.append((f"n={n} keys, symbolic P: summand of Sum_l E_k[E_m,l] at the mean key",
                       mean_E))
     cases += [_key_decomposition(claim, n, P) for n, P in KEY_DECOMPOSITION]
@@ -358,7 +385,7 @@ def _key_decomposition(claim: Callable[..., Any], n: int, P: int) -> tuple[str, 
         mean_ref.append([x.doit().subs(norm).subs(sub) for x in claim(cl, el, w, n)])
 
     def Y(vecs: Sequence[Sequence[Any]]) -> Any:  # the linear part of E_m, summed over pairs
-        return sum(_deviation(a, b, v[0], v[1], 0, _D, mr, mi, _s)
+        return sum(_deviation(Complex(a, b), Complex(v[0], v[1]), 0, _D, Complex(mr, mi), _s)
                    for (a, b, mr, mi), v in zip(qs, vecs, strict=True))
 
     def mean_square(ref: Sequence[Sequence[Any]]) -> Any:

@@ -33,7 +33,7 @@ from ropesplit.theory.rope import (
     thetas,
     to_pairs,
 )
-from ropesplit.theory.split import REMAINDER_BOUND, SPLIT_EXACT
+from ropesplit.theory.split import REMAINDER_BOUND, SPLIT_EXACT, Complex
 from ropesplit.theory.step import Step, Verdict, zero_verdict
 from ropesplit.theory.sums import BLOCK_DIAGONAL, indexed, split_summand
 
@@ -57,8 +57,14 @@ def deviation_part(a: Any, b: Any, dc: Any, de: Any, x: Any, y: Any, s: Any) -> 
 # --- split_reference -------------------------------------------------------------------
 
 
-def _reference_claim(a: Any, b: Any, cbar: Any, ebar: Any, dc: Any, de: Any, theta: Any,
-                     Delta: Any, mre: Any, mim: Any, s: Any) -> tuple[Any, Any, Any]:
+def _part(q: Complex, p: Complex, z: Complex, s: Any) -> Any:
+    r""":func:`deviation_part` of complex pairs: :math:`s\operatorname{Re}(\tilde q\,
+    \overline{\tilde p}\,z)`."""
+    return deviation_part(q.re, q.im, p.re, p.im, z.re, z.im, s)
+
+
+def _reference_terms(q: Complex, kbar: Complex, delta: Complex, theta: Any, Delta: Any,
+                     m: Complex, s: Any) -> tuple[Any, Any, Any]:
     r"""One pair's :math:`(f, g_m, E_m)`:
 
     .. math::
@@ -66,10 +72,17 @@ def _reference_claim(a: Any, b: Any, cbar: Any, ebar: Any, dc: Any, de: Any, the
         g_m = s\operatorname{Re}(\tilde q\,\overline{\tilde\delta}\,m),\quad
         E_m = s\operatorname{Re}(\tilde q\,\overline{\tilde\delta}\,(e^{i\theta\Delta} - m))
     """
-    cos, sin = sp.cos(theta * Delta), sp.sin(theta * Delta)
-    f = deviation_part(a, b, cbar, ebar, cos, sin, s)
-    return f, deviation_part(a, b, dc, de, mre, mim, s), deviation_part(
-        a, b, dc, de, cos - mre, sin - mim, s)
+    rotation = Complex.rotation(theta * Delta)  # e^{i theta Delta}
+    f = _part(q, kbar, rotation, s)
+    return f, _part(q, delta, m, s), _part(q, delta, rotation - m, s)
+
+
+def _reference_claim(*numeric_args: Any) -> tuple[Any, Any, Any]:
+    """split_reference's claim on its ``numeric_args`` ``(a, b, cbar, ebar, dc, de, theta,
+    Delta, mre, mim, s)``, in order: :func:`_reference_terms` of the pairs they make."""
+    a, b, cbar, ebar, dc, de, theta, Delta, mre, mim, s = numeric_args
+    return _reference_terms(Complex(a, b), Complex(cbar, ebar), Complex(dc, de), theta, Delta,
+                            Complex(mre, mim), s)
 
 
 def _verify_reference(claim: Callable[..., Any]) -> Verdict:
@@ -143,12 +156,19 @@ SPLIT_REFERENCE = Step(
 # --- reference_bound -------------------------------------------------------------------
 
 
-def _reference_bound_claim(a: Any, b: Any, dc: Any, de: Any, theta: Any, Delta: Any, mre: Any,
-                           mim: Any, s: Any) -> Any:
+def _reference_bound(q: Complex, delta: Complex, theta: Any, Delta: Any, m: Complex,
+                     s: Any) -> Any:
     r"""One pair's bound on :math:`|E_m|`:
     :math:`s|\tilde q||\tilde\delta|\,|e^{i\theta\Delta} - m|`."""
-    chord = sp.sqrt((sp.cos(theta * Delta) - mre) ** 2 + (sp.sin(theta * Delta) - mim) ** 2)
-    return s * sp.sqrt(a**2 + b**2) * sp.sqrt(dc**2 + de**2) * chord
+    chord = abs(Complex.rotation(theta * Delta) - m)
+    return s * abs(q) * abs(delta) * chord
+
+
+def _reference_bound_claim(*numeric_args: Any) -> Any:
+    """reference_bound's claim on its ``numeric_args`` ``(a, b, dc, de, theta, Delta, mre, mim,
+    s)``, in order: :func:`_reference_bound` of the pairs they make."""
+    a, b, dc, de, theta, Delta, mre, mim, s = numeric_args
+    return _reference_bound(Complex(a, b), Complex(dc, de), theta, Delta, Complex(mre, mim), s)
 
 
 def _verify_reference_bound(claim: Callable[..., Any]) -> Verdict:

@@ -17,6 +17,7 @@ checked symbolically and the standard lemmas they rest on are named.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
@@ -35,7 +36,7 @@ from ropesplit.theory.rope import (
 from ropesplit.theory.step import Step, Verdict, zero_verdict
 from ropesplit.theory.sums import BLOCK_DIAGONAL, split_summand
 
-__all__ = ["EXACT_SPLIT_CONDITION", "REMAINDER_BOUND", "SPLIT_EXACT"]
+__all__ = ["Complex", "EXACT_SPLIT_CONDITION", "REMAINDER_BOUND", "SPLIT_EXACT"]
 
 _a, _b, _cb, _eb, _dc, _de, _s = sp.symbols("a b cbar ebar dc de s", real=True)
 _i, _j, _D, _psi = sp.symbols("i j Delta psi", real=True)
@@ -44,12 +45,45 @@ _q2, _kbar2, _delta2 = sp.Matrix([_a, _b]), sp.Matrix([_cb, _eb]), sp.Matrix([_d
 _qc, _dlc = _a + sp.I * _b, _dc + sp.I * _de  # q~ and delta~ for one pair
 
 
+@dataclass(frozen=True)
+class Complex:
+    r"""One pair :math:`(x, y)` as the complex number :math:`x + iy` (docs/theory.md section 1),
+    its parts sympy expressions: :math:`\tilde q = a + ib`, :math:`\tilde{\bar k} = \bar c +
+    i\bar e`, :math:`\tilde\delta = dc + i\,de`, a reference rotation :math:`m = mre + i\,mim`.
+    """
+
+    re: Any
+    im: Any
+
+    @staticmethod
+    def rotation(phi: Any) -> Complex:
+        r""":math:`e^{i\phi} = \cos\phi + i\sin\phi`."""
+        return Complex(sp.cos(phi), sp.sin(phi))
+
+    def dot(self, other: Complex) -> Any:
+        r""":math:`\operatorname{Re}(z\,\overline{w}) = \langle z, w\rangle`, e.g.
+        :math:`a\bar c + b\bar e` for :math:`z = \tilde q`, :math:`w = \tilde{\bar k}`."""
+        return self.re * other.re + self.im * other.im
+
+    def cross(self, other: Complex) -> Any:
+        r""":math:`-\operatorname{Im}(z\,\overline{w})`, e.g. :math:`a\bar e - b\bar c`."""
+        return self.re * other.im - self.im * other.re
+
+    def __sub__(self, other: Complex) -> Complex:
+        return Complex(self.re - other.re, self.im - other.im)
+
+    def __abs__(self) -> Any:
+        r""":math:`|z| = \sqrt{x^2 + y^2}` (a sympy expression)."""
+        return sp.sqrt(self.re**2 + self.im**2)
+
+
 # --- split_exact -----------------------------------------------------------------------
 
 
-def _split_claim(a: Any, b: Any, cbar: Any, ebar: Any, dc: Any, de: Any,
-                 theta: Any, Delta: Any, s: Any) -> tuple[Any, Any, Any]:
-    r"""One pair's :math:`(f, g, E)`:
+def _split_terms(q: Complex, kbar: Complex, delta: Complex, theta: Any, Delta: Any,
+                 s: Any) -> tuple[Any, Any, Any]:
+    r"""One pair's :math:`(f, g, E)`, :math:`\tilde q = a + ib`,
+    :math:`\tilde{\bar k} = \bar c + i\bar e`, :math:`\tilde\delta = dc + i\,de`:
 
     .. math::
         f = s[(a\bar c + b\bar e)\cos\theta\Delta + (a\bar e - b\bar c)\sin\theta\Delta],\quad
@@ -57,10 +91,17 @@ def _split_claim(a: Any, b: Any, cbar: Any, ebar: Any, dc: Any, de: Any,
         E = s[(a\,dc + b\,de)(\cos\theta\Delta - 1) + (a\,de - b\,dc)\sin\theta\Delta]
     """
     cos, sin = sp.cos(theta * Delta), sp.sin(theta * Delta)
-    f = s * ((a * cbar + b * ebar) * cos + (a * ebar - b * cbar) * sin)
-    g = s * (a * dc + b * de)
-    E = s * ((a * dc + b * de) * (cos - 1) + (a * de - b * dc) * sin)
+    f = s * (q.dot(kbar) * cos + q.cross(kbar) * sin)
+    g = s * q.dot(delta)
+    E = s * (q.dot(delta) * (cos - 1) + q.cross(delta) * sin)
     return f, g, E
+
+
+def _split_claim(*numeric_args: Any) -> tuple[Any, Any, Any]:
+    """split_exact's claim on its ``numeric_args`` ``(a, b, cbar, ebar, dc, de, theta, Delta,
+    s)``, in order: :func:`_split_terms` of the pairs they make."""
+    a, b, cbar, ebar, dc, de, theta, Delta, s = numeric_args
+    return _split_terms(Complex(a, b), Complex(cbar, ebar), Complex(dc, de), theta, Delta, s)
 
 
 def _verify_split(claim: Callable[..., Any]) -> Verdict:

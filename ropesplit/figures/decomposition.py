@@ -57,6 +57,65 @@ def row_centred(x: Any, mask: Any) -> np.ndarray:
     return np.where(show, arr - means, np.nan)
 
 
+def _checked(mats: dict[str, np.ndarray], mask: Any) -> np.ndarray:
+    """The shown pairs ``(N, N)`` bool, once ``W, f, g, E`` are square, alike and finite there."""
+    N, N2 = mats["W"].shape
+    if N != N2:
+        raise RopesplitError(f"W must be square (N, N), got shape {mats['W'].shape}")
+    for name, x in mats.items():
+        if x.shape != (N, N):
+            raise RopesplitError(f"{name} must have the shape of W {(N, N)}, got {x.shape}")
+    show = np.tril(np.ones((N, N), dtype=bool)) if mask is None else np.asarray(mask, dtype=bool)
+    if show.shape != (N, N) or not show.any():
+        raise RopesplitError(f"mask must be (N, N) = {(N, N)} with a True entry, got {show.shape}")
+    if not all(np.isfinite(x[show]).all() for x in mats.values()):
+        raise RopesplitError("W, f, g, E must be finite on the shown (causal) pairs")
+    return show
+
+
+def _limit(shown: np.ndarray) -> float:
+    """The colour limit: the 99.5th percentile of ``|x|`` over the shown entries (1 if all 0)."""
+    return float(np.quantile(np.abs(shown), 0.995)) or 1.0
+
+
+def _axes(fig: Figure, single: bool) -> tuple[Any, Any, Any]:
+    """The four panels on one scale, the row-centred ``f``'s panel and the subfigure over the
+    four (for the title): one column 2 x 2 above the fifth, two columns all five in a row."""
+    if single:  # the four on one scale, 2 x 2, above the row-centred f
+        top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(2.0, 1.2)))
+        shared = top.subplots(2, 2, sharex=True, sharey=True).ravel()
+        ax_c = bottom.add_subplot(bottom.add_gridspec(1, 3, width_ratios=(0.5, 1.0, 0.5))[1])
+        return shared, ax_c, top
+    # one row: the four on one scale, then the row-centred f on its own
+    left, right = cast(Any, fig.subfigures(1, 2, width_ratios=(4.0, 1.3), wspace=0.0))
+    return left.subplots(1, 4, sharex=True, sharey=True), right.subplots(), left
+
+
+def _heatmap(ax: Any, values: np.ndarray, show: np.ndarray, label: str, lim: float) -> Any:
+    """``values`` on the shown pairs, symmetric colour limits ``+-lim``; the image."""
+    N = show.shape[0]
+    image = ax.imshow(
+        np.where(show, values, np.nan), cmap=DIVERGING, vmin=-lim, vmax=lim,
+        interpolation="nearest", extent=(-0.5, N - 0.5, N - 0.5, -0.5),
+    )  # fmt: skip
+    ax.set_title(label)
+    ax.set_facecolor("#EEEEEE")  # the blank non-causal half
+    ax.xaxis.set_major_locator(whole_numbers(4))  # token positions, a few
+    ax.yaxis.set_major_locator(whole_numbers(5))
+    return image
+
+
+def _label_axes(ax: Any, index: int, single: bool) -> None:
+    """Axis labels and tick labels on the outer panels only (``index`` 4: the row-centred f)."""
+    cols = 2 if single else 4
+    inner = single and index < 2  # a panel drawn under this one
+    ax.set_xlabel("" if inner else "key j (tokens)")
+    ax.tick_params(labelbottom=not inner)
+    first = index == 4 or index % cols == 0  # first in its row
+    ax.set_ylabel("query i (tokens)" if first else "")
+    ax.tick_params(labelleft=first)
+
+
 def decomposition_figure(
     W: Any,
     f: Any,
@@ -80,54 +139,23 @@ def decomposition_figure(
     columns put all five in a row.
     """
     mats = {name: as_array(name, x, 2) for name, x in zip("WfgE", (W, f, g, E), strict=True)}
-    N, N2 = mats["W"].shape
-    if N != N2:
-        raise RopesplitError(f"W must be square (N, N), got shape {mats['W'].shape}")
-    for name, x in mats.items():
-        if x.shape != (N, N):
-            raise RopesplitError(f"{name} must have the shape of W {(N, N)}, got {x.shape}")
-    show = np.tril(np.ones((N, N), dtype=bool)) if mask is None else np.asarray(mask, dtype=bool)
-    if show.shape != (N, N) or not show.any():
-        raise RopesplitError(f"mask must be (N, N) = {(N, N)} with a True entry, got {show.shape}")
-    shown = np.concatenate([x[show] for x in mats.values()])  # (4 n_shown,)
-    if not np.isfinite(shown).all():
-        raise RopesplitError("W, f, g, E must be finite on the shown (causal) pairs")
-    limit = float(np.quantile(np.abs(shown), 0.995)) or 1.0  # all-zero input: any scale
+    show = _checked(mats, mask)
+    limit = _limit(np.concatenate([x[show] for x in mats.values()]))  # (4 n_shown,)
     centred = row_centred(mats["f"], show)  # (N, N), NaN off the mask
-    own = float(np.quantile(np.abs(centred[show]), 0.995)) or 1.0
+    own = _limit(centred[show])
 
     inches = check_width(width)
     single = inches < 5.0
     panels = [(mats[name], label, limit) for name, label in _PANELS]
     with styled():
         fig = new_figure(inches, 5.5 if single else 2.5)
-        if single:  # the four on one scale, 2 x 2, above the row-centred f
-            top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(2.0, 1.2)))
-            shared = top.subplots(2, 2, sharex=True, sharey=True).ravel()
-            ax_c = bottom.add_subplot(bottom.add_gridspec(1, 3, width_ratios=(0.5, 1.0, 0.5))[1])
-        else:  # one row: the four on one scale, then the row-centred f on its own
-            left, right = cast(Any, fig.subfigures(1, 2, width_ratios=(4.0, 1.3), wspace=0.0))
-            shared = left.subplots(1, 4, sharex=True, sharey=True)
-            ax_c = right.subplots()
-        cols = 2 if single else 4
+        shared, ax_c, over = _axes(fig, single)
         images = []
         for index, (ax, (values, label, lim)) in enumerate(
             zip([*shared, ax_c], [*panels, (centred, _CENTRED, own)], strict=True)
         ):
-            images.append(ax.imshow(
-                np.where(show, values, np.nan), cmap=DIVERGING, vmin=-lim, vmax=lim,
-                interpolation="nearest", extent=(-0.5, N - 0.5, N - 0.5, -0.5),
-            ))  # fmt: skip
-            ax.set_title(label)
-            ax.set_facecolor("#EEEEEE")  # the blank non-causal half
-            ax.xaxis.set_major_locator(whole_numbers(4))  # token positions, a few
-            ax.yaxis.set_major_locator(whole_numbers(5))
-            inner = single and index < 2  # a panel drawn under this one
-            ax.set_xlabel("" if inner else "key j (tokens)")
-            ax.tick_params(labelbottom=not inner)
-            first = index == 4 or index % cols == 0  # first in its row
-            ax.set_ylabel("query i (tokens)" if first else "")
-            ax.tick_params(labelleft=first)
+            images.append(_heatmap(ax, values, show, label, lim))
+            _label_axes(ax, index, single)
         location = "right" if single else "bottom"
         bar = fig.colorbar(images[0], ax=list(shared), extend="both", location=location,
                            shrink=0.8 if single else 0.5, aspect=30)  # fmt: skip
@@ -137,5 +165,5 @@ def decomposition_figure(
                                    aspect=15 if single else 20)  # fmt: skip
         centred_bar.set_label("nats (own scale)")
         if title:  # over the four on one scale (a figure-wide one would overlap the panels')
-            (top if single else left).suptitle(title, fontsize=7 if single else 8)
+            over.suptitle(title, fontsize=7 if single else 8)
     return fig
