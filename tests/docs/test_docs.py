@@ -94,7 +94,8 @@ def test_the_architecture_page_is_contracts_not_an_api_dump():
 
 # the layers whose every public module the API page must name: folder -> import name
 API_LAYERS = {"theory": "ropesplit.theory", "numerics": "ropesplit.numerics",
-              "empirical": "ropesplit.empirical", "ropesplit/core": "ropesplit.core"}  # fmt: skip
+              "empirical": "ropesplit.empirical", "ropesplit/core": "ropesplit.core",
+              "ropesplit/claims": "ropesplit.claims"}  # fmt: skip
 # where the import names of the package live in the source tree (pyproject's package-dir)
 PACKAGE_DIR = {"ropesplit.theory": "theory", "ropesplit.numerics": "numerics",
                "ropesplit.empirical": "empirical", "ropesplit": "ropesplit"}  # fmt: skip
@@ -133,7 +134,7 @@ def source_of(module: str) -> Path:
 
 def test_the_api_page_names_every_public_module_of_each_layer():
     """docs/api.md has a ``::: module`` line for every public module of theory, numerics,
-    empirical (experiments included) and core, computed from the file tree, and no line
+    empirical (experiments included), core and claims, computed from the file tree, and no line
     for a module that does not exist."""
     named = api_entries()
     expected = [m for folder, package in API_LAYERS.items()
@@ -144,3 +145,117 @@ def test_the_api_page_names_every_public_module_of_each_layer():
     stale = [m for m in named if not source_of(m).is_file()]
     assert not stale, f"docs/api.md names modules that do not exist: {stale}"
     assert len(named) == len(set(named)), "docs/api.md names a module twice"
+
+
+# --- the README and the install page: a newcomer's path; times only where a benchmark wrote them
+
+README = ROOT / "README.md"
+INSTALL = ROOT / "docs" / "install.md"
+TIMINGS = re.compile(r"<!-- timings: begin \(written by benchmarks/bench_install\.py\) -->"
+                     r".*?<!-- timings: end -->", re.S)  # fmt: skip
+# a quoted duration: "527 s", "8.8 min", "13 minutes", "1.5 hours", "8m57s"
+DURATION = re.compile(r"\b\d+(\.\d+)?\s?(s|secs?|seconds?|min|mins|minutes?|hours?|hrs?)\b"
+                      r"|\b\d+m\d+s\b")  # fmt: skip
+
+
+def quoted_times(text: str) -> list[str]:
+    """Lines of ``text`` that quote a duration outside the block bench_install.py writes."""
+    outside = TIMINGS.sub("", text)
+    return [line.strip() for line in outside.splitlines() if DURATION.search(line)]
+
+
+def bench_install():
+    """benchmarks/bench_install.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    name = "ropesplit_bench_install"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / "benchmarks" / "bench_install.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclass looks its module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_the_readme_is_short_and_opens_with_the_commands_and_the_verdicts():
+    """At most 60 lines; the first 30 hold both commands, the figure and a table row for each
+    of the five claims (``| 1 ...`` to ``| 5 ...``) with a verdict word."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 60, f"README.md has {len(lines)} lines; move detail to docs/"
+    head = "\n".join(lines[:30])
+    for needed in ("make report", "make test", "](docs/figures/fig1-decomposition-double.png)"):
+        assert needed in head, f"README.md's first 30 lines lack {needed!r}"
+    verdicts = ("agrees", "weaker than the paper", "disagrees", "inconclusive")
+    for claim in range(1, 6):
+        rows = [line for line in lines[:30] if re.match(rf"\|\s*{claim}\b", line)]
+        assert rows, f"README.md's first 30 lines have no table row for claim {claim}"
+        assert any(word in rows[0] for word in verdicts), rows[0]
+        assert re.search(r"\[\d", rows[0]), f"claim {claim}'s row gives no interval"
+
+
+def test_the_newcomers_path_links_readme_tutorial_analyse():
+    """README -> docs/tutorial.md (in its first 30 lines) -> docs/analyse-your-model.md
+    (a closing 'Next' link), and every relative link of the README names a file."""
+    readme = README.read_text(encoding="utf-8")
+    assert "](docs/tutorial.md)" in "\n".join(readme.splitlines()[:30])
+    tail = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8").strip().splitlines()[-3:]
+    assert any("Next" in line for line in tail), "docs/tutorial.md does not end with 'Next'"
+    assert "](analyse-your-model.md)" in "\n".join(tail)
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README.md links {target}, which does not exist"
+
+
+@pytest.mark.parametrize("path", [README, INSTALL], ids=lambda p: p.name)
+def test_times_are_quoted_only_where_a_benchmark_wrote_them(path):
+    """A time in README.md or docs/install.md goes stale unless something measured it:
+    only the block benchmarks/bench_install.py writes may quote one."""
+    found = quoted_times(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.name} quotes times outside the timings block:\n" + "\n".join(found)
+
+
+def test_the_timings_block_names_a_date_and_a_machine_and_is_the_scripts():
+    """docs/install.md holds one block, as bench_install.py renders it: each row a what,
+    seconds, an ISO date and a machine (``N CPU cores, ...``)."""
+    bench = bench_install()
+    before, block, after = bench.split_page(INSTALL.read_text(encoding="utf-8"))
+    assert len(TIMINGS.findall(INSTALL.read_text(encoding="utf-8"))) == 1
+    rows = bench.parse_block(block)
+    assert rows, "docs/install.md's timings block has no row"
+    for row in rows:
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row.date), row
+        assert re.match(r"\d+ CPU cores?\b", row.machine), row
+        assert row.seconds > 0, row
+    assert bench.render_block(rows) == block  # written by the script, not edited by hand
+
+
+def test_the_time_check_sees_a_planted_time():
+    planted = "It took 8.8 min.\nCI: 527 s\n8m57s locally\n"
+    assert len(quoted_times(planted)) == 3
+    fine = ("r = 0.959 on 5 seeds, 2 CPU cores, 512 tokens, SmolLM2-135M, 8x, 2026-12-05\n"
+            "<!-- timings: begin (written by benchmarks/bench_install.py) -->\n| x | 527 s |\n"
+            "<!-- timings: end -->\n")  # fmt: skip
+    assert quoted_times(fine) == []
+
+
+def test_bench_install_rewrites_its_block(tmp_path):
+    """--record rows replace the row with the same what and keep the others; bad input
+    exits 2; no arguments prints the block and writes nothing."""
+    bench = bench_install()
+    page = tmp_path / "install.md"
+    page.write_text(f"# t\n\n{bench.BEGIN}\n{bench.END}\n\ntail\n", encoding="utf-8")
+    args = ["--page", str(page), "--date", "2026-12-05", "--machine", "2 CPU cores, X"]
+    assert bench.main([*args, "--record", "make test=527", "--record", "make report=796.7"]) == 0
+    assert bench.main([*args, "--record", "make test=530"]) == 0
+    text = page.read_text(encoding="utf-8")
+    rows = bench.parse_block(bench.split_page(text)[1])
+    assert [(r.what, r.seconds) for r in rows] == [("make test", 530.0), ("make report", 796.7)]
+    assert text.startswith("# t\n\n") and text.endswith("\n\ntail\n")
+    assert bench.main([*args, "--record", "no seconds"]) == 2
+    assert bench.main(["--page", str(page), "--date", "5 Dec", "--record", "x=1"]) == 2
+    assert bench.main(["--page", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == text
+    assert re.match(r"\d+ CPU cores?, \S", bench.machine())
