@@ -96,12 +96,15 @@ docs: $(STAMP)
 
 # every built page (and report/index.html, or a tiny report when there is none)
 # in headless Chromium with the network off: no raw TeX, no request off the
-# machine; then the check's own tests (planted faults must fail it)
+# machine; the report's first screen at 1400x1000 px shows its figure and all five
+# verdicts unscrolled (screenshots in build/docs-check/); then the check's own tests
+# (planted faults must fail it)
 docs-check: docs
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		(apt-get update -q && apt-get install -y -q chromium)
-	$(BIN)/python tools/offline_check.py site $(wildcard report/index.html)
-	DOCS_CHECK_TINY_REPORT=1 $(BIN)/python -m pytest -q tests/docs/test_docs_check.py tests/docs/test_notebook.py
+	$(BIN)/python tools/offline_check.py --screenshots build/docs-check site $(wildcard report/index.html)
+	DOCS_CHECK_TINY_REPORT=1 DOCS_CHECK_SCREENSHOTS=build/docs-check $(BIN)/python -m pytest -q \
+		-rP tests/docs/test_docs_check.py tests/docs/test_notebook.py
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done

@@ -62,8 +62,9 @@ def claims_row(loaded: Any, tokens: int, passages: int, sync: Callable[[], None]
 
     import torch
 
-    from ropesplit.core.claims import CONTROL_SEEDS
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.claims.records import ClaimsSettings
+    from ropesplit.claims.registry import CONTROL_SEEDS
+    from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.corpus import PassageIds
     from ropesplit.empirical.models import random_init_twin
 

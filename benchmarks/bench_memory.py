@@ -4,7 +4,7 @@ For each number of layers (``--layers``, default 2 and 4) and each length
 (``--tokens``, default 512, 2048, 4096), a fresh process builds the geometry
 (``geometry.py``: hidden 4096, 32 heads of 128, MLP 11008, random init in
 float32), asks the peak ``check_memory`` predicts
-(``analyze.predicted_peak``: what is resident now plus what
+(what is resident now, ``memory.resident``, plus what
 ``analyze.memory_estimate`` says the run adds to the weights), then runs
 ``analyze`` on one sequence of that many seeded random tokens (exact
 tightness, every head) and reads its own peak resident memory (``VmHWM``,
@@ -42,7 +42,7 @@ steady_allocator()  # as the CLI runs
 import torch
 from geometry import geometry_config
 from ropesplit.empirical import load_model
-from ropesplit.empirical.analyze import analyze, predicted_peak
+from ropesplit.empirical.analyze import analyze, memory_estimate
 from ropesplit.empirical.memory import peak_resident, resident
 tick = time.perf_counter()
 loaded = load_model(geometry_config({geometry!r}, {layers}))
@@ -50,8 +50,8 @@ built = time.perf_counter() - tick
 ids = torch.randint(int(loaded.config.vocab_size), ({tokens},),
                     generator=torch.Generator().manual_seed(0))
 weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-estimate = predicted_peak(loaded, {tokens})  # check_memory's: resident now + the run's
-before = resident()
+before = resident()  # the loaded model, the interpreter and its libraries
+estimate = before + memory_estimate(loaded, {tokens}) - weights  # check_memory's: + the run's
 peak_resident(reset=True)
 result = analyze(loaded, ids)
 print(json.dumps({{"weights": weights, "before": before, "peak": peak_resident(),

@@ -37,7 +37,7 @@ import numpy as np
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.core.paper import PAPER_R_SPLIT
 from ropesplit.empirical.capture import LayerCapture, capture_batch
-from ropesplit.empirical.memory import GROWTH, resident
+from ropesplit.empirical.memory import GROWTH
 from ropesplit.empirical.models import LoadedModel, as_position_ids
 from ropesplit.numerics.measure import KBAR_RULES, Measure
 from ropesplit.numerics.reference import COMPARED
@@ -61,7 +61,6 @@ __all__ = [
     "paired_difference",
     "reference_summary",
     "memory_estimate",
-    "predicted_peak",
 ]
 
 # the split of the columns (every reference is in by_reference anyway): the paper's own,
@@ -235,17 +234,6 @@ def _available_bytes(device: Any) -> int | None:
 
 def _weight_bytes(loaded: LoadedModel) -> int:
     return sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-
-
-def predicted_peak(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> int | None:
-    """The process's peak resident bytes over a run on the CPU, predicted before it: what is
-    resident now (the loaded model, the interpreter and its libraries) plus what
-    :func:`memory_estimate` says the run adds to the weights. None off the CPU or where
-    ``/proc`` has no such number."""
-    now = resident()
-    if now is None or loaded.device.type != "cpu":
-        return None
-    return now + memory_estimate(loaded, n_tokens, sequences) - _weight_bytes(loaded)
 
 
 def check_memory(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> None:

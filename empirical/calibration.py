@@ -6,7 +6,7 @@ nothing was learned and usually where the split holds by construction:
 - **null**: a model at random initialisation judged as if it were trained,
   beside random-init twins of its own architecture. Nothing in it is
   learned, so every claim's rate of "agrees" must stay at most 5% (the rule's
-  level is 2.5%: ``ropesplit.core.claims``); the rate is reported with its exact
+  level is 2.5%: ``ropesplit.claims.registry``); the rate is reported with its exact
   binomial interval (``numerics.intervals.binomial_interval``);
 - **planted**: the same architecture with the keys' deviation planted in the
   slow pairs only (:func:`plant_slow_keys`: the key projection's rows of the
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ropesplit.core.claims import CLAIMS, CONTROL_SEEDS
+from ropesplit.claims.registry import CLAIMS, CONTROL_SEEDS
 from ropesplit.empirical.adapter.configs import rope_spec, vocab_size
 from ropesplit.empirical.adapter.weights import key_projections
 from ropesplit.empirical.models import LoadedModel, load_model
@@ -93,7 +93,8 @@ def _passages(vocab: int, seed: int) -> Any:
 
 
 def _run(model: LoadedModel, twins: dict[int, LoadedModel], seed: int) -> dict[str, Any]:
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.claims.records import ClaimsSettings
+    from ropesplit.empirical.claims_run import run_claims
 
     settings = ClaimsSettings(tokens=TOKENS, grid=(TOKENS,), passages=PASSAGES,
                               order_passages=PASSAGES)  # fmt: skip
@@ -156,13 +157,14 @@ def calibration(
 def agree_rates(runs: Sequence[Mapping[str, Any]], rule: Any = None) -> dict[str, Any]:
     """Per arm and claim: how many runs read "agrees" under ``rule`` (default the registry's,
     ``verdicts.graded_verdict``), with the rate's exact 95% interval."""
-    from ropesplit.empirical.claims_run import judge_record
+    from ropesplit.claims.records import Header, judge_record
     from ropesplit.numerics.intervals import binomial_interval
 
     counts: dict[str, dict[int, list[bool]]] = {}
     for run in runs:
         record = run["record"]
-        judged = judge_record(record["header"], record["passages"], record["order"], rule=rule)
+        judged = judge_record(Header.from_dict(record["header"]), record["passages"],
+                              record["order"], rule=rule)  # fmt: skip
         for claim in judged["claims"]:
             counts.setdefault(run["arm"], {}).setdefault(int(claim["claim"]), []).append(
                 claim["verdict"] == "agrees")  # fmt: skip
@@ -182,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = calibration(seeds=args.seeds, planted=args.planted, embedded=args.embedded,
                        families=("llama", "qwen2"))  # fmt: skip
-    from ropesplit.empirical.verdicts import any_condition_verdict
+    from ropesplit.claims.verdicts import any_condition_verdict
 
     rates = {"registry": agree_rates(runs), "any condition": agree_rates(runs,
                                                                           any_condition_verdict)}

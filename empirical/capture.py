@@ -29,6 +29,7 @@ Shapes (batch of one)::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -59,6 +60,8 @@ from ropesplit.empirical.models import (
     model_pass,
 )
 from ropesplit.empirical.validate import (
+    ModelAttention,
+    RotatedAttention,
     Tolerances,
     check_reconstruction,
     mask_bias,
@@ -74,7 +77,7 @@ from ropesplit.empirical.validate import (
 )
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
-__all__ = ["Capture", "LayerCapture", "capture", "capture_batch"]
+__all__ = ["Capture", "LayerCapture", "RopeSeen", "capture", "capture_batch", "finish_layer"]
 
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
 
@@ -308,13 +311,92 @@ def _released(layer: LayerCapture) -> LayerCapture:
     return replace(layer, q=empty, k=empty, cos=empty, sin=empty, probs=None)
 
 
+@dataclass(frozen=True)
+class RopeSeen:
+    """One sequence of one layer's RoPE as the adapter saw it, with the geometry read off its
+    table (docs/theory.md section 1: ``cos[n, l] = a cos(p_n theta_l)``, ``sin`` alike)."""
+
+    q: torch.Tensor  # (H, N, d) pre-RoPE, rotating pairs first
+    k: torch.Tensor  # (Hkv, N, d)
+    query: torch.Tensor  # (H, N, d) R q as the model attends with it
+    key: torch.Tensor  # (Hkv, N, d) R k
+    cos: torch.Tensor  # (N, r) as applied
+    sin: torch.Tensor  # (N, r)
+    layout: str  # "half" or "interleaved"
+    theta: np.ndarray  # (r/2,) the rotating pairs' frequencies
+    amplitude: float  # a; 1 unless an attention factor
+
+    @functools.cached_property
+    def rotated(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(R q (H, N, d), R k (Hkv, N, d))``: ``q``, ``k`` turned by the applied table."""
+        return (rotate_applied(self.q.float(), self.cos, self.sin, self.layout),
+                rotate_applied(self.k.float(), self.cos, self.sin, self.layout))  # fmt: skip
+
+    def spec(self, attn_scale: float, window: int | None = None) -> RopeSpec:
+        """The layer's geometry as the numerics take it: theta (0 for the ``d - r``
+        non-rotating pairs), ``s = attn_scale a^2``, layout, ``r``, window, KV map."""
+        (n_heads, _, d), (n_kv, _, _), (r,) = self.q.shape, self.k.shape, self.cos.shape[-1:]
+        scale = float(attn_scale) * self.amplitude**2  # s = attn_scale a^2
+        return RopeSpec.from_arrays(full_theta(self.theta, d), scale, self.layout, int(r), window,
+                                    repeat_kv_map(n_heads, n_kv))  # fmt: skip
+
+    def rope_diff(self, gains: _Gains | None = None) -> float:
+        """``max |R q - (R q)_model| / max |(R q)_model|``, queries and keys: the rotated
+        features (times the gains a norm after RoPE applies) against what the model attends with."""
+        qr, kr = self.rotated
+        if gains is None:
+            return max(max_rel(qr, self.query.float()), max_rel(kr, self.key.float()))
+        return max(max_rel(qr * gains.q_gain, self.query.float()),
+                   max_rel(kr * gains.k_gain, self.key.float()))  # fmt: skip
+
+
+def finish_layer(layer: int, seen: RopeSeen, spec: RopeSpec, attn_scale: float,
+                 gains: _Gains | None = None) -> LayerCapture:  # fmt: skip
+    """The capture's record of one layer of one sequence from what the adapter saw, its RoPE
+    checked (:meth:`RopeSeen.rope_diff`; the caller holds it to its tolerance). Under
+    ``gains`` ``q``, ``k`` are the relative part's features (the split is of ``W^rel``).
+    The softmax is not rebuilt here (``reconstruction_max_abs_diff`` NaN): the capture
+    rebuilds and compares it (:func:`capture`), LM-Infinite's attention is no plain softmax."""
+    q, k = (seen.q, seen.k) if gains is None else (gains.q, gains.k)
+    return LayerCapture(
+        layer=layer, q=q, k=k, cos=seen.cos, sin=seen.sin, spec=spec,
+        rope_amplitude=seen.amplitude, attn_scale=attn_scale, softcap=None, rope_base=None,
+        reconstruction_max_abs_diff=math.nan, rope_max_rel_diff=seen.rope_diff(gains),
+    )  # fmt: skip
 
 
 def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: int
                   ) -> LayerCapture:  # fmt: skip
     """Assemble, check and validate sequence ``b`` of one layer from what the adapter saw."""
-    layer, module = call.layer, call.module
-    raw = state.raw[layer]
+    raw = state.raw[call.layer]
+    seen, base = _seen(state, call, b)
+    spec = seen.spec(call.scale, _window(state, call))
+    gains = _gains(raw, seen.q, seen.k, spec, state.positions[b])  # learned gains after RoPE
+    one = finish_layer(call.layer, seen, spec, float(call.scale), gains)
+    features = seen if gains is None else replace(seen, q=one.q, k=one.k)  # W^rel's
+    qr, kr = features.rotated  # (H, N, d), (Hkv, N, d)
+    attention = RotatedAttention(qr, kr[torch.as_tensor(one.kv_map)], one.attn_scale,
+                                 call.softcap, spec.window)  # fmt: skip
+    model = _model_attention(state, call, weights.detach()[b], b, gains, attention)
+    blocks = None if b == 0 else sampled_rows(seen.q.shape[1], (call.layer, b))
+    logit_diff, logit_scale, prob_diff = reconstruct(attention, model, blocks)
+    tapped = "logits" in raw
+    return replace(
+        one, softcap=call.softcap, rope_base=base, reconstruction_max_abs_diff=prob_diff,
+        logit_max_abs_diff=logit_diff if tapped else math.nan,
+        logit_scale=logit_scale if tapped else math.nan,
+        probs=model.probs.float().clone() if state.keep_probs else None,
+        sinks=None if model.sinks is None else model.sinks.float().cpu(),
+        shared_key=bool(raw["shared_key"]),
+        absolute_share=None if gains is None else gains.share,
+        validated_rows=seen.q.shape[1] if blocks is None else sum(r1 - r0 for r0, r1 in blocks),
+    )  # fmt: skip
+
+
+def _seen(state: _CaptureState, call: AttentionCall, b: int) -> tuple[RopeSeen, float | None]:
+    """Sequence ``b`` of the layer's RoPE call, checked (even ``d`` and ``r <= d``, finite
+    activations, the table's theta against the config's), and the config's RoPE base."""
+    layer, raw = call.layer, state.raw[call.layer]
     # the attended query and key, and their pre-RoPE wholes, rotating pairs first (adapter)
     query, key = raw["q_rot"][b].detach(), raw["k_rot"][b].detach()  # (H|Hkv, N, d)
     (d,) = query.shape[-1:]
@@ -325,53 +407,64 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         raise RopesplitError(
             f"non-finite activations (NaN or inf) in the queries/keys of layer {layer}"
         )
-    (n_heads, _, _), (n_kv, _, _) = q.shape, k.shape
-    kv_map = repeat_kv_map(n_heads, n_kv)  # repeat_kv's grouping
     cos, sin = raw["cos"][b], raw["sin"][b]  # (N, r)
     (r,) = cos.shape[-1:]
     if r % 2 or r > d:
         raise RopesplitError(f"rotary_dim must be even and at most head_dim {d}, got {r}")
     layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, state.positions[b],
                                                  f"cos/sin of layer {layer}")  # fmt: skip
-    layer_type = layer_type_of(state.loaded.config, layer, module)
-    base, rope_type = rope_base(state.loaded.config, layer_type)
+    theta_r, base = _config_theta(state, call, theta_r)
+    return RopeSeen(q, k, query, key, cos, sin, layout, theta_r, amplitude), base
+
+
+def _config_theta(state: _CaptureState, call: AttentionCall, theta_r: np.ndarray
+                  ) -> tuple[np.ndarray, float | None]:  # fmt: skip
+    """The table's frequencies ``theta_r (r/2,)`` checked against those the config states
+    (where it states them; under the frequency-order null as a set), replaced by them for a
+    half-precision table; and the config's RoPE base for the layer's type."""
+    config, layer = state.loaded.config, call.layer
+    layer_type = layer_type_of(config, layer, call.module)
+    base, rope_type = rope_base(config, layer_type)
     seq_len = int(state.positions.max()) + 1  # what a dynamic RoPE recomputes its table for
-    expected = config_theta(state.loaded.config, layer_type, r, seq_len)  # (r/2,) or None
-    if expected is not None:
-        if state.shuffled:  # shuffled.shuffled_frequencies: the config's values, rank-matched
-            expected = np.sort(expected)[np.argsort(np.argsort(theta_r))]
-        err = float(np.max(np.abs(theta_r / expected - 1.0)))
-        if err > state.tol.theta:
-            raise ValidationError(
-                f"theta of layer {layer} does not match rope_theta {base:g} ({rope_type}; "
-                f"relative error {err:.1e}, tolerance {state.tol.theta:.1e})"
-            )
-        if state.tol.half:  # a half-precision table: the config's exact frequencies
-            theta_r = expected
-    theta = full_theta(theta_r, d)  # (d/2,)
-    attn_scale, window, softcap, sinks = call.scale, call.window, call.softcap, call.sinks
-    if window is None and call.mask is not None:  # a window kept only in the mask (Phi-3.5-MoE)
-        read = Held(call.mask)
-        if read not in state.windows:
-            state.windows[read] = mask_window(call.mask)
-        window = state.windows[read]
-    probs = weights.detach()[b]  # (H, N, N)
-    spec = RopeSpec.from_arrays(theta, float(attn_scale) * amplitude**2, layout, int(r), window,
-                                kv_map)  # fmt: skip
-    gains = _gains(raw, q, k, spec, state.positions[b])  # learned gains after RoPE, or None
-    qr = rotate_applied(q, cos, sin, layout)  # (H, N, d)
-    kr = rotate_applied(k, cos, sin, layout)  # (Hkv, N, d)
-    # against R q, R k as the model attends with them (its RoPE's output, any gains after it)
-    if gains is None:
-        rope_diff = max(max_rel(qr, query.float()), max_rel(kr, key.float()))
-    else:
-        rope_diff = max(max_rel(qr * gains.q_gain, query.float()),
-                        max_rel(kr * gains.k_gain, key.float()))
-        q, k = gains.q, gains.k  # the relative part's features: the split is of W^rel
-        qr, kr = rotate_applied(q, cos, sin, layout), rotate_applied(k, cos, sin, layout)
+    r = 2 * theta_r.size  # the rotary dim: r/2 rotating pairs
+    expected = config_theta(config, layer_type, r, seq_len)  # (r/2,) or None
+    if expected is None:
+        return theta_r, base
+    if state.shuffled:  # shuffled.shuffled_frequencies: the config's values, rank-matched
+        expected = np.sort(expected)[np.argsort(np.argsort(theta_r))]
+    err = float(np.max(np.abs(theta_r / expected - 1.0)))
+    if err > state.tol.theta:
+        raise ValidationError(
+            f"theta of layer {layer} does not match rope_theta {base:g} ({rope_type}; "
+            f"relative error {err:.1e}, tolerance {state.tol.theta:.1e})"
+        )
+    # a half-precision table: the config's exact frequencies
+    return (expected if state.tol.half else theta_r), base
+
+
+def _window(state: _CaptureState, call: AttentionCall) -> int | None:
+    """The layer's sliding window: the call's, or one kept only in the mask (Phi-3.5-MoE),
+    read once per mask."""
+    if call.window is not None or call.mask is None:
+        return call.window
+    read = Held(call.mask)
+    if read not in state.windows:
+        state.windows[read] = mask_window(call.mask)
+    return state.windows[read]
+
+
+def _model_attention(
+    state: _CaptureState, call: AttentionCall, probs: torch.Tensor, b: int,
+    gains: _Gains | None, rebuilt: RotatedAttention,
+) -> ModelAttention:  # fmt: skip
+    """What the model's attention produced for sequence ``b``, as the rebuild compares it:
+    ``probs (H, N, N)``; its pre-softmax logits when tapped, less the mask's bias and the
+    gains' absolute term and :func:`unshifted`; sinks in the normaliser; the bias."""
+    raw, window = state.raw[call.layer], rebuilt.window
     model_logits = raw["logits"][b] if "logits" in raw else None
     # a sink in the softmax's normaliser shows as its column in the softmax input (gpt-oss);
     # a sink applied to the output (Granite-SWA) leaves the probabilities a plain softmax
+    sinks = call.sinks
     if model_logits is None or model_logits.shape[-1] != model_logits.shape[-2] + 1:
         sinks = None
     key_of_mask = (None if call.mask is None else Held(call.mask), b, window)
@@ -383,29 +476,8 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     if model_logits is not None and bias is not None:
         model_logits = model_logits - bias
     if model_logits is not None:
-        model_logits = unshifted(model_logits, sinks, window,
-                                 lambda: rebuild_logits(q, k, cos, sin, kv_map, float(attn_scale),
-                                                        softcap=softcap, layout=layout,
-                                                        dtype=torch.float32,
-                                                        rotated=(qr, kr[torch.as_tensor(kv_map)])))
-    blocks = None if b == 0 else sampled_rows(q.shape[1], (layer, b))
-    logit_diff, logit_scale, prob_diff = reconstruct(
-        q, k, cos, sin, kv_map, float(attn_scale), window=window, softcap=softcap, layout=layout,
-        model_logits=model_logits, probs=probs, rotated=(qr, kr), sinks=sinks, bias=bias,
-        blocks=blocks,
-    )  # fmt: skip
-    return LayerCapture(
-        layer=layer, q=q, k=k, cos=cos, sin=sin,
-        spec=spec,
-        rope_amplitude=amplitude, attn_scale=float(attn_scale), softcap=softcap,
-        rope_base=base, reconstruction_max_abs_diff=prob_diff, rope_max_rel_diff=rope_diff,
-        logit_max_abs_diff=logit_diff if "logits" in raw else math.nan,
-        logit_scale=logit_scale if "logits" in raw else math.nan,
-        probs=probs.float().clone() if state.keep_probs else None,
-        sinks=None if sinks is None else sinks.float().cpu(), shared_key=bool(raw["shared_key"]),
-        absolute_share=None if gains is None else gains.share,
-        validated_rows=q.shape[1] if blocks is None else sum(r1 - r0 for r0, r1 in blocks),
-    )  # fmt: skip
+        model_logits = unshifted(model_logits, sinks, window, lambda: rebuild_logits(rebuilt))
+    return ModelAttention(probs, model_logits, sinks, bias)
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.tasks import OFFSET
 from ropesplit.empirical.train import TrainConfig, train
 from ropesplit.empirical.train import remeasure as remeasure_run
 from ropesplit.empirical.train_measure import FIGURE_STATS, control_record, corpus_entropy
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import causal_bound_weight, slow_pairs
 from ropesplit.numerics.rope import frequencies
+from ropesplit.numerics.tasks import OFFSET
 
 __all__ = ["CONTROL_SEED_OFFSET", "MIN_SEEDS", "prediction", "run_emergence", "step0_vs_control",
            "task_prediction", "task_verdict", "verdict"]

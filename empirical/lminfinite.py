@@ -37,7 +37,6 @@ index, built here).
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +47,7 @@ import torch
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.adapter.configs import bos_token_id
-from ropesplit.empirical.capture import LayerCapture
+from ropesplit.empirical.capture import LayerCapture, RopeSeen, finish_layer
 from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
 from ropesplit.empirical.models import (
     LoadedModel,
@@ -58,14 +57,13 @@ from ropesplit.empirical.models import (
     model_pass,
     token_nll,
 )
-from ropesplit.empirical.validate import ROPE_TOL, max_rel, rotate_applied
+from ropesplit.empirical.validate import ROPE_TOL
 from ropesplit.numerics.lambda_attention import (
     N_GLOBAL,
     LambdaSpec,
     far_query_key,
     lambda_attention,
 )
-from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
 
 __all__ = [
     "SETTINGS",
@@ -179,28 +177,21 @@ class SettingRun:
 
 def _layer_capture(layer: int, raw: dict[str, Any], positions: np.ndarray, state: _State
                    ) -> LayerCapture:  # fmt: skip
-    """A kept layer as the capture records one, checked against the model's own rotation
-    (LM-Infinite runs full attention without soft-capping: no window, no soft-cap; the
-    probabilities are the setting's, not rebuilt, so ``reconstruction_max_abs_diff`` is NaN)."""
-    query, key = raw["query"][0], raw["key"][0]  # (H, N, d), (Hkv, N, d) rotated
-    q, k = with_rest(raw["q"], raw["query"])[0], with_rest(raw["k"], raw["key"])[0]  # pre-RoPE
+    """A kept layer as the capture records one (:func:`~ropesplit.empirical.capture.finish_layer`),
+    checked against the model's own rotation (LM-Infinite runs full attention without
+    soft-capping: no window, no soft-cap; the probabilities are the setting's, not rebuilt,
+    so ``reconstruction_max_abs_diff`` is NaN)."""
     cos, sin = raw["cos"][0], raw["sin"][0]  # (N, r): one sequence
-    layout, theta_r, amplitude = cached_geometry(state.tables, cos, sin, positions)
-    (d,), (r,) = q.shape[-1:], cos.shape[-1:]
-    diff = max(max_rel(rotate_applied(pre.float(), cos, sin, layout), model.float())
-               for pre, model in ((q, query), (k, key)))  # fmt: skip
-    if not diff <= ROPE_TOL:
+    q, k = with_rest(raw["q"], raw["query"])[0], with_rest(raw["k"], raw["key"])[0]  # pre-RoPE
+    seen = RopeSeen(q, k, raw["query"][0], raw["key"][0], cos, sin,  # rotated: (H|Hkv, N, d)
+                    *cached_geometry(state.tables, cos, sin, positions))  # fmt: skip
+    one = finish_layer(layer, seen, seen.spec(raw["scaling"]), raw["scaling"])
+    if not one.rope_max_rel_diff <= ROPE_TOL:
         raise ValidationError(
-            f"rope_max_rel_diff {diff:.2e} exceeds {ROPE_TOL:g}: the pre-RoPE q/k rotated by the "
-            "applied cos/sin do not reproduce the model's rotation"
+            f"rope_max_rel_diff {one.rope_max_rel_diff:.2e} exceeds {ROPE_TOL:g}: the pre-RoPE "
+            "q/k rotated by the applied cos/sin do not reproduce the model's rotation"
         )
-    return LayerCapture(
-        layer=layer, q=q, k=k, cos=cos, sin=sin,
-        spec=RopeSpec.from_arrays(full_theta(theta_r, d), raw["scaling"] * amplitude**2, layout,
-                                  int(r), None, repeat_kv_map(q.shape[0], k.shape[0])),
-        rope_amplitude=amplitude, attn_scale=raw["scaling"], softcap=None, rope_base=None,
-        reconstruction_max_abs_diff=math.nan, rope_max_rel_diff=diff,
-    )  # fmt: skip
+    return one
 
 
 def run_setting(

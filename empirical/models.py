@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ropesplit.core.errors import RopesplitError, one_line
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_GGUF",
     "LoadedModel",
+    "Placement",
     "continuation_loss",
     "default_model_path",
     "forward",
@@ -215,17 +216,27 @@ def quiet_loading() -> Iterator[None]:
         yield
 
 
+class Placement(TypedDict, total=False):
+    """Where a model's weights live and in what precision (:func:`load_model`'s keywords).
+
+    ``device``: ``"cpu"``, ``"cuda"``, ...; ``dtype``: one of float32, float64, bfloat16,
+    float16; ``device_map``: ``from_pretrained``'s (``"auto"`` lets accelerate place layers).
+    """
+
+    device: str | None
+    dtype: str | None
+    device_map: str | None
+
+
 def load_model(
     model: Any = None,
     gguf_file: str | None = None,
     *,
     tokenizer: Any = None,
     name: str | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    device_map: str | None = None,
     random_init: bool = False,
     seed: int = 0,
+    **placement: Unpack[Placement],
 ) -> LoadedModel:
     r"""Load a RoPE causal LM with eager attention, trained or at random initialisation.
 
@@ -233,7 +244,8 @@ def load_model(
     Hugging Face id (with ``gguf_file`` for a GGUF inside it), a
     ``PretrainedConfig`` (built at random initialisation), or a causal LM
     object already in memory with its ``tokenizer`` (see
-    :func:`from_model`). ``device`` and ``dtype`` default to ``"cpu"`` and
+    :func:`from_model`). ``placement`` (:class:`Placement`): ``device`` and ``dtype``
+    default to ``"cpu"`` and
     ``"float32"`` for a model read from disk, and to where the object already
     is for an in-memory model. ``device_map`` is passed to ``from_pretrained``
     (``"auto"`` lets accelerate place layers). With ``random_init`` the
@@ -245,13 +257,45 @@ def load_model(
     distribution (each device has its own generator).
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+    from transformers import PretrainedConfig
 
+    unknown = sorted(set(placement) - set(Placement.__annotations__))
+    if unknown:
+        raise TypeError(f"load_model() got an unexpected keyword argument {unknown[0]!r}")
+    device, dtype = placement.get("device"), placement.get("dtype")
+    device_map = placement.get("device_map")
     if isinstance(model, LoadedModel):
         model, tokenizer = model.model, model.tokenizer if tokenizer is None else tokenizer
     if isinstance(model, torch.nn.Module):
         loaded = from_model(model, tokenizer, name=name, device=device, dtype=dtype)
         return random_init_twin(loaded, seed) if random_init else loaded
+    _check_source(model, tokenizer)
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
+    device = device or "cpu"
+    torch_dtype = _torch_dtype(dtype or "float32")
+    built: Any = None  # the PreTrainedModel
+    if isinstance(model, PretrainedConfig):
+        from ropesplit.empirical.adapter.configs import model_type
+
+        config, name, tokenizer, random_init = model, f"{model_type(model)} (config)", None, True
+    else:
+        config, name, tokenizer, built = _pretrained(model, gguf_file, torch_dtype, device_map,
+                                                     weights=not random_init)  # fmt: skip
+    if random_init:
+        home = torch.device(device if device_map is None else "cpu")
+        built = _drawn(config, name, seed, torch_dtype, home)
+    assert built is not None
+    if device_map is None:
+        built = built.to(device)
+    built.eval()
+    return LoadedModel(built, tokenizer, name, random_init, seed, _surveyed(built))
+
+
+def _check_source(model: Any, tokenizer: Any) -> None:
+    """A source :func:`load_model` reads itself (a path, an id, a config or None), without a
+    tokenizer (it brings its own); else a one-line error."""
+    from transformers import PretrainedConfig
+
     if not (model is None or isinstance(model, str | os.PathLike | PretrainedConfig)):
         raise RopesplitError(
             "model must be a path, a Hugging Face id, a PretrainedConfig or a transformers "
@@ -261,61 +305,65 @@ def load_model(
         raise RopesplitError(
             "tokenizer= goes with a model object; a path or id brings its own tokenizer"
         )
-    model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    device = device or "cpu"
-    torch_dtype = _torch_dtype(dtype or "float32")
-    tokenizer = None
-    built: Any = None  # the PreTrainedModel
-    if isinstance(model, PretrainedConfig):
-        from ropesplit.empirical.adapter.configs import model_type
 
-        config, name, random_init = model, f"{model_type(model)} (config)", True
-    else:
-        source, gguf, name = resolve_source(model, gguf_file)
-        if model is not None and Path(source).exists():  # a local model: its own name
-            name = self_name(Path(source) / gguf if gguf else Path(source)) or name
-        kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+
+def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dtype,
+                device_map: str | None, *, weights: bool) -> tuple[Any, str, Any, Any]:  # fmt: skip
+    """``(config, name, tokenizer, model)`` of a local folder, a GGUF or a Hugging Face id
+    (:func:`resolve_source`); ``model`` None without ``weights`` (a random-init twin is
+    drawn from the config instead). Every failure is one line."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    source, gguf, name = resolve_source(model, gguf_file)
+    if model is not None and Path(source).exists():  # a local model: its own name
+        name = self_name(Path(source) / gguf if gguf else Path(source)) or name
+    kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+    built = None
+    try:
+        with quiet_loading():  # the GGUF loader's own bars and advisory warnings
+            config = AutoConfig.from_pretrained(source, **kwargs)
+            _check_head_dim(config)
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            if weights:
+                built = AutoModelForCausalLM.from_pretrained(
+                    source,
+                    config=config,  # read above: a GGUF's metadata is parsed once less
+                    attn_implementation="eager",
+                    dtype=torch_dtype,
+                    device_map=device_map,
+                    **kwargs,
+                )
+    except RopesplitError:
+        raise
+    except Exception as exc:  # transformers/gguf raise many types; report one line
+        odd = _ODD_HEAD_DIM.search(str(exc))
+        if odd:  # transformers' own config check, said the einops way
+            raise RopesplitError(f"head_dim must be even, got {odd.group(1)}") from None
+        what = f"GGUF file {gguf}" if gguf else f"model {model}"
+        raise RopesplitError(f"cannot load {what}: {one_line(exc)}") from None
+    return config, name, tokenizer, built
+
+
+def _drawn(config: Any, name: str, seed: int, torch_dtype: torch.dtype,
+           home: torch.device) -> Any:  # fmt: skip
+    """The architecture of ``config`` at random initialisation, eager attention, drawn under
+    ``torch.manual_seed(seed)`` by ``home``'s generator, tensor by tensor where it will live
+    (the caller's global RNG state untouched)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropesplit.empirical.adapter.configs import set_eager
+
+    set_eager(config)
+    with torch.random.fork_rng(devices=[home] if home.type == "cuda" else []):
+        torch.manual_seed(seed)  # seeds the device's generator too: the draw is made there
         try:
-            with quiet_loading():  # the GGUF loader's own bars and advisory warnings
-                config = AutoConfig.from_pretrained(source, **kwargs)
-                _check_head_dim(config)
-                tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-                if not random_init:
-                    built = AutoModelForCausalLM.from_pretrained(
-                        source,
-                        config=config,  # read above: a GGUF's metadata is parsed once less
-                        attn_implementation="eager",
-                        dtype=torch_dtype,
-                        device_map=device_map,
-                        **kwargs,
-                    )
-        except RopesplitError:
-            raise
-        except Exception as exc:  # transformers/gguf raise many types; report one line
-            odd = _ODD_HEAD_DIM.search(str(exc))
-            if odd:  # transformers' own config check, said the einops way
-                raise RopesplitError(f"head_dim must be even, got {odd.group(1)}") from None
-            what = f"GGUF file {gguf}" if gguf else f"model {model}"
-            raise RopesplitError(f"cannot load {what}: {one_line(exc)}") from None
-    if random_init:
-        from ropesplit.empirical.adapter.configs import set_eager
-
-        set_eager(config)
-        home = torch.device(device if device_map is None else "cpu")
-        with torch.random.fork_rng(devices=[home] if home.type == "cuda" else []):
-            torch.manual_seed(seed)  # seeds the device's generator too: the draw is made there
-            try:
-                with home:  # allocated and drawn where the model will live, tensor by tensor
-                    built = AutoModelForCausalLM.from_config(
-                        config, attn_implementation="eager", dtype=torch_dtype
-                    )
-            except Exception as exc:  # e.g. a config with no causal-LM class (BERT)
-                raise RopesplitError(f"cannot build {name}: {one_line(exc)}") from None
-    assert built is not None
-    if device_map is None:
-        built = built.to(device)
-    built.eval()
-    return LoadedModel(built, tokenizer, name, random_init, seed, _surveyed(built))
+            with home:  # allocated and drawn where the model will live, tensor by tensor
+                return AutoModelForCausalLM.from_config(
+                    config, attn_implementation="eager", dtype=torch_dtype
+                )
+        except Exception as exc:  # e.g. a config with no causal-LM class (BERT)
+            raise RopesplitError(f"cannot build {name}: {one_line(exc)}") from None
 
 
 def from_model(

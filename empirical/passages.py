@@ -48,24 +48,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from ropesplit.core.claims import CONTROL_SEEDS, axis
+from ropesplit.claims.registry import CONTROL_SEEDS, axis
 from ropesplit.empirical.capture import LayerCapture, capture_batch
+from ropesplit.empirical.corpus import PassageIds
 from ropesplit.empirical.experiments.base import default_layers
 from ropesplit.empirical.experiments.forward import special_positions
 from ropesplit.empirical.models import LoadedModel
-from ropesplit.empirical.perturb import movable_positions, perturbed_positions
 from ropesplit.empirical.shuffled import ShuffledFrequencies, shuffled_frequencies
+from ropesplit.numerics.pooling import MOMENTS
+from ropesplit.numerics.schemes import movable_positions, perturbed_positions
 from ropesplit.numerics.workers import map_each, side_by_side
 
 __all__ = [
     "JITTER",
-    "MOMENTS",
     "PAIR_BUDGET",
     "SPLITS",
     "TOOLKIT_SPLIT",
     "control_seed",
     "measure_passages",
-    "pooled_over_passages",
 ]
 
 JITTER = 4  # position ids move by up to this many places (claim 5)
@@ -74,7 +74,6 @@ SPLITS: tuple[str, ...] = tuple(axis("split").values)  # the grid's reference ro
 TOOLKIT_SPLIT = "mean"  # the toolkit's own best split (docs/theory.md 6); never judges the paper
 # a measure's value in one cell: (the run's heads, the layers kept, pooled?, the split)
 Statistic = Callable[["_Heads", Any, bool, str], float]
-MOMENTS = ("w_mean", "w_var", "fg_mean", "fg_var", "w_fg_cov")  # per head, after n_pairs
 GROUP = 3  # passages of one twin seed measured in one batch
 BATCH = 4  # passages of the trained model in one batch (each twice: text and jittered)
 
@@ -275,8 +274,7 @@ _LAYERS = {"all": _every, "from1": _from1}  # the layers axis: which heads a cel
 
 def _r_split(h: _Heads, keep: Any, pooled: bool, ref: str) -> float:
     """The mean of the heads' ``r_split``, or one correlation over their pooled pairs."""
-    from ropesplit.numerics.pooling import head_mean
-    from ropesplit.numerics.stats import pooled_correlation
+    from ropesplit.numerics.pooling import head_mean, pooled_correlation
 
     if not pooled:
         return head_mean(h.get(f"r@{ref}", keep))
@@ -343,7 +341,7 @@ class PassageMeasure:
 
 
 # the passages' measure vocabulary, in the order of the rows; its names are exactly
-# ropesplit.core.claims.MEASURES["passages"] (checked below, at import)
+# ropesplit.claims.registry.MEASURES["passages"] (checked below, at import)
 PASSAGE_MEASURES: tuple[PassageMeasure, ...] = (
     PassageMeasure(_r_split, {"r_split": "trained", "r_split_control": "twin",
                               "r_split_shuffled": "analysis_shuffled"}),
@@ -370,12 +368,12 @@ def measure_names() -> list[str]:
 
 def _check_vocabulary() -> None:
     """The names computed here are the registry's vocabulary, no more and no fewer."""
-    from ropesplit.core.claims import MEASURES
+    from ropesplit.claims.registry import MEASURES
 
     ours, theirs = measure_names(), MEASURES["passages"]
     if sorted(ours) != sorted(theirs):
         raise ValueError(f"passage measures {sorted(set(ours) ^ set(theirs))} are in one of "
-                         "empirical.passages.PASSAGE_MEASURES and core.claims.MEASURES only")
+                         "empirical.passages.PASSAGE_MEASURES and claims.registry.MEASURES only")
 
 
 _check_vocabulary()
@@ -383,9 +381,9 @@ _check_vocabulary()
 
 def _cells(p: _Passage, lengths: Sequence[int]) -> dict[str, dict[str, float]]:
     """Every cell's statistics of one passage (module docstring), keyed by
-    ``ropesplit.core.claims.cell_key`` over tokens, split, heads and layers: each of
+    ``ropesplit.claims.registry.cell_key`` over tokens, split, heads and layers: each of
     :data:`PASSAGE_MEASURES` on each run it is measured on."""
-    from ropesplit.core.claims import cell_key
+    from ropesplit.claims.registry import cell_key
 
     cells: dict[str, dict[str, float]] = {}
     for n in lengths:
@@ -412,32 +410,32 @@ def _moments(h: _Heads) -> list[list[float]]:
 def measure_passages(
     loaded: LoadedModel,
     controls: dict[int, LoadedModel],
-    ids: Any,
-    names: Sequence[str],
+    chosen: PassageIds,
+    span: range,
     *,
+    corpus: str,
     lengths: Sequence[int],
     seed: int = 0,
-    first: int = 0,
-    corpus: str = "pydoc",
-    layers: Sequence[int] | None = None,
     on_passage: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per passage of ``ids (P, N)`` (``N`` the longest of ``lengths``), each in
-    every cell of ``lengths`` (the module docstring).
+    """One row per passage ``span`` of ``chosen`` (a corpus' token ids, at least the longest
+    of ``lengths`` each), each in every cell of ``lengths`` (the module docstring).
 
-    Each row: ``corpus``, ``passage`` (its index in the corpus run: ``first`` plus its place
-    here, so a shard measures exactly what the whole run would; its seeds are ``seed +
-    passage``), ``name``, ``control_seed``, ``cells`` and ``heads_moments`` (per length, each
-    head's pair count and moments under the default split, for
-    :func:`pooled_over_passages`). ``layers`` are the controlled-distance fits' layers
-    (default: ``experiments.base.default_layers``). ``on_passage(1)`` follows the progress.
+    Each row: ``corpus``, ``passage`` (its index in the corpus run, so a shard measures
+    exactly what the whole run would; its seeds are ``seed + passage``), ``name``,
+    ``control_seed``, ``cells`` and ``heads_moments`` (per length, each head's pair count
+    and moments under the default split, for ``ropesplit.claims.records``'
+    ``pooled_over_passages``). The controlled-distance fits read
+    ``experiments.base.default_layers``. ``on_passage(1)`` follows the progress.
     """
-    matrix = torch.as_tensor(ids).reshape(len(names), -1)  # (P, N)
+    names = chosen.names[span.start : span.stop]
+    matrix = torch.as_tensor(chosen.ids[span.start : span.stop]).reshape(len(names), -1)  # (P, N)
+    first = span.start
     lengths = sorted({int(t) for t in lengths})
     if matrix.shape[1] < lengths[-1]:
         raise ValueError(f"ids hold {matrix.shape[1]} tokens, the grid needs {lengths[-1]}")
     matrix = matrix[:, : lengths[-1]]
-    fitted = set(layers if layers is not None else default_layers(loaded.layers))
+    fitted = set(default_layers(loaded.layers))
     n = matrix.shape[1]
     passages = [_Passage(first + k, seed + first + k,
                          _jittered(loaded, matrix[k].numpy(), seed + first + k))
@@ -486,26 +484,3 @@ def measure_passages(
             if on_passage is not None:
                 on_passage(1)
     return [rows[k] for k in range(len(names))]
-
-
-def pooled_over_passages(rows: Sequence[dict[str, Any]], tokens: int) -> list[float]:
-    r"""Each head's ``r_split`` pooled over the passages' causal pairs, from their moments.
-
-    .. math:: r_h = \mathrm{corr}\big(W, f + g\big) \text{ over } \textstyle\bigcup_p
-              \text{pairs}_p \quad(\texttt{numerics.stats.pooled_correlation} \text{ of the
-              per-passage moments of head } h)
-
-    at ``tokens`` tokens under the default split. Exact: the moments are additive, so shards
-    merge into the same numbers.
-    """
-    from ropesplit.numerics.stats import pooled_correlation
-
-    parts_of = [row["heads_moments"][str(tokens)] for row in rows]
-    if not parts_of:
-        return []
-    out = []
-    for h in range(len(parts_of[0])):
-        parts = [passage[h] for passage in parts_of]
-        moments = [dict(zip(MOMENTS, part[1:], strict=True)) for part in parts]
-        out.append(float(pooled_correlation(moments, [part[0] for part in parts])))
-    return out

@@ -9,7 +9,7 @@ is a protocol decision a reader of the paper cannot see; the table measures
     tokens      512, 1024, 2048 (the first N tokens of the text)
     layers      all, middle (layers L/4 <= l < 3L/4)
     statistic   per-head mean of r_split, or one correlation pooled over the
-                pairs of all heads (numerics.stats.pooled_correlation)
+                pairs of all heads (numerics.pooling.pooled_correlation)
 
 and the controls, at the baseline token count, each under every reference,
 as trained minus control per head (paired by layer and head) with its interval:
@@ -63,7 +63,7 @@ def protocol_cells(
 ) -> list[dict[str, Any]]:
     """Per (layers, reference): per-head mean and pooled ``r_split``, each with a 95% CI."""
     from ropesplit.numerics.bootstrap import bootstrap_ci
-    from ropesplit.numerics.stats import pooled_correlation_ci
+    from ropesplit.numerics.pooling import pooled_correlation_ci
 
     middle = set(_middle(n_layers))
     cells = []

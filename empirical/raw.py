@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
 
-__all__ = ["ORDERS", "ROTATED_RATIO", "analyze_qk"]
+__all__ = ["ORDERS", "ROTATED_RATIO", "RowLabels", "analyze_qk"]
 
 ORDERS = ("hf", "tl")  # (batch, head, pos, d) | (batch, pos, head, d_head)
 ROTATED_RATIO = 2.0  # one reading's constant part this many times the other's decides
@@ -63,6 +63,14 @@ def _heads_first(x: Any, name: str, order: str) -> np.ndarray:
     return a
 
 
+class RowLabels(TypedDict, total=False):
+    """What :func:`analyze_qk`'s rows are labelled with: ``layer`` (default 0) and the
+    model's ``name`` (default ``"raw q/k"``)."""
+
+    layer: int
+    name: str
+
+
 def analyze_qk(
     q: Any,
     k: Any,
@@ -72,14 +80,18 @@ def analyze_qk(
     order: str = "hf",
     rotated: bool = False,
     positions: Any = None,
-    layer: int = 0,
-    name: str = "raw q/k",
+    **labels: Unpack[RowLabels],
 ) -> Analysis:
     r"""The per-head statistics of one layer's queries and keys (module docstring).
 
-    ``positions (N,)`` default ``0..N-1``; ``layer`` labels the rows;
-    ``measure`` as in :func:`~ropesplit.empirical.analyze.analyze_batch`.
+    ``positions (N,)`` default ``0..N-1``; ``labels`` (:class:`RowLabels`): ``layer``
+    and ``name`` label the rows; ``measure`` as in
+    :func:`~ropesplit.empirical.analyze.analyze_batch`.
     """
+    unknown = sorted(set(labels) - set(RowLabels.__annotations__))
+    if unknown:
+        raise TypeError(f"analyze_qk() got an unexpected keyword argument {unknown[0]!r}")
+    layer, name = labels.get("layer", 0), labels.get("name", "raw q/k")
     if order not in ORDERS:
         raise RopesplitError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     dtype = str(getattr(q, "dtype", "float64")).removeprefix("torch.")  # the input's

@@ -13,7 +13,7 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
   dominate the energy shares), and ``weighted_slow_share``, the share of
   the bound's weight :math:`|\tilde q_l||\tilde\delta_l|` in the slow pairs,
   :math:`\theta_l L < 1` (``numerics.emergence.weighted_slow_share``);
-- for the synthetic tasks (``empirical.tasks``): the answer's accuracy, in
+- for the synthetic tasks (``numerics.tasks``): the answer's accuracy, in
   all and per distance bucket, and each head's ``retrieval`` score, its
   attention from the query to the answer's source (the stored pair token
   holding the query's key for ``recall``, the token ``OFFSET`` back for
@@ -37,7 +37,13 @@ import numpy as np
 
 from ropesplit.empirical.analyze import STATISTICS
 from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model, model_pass
-from ropesplit.empirical.train import BOS, TrainConfig, model_config, split_text, torch_threads
+from ropesplit.empirical.train_setup import (
+    BOS,
+    TrainConfig,
+    model_config,
+    split_text,
+    torch_threads,
+)
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import pair_energy, unigram_entropy
 from ropesplit.numerics.measure import Measure
@@ -159,7 +165,7 @@ def task_scores(loaded: LoadedModel, windows: np.ndarray, labels: np.ndarray,
     import torch
 
     from ropesplit.empirical.adapter import fast_attention
-    from ropesplit.empirical.tasks import MIN_DISTANCE
+    from ropesplit.numerics.tasks import MIN_DISTANCE
 
     with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
         ids = torch.as_tensor(windows)
@@ -198,10 +204,10 @@ def validation(
     cfg: TrainConfig,
 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``(windows (V, L), task)``: the held-out windows and, for a synthetic task, its
-    ``(labels, distances, sources)``, each ``(V, L)`` (``empirical.tasks.task_batch``)."""
+    ``(labels, distances, sources)``, each ``(V, L)`` (``numerics.tasks.task_batch``)."""
     if cfg.task == "lm":
         return held_out_ids(cfg), None
-    from ropesplit.empirical.tasks import task_batch
+    from ropesplit.numerics.tasks import task_batch
 
     rng = np.random.default_rng(TASK_VALIDATION_SEED)
     ids, labels, distance, source = task_batch(cfg.task, rng, TASK_WINDOWS, cfg.seq_len,
@@ -237,7 +243,7 @@ def corpus_entropy(cfg: TrainConfig) -> float:
     (a synthetic task's: of its answers, over the validation windows; recall's are uniform
     over the values, log(vocab // 4))."""
     if cfg.task != "lm":
-        from ropesplit.empirical.tasks import task_vocab
+        from ropesplit.numerics.tasks import task_vocab
 
         _, task = validation(cfg)
         assert task is not None  # a synthetic task's windows come with their answers

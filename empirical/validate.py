@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +43,14 @@ __all__ = [
     "RECONSTRUCTION_TOL",
     "ROPE_TOL",
     "THETA_TOL",
+    "ModelAttention",
+    "RotatedAttention",
     "Tolerances",
     "allowed_pairs",
     "check_reconstruction",
     "max_abs",
     "max_rel",
     "rebuild_logits",
-    "rebuild_probs",
     "reconstruct",
     "rotate_applied",
     "sampled_rows",
@@ -156,73 +157,54 @@ def allowed_pairs(n_tokens: int, window: int | None = None, device: Any = None) 
     return allowed
 
 
-def rebuild_logits(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    kv_map: np.ndarray,
-    attn_scale: float,
-    *,
-    softcap: float | None = None,
-    layout: str = "half",
-    heads: slice | list[int] | None = None,
-    rows: slice | None = None,
-    cols: slice | None = None,
-    dtype: torch.dtype = torch.float64,
-    rotated: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    r"""Pre-softmax logits rebuilt from the captured tensors, in ``dtype``, every pair.
+@dataclass(frozen=True)
+class RotatedAttention:
+    r"""One layer's attention as the capture rebuilds it (docs/theory.md section 2).
 
-    .. math:: W_{ij} = c \tanh\big(s\, (R_i q_i)^\top (R_j k_j) / c\big)
+    .. math:: W_{ij} = c \tanh\big(s\, (R_i q_i)^\top (R_j k_j) / c\big),
+              \quad j \le i,\ i - j < w
 
-    (docs/theory.md section 2; no ``tanh`` without a soft-cap ``c``); returns
-    ``(len(heads), len(rows), len(cols))`` for the query heads, query rows
-    and key columns selected (default all). The mask is not applied: see
-    :func:`allowed_pairs`. ``rotated`` = ``(R q (H, N, d), R k (H, N, d))``
-    already rotated (keys repeated per query head) skips the rotation.
+    ``qr`` = ``R q (H, N, d)`` and ``kr`` = ``R k (H, N, d)`` (the keys repeated per query
+    head, :func:`rotate_applied`), in the dtype the logits are rebuilt in; ``scale`` the
+    module's own ``s``; ``softcap`` ``c`` (None: no ``tanh``); ``window`` ``w`` (None:
+    every causal pair).
     """
-    select = slice(None) if heads is None else heads
+
+    qr: torch.Tensor  # (H, N, d)
+    kr: torch.Tensor  # (H, N, d)
+    scale: float
+    softcap: float | None = None
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelAttention:
+    """What the model's own attention produced for one layer of one sequence, the rebuild's
+    yardstick: ``probs`` ``A (H, N, N)``; ``logits`` its pre-softmax ``W (H, N, N)``
+    (None when not tapped); ``sinks (H,)`` a sink logit per head in the softmax's
+    normaliser (gpt-oss), ``A_ij = e^{W_ij} / (sum_j e^{W_ij} + e^{s_h})``, else None;
+    ``bias (1|H, N, N)`` what the mask adds on the attended pairs (:func:`mask_bias`, in
+    the probabilities' softmax), else None."""
+
+    probs: torch.Tensor  # (H, N, N)
+    logits: torch.Tensor | None = None  # (H, N, N)
+    sinks: torch.Tensor | None = None  # (H,)
+    bias: torch.Tensor | None = None  # (1|H, N, N)
+
+
+def rebuild_logits(attention: RotatedAttention, *, rows: slice | None = None,
+                   cols: slice | None = None) -> torch.Tensor:  # fmt: skip
+    r"""The pre-softmax logits ``W`` of :class:`RotatedAttention`, every pair of the query
+    rows and key columns selected (default all): ``(H, len(rows), len(cols))`` in the
+    features' dtype. The mask is not applied: see :func:`allowed_pairs`.
+    """
     rows, cols = rows or slice(None), cols or slice(None)
-    if rotated is None:
-        cos, sin = cos.to(dtype), sin.to(dtype)
-        qr = rotate_applied(q[select][:, rows].to(dtype), cos[rows], sin[rows], layout)  # (h, n, d)
-        keys = k[torch.as_tensor(kv_map)[select]][:, cols].to(dtype)  # (h, c, d)
-        kr = rotate_applied(keys, cos[cols], sin[cols], layout)  # (h, c, d)
-    else:
-        qr, kr = rotated[0][select][:, rows], rotated[1][select][:, cols]  # (h, n, d), (h, c, d)
-    logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attn_scale)  # (h, n, c)
+    qr, kr = attention.qr[:, rows], attention.kr[:, cols]  # (H, n, d), (H, c, d)
+    logits = torch.matmul(qr, kr.transpose(1, 2)).mul_(attention.scale)  # (H, n, c)
+    softcap = attention.softcap
     if softcap is not None:
         logits = logits.div_(softcap).tanh_().mul_(softcap)
     return logits
-
-
-def rebuild_probs(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    kv_map: np.ndarray,
-    attn_scale: float,
-    *,
-    window: int | None = None,
-    softcap: float | None = None,
-    layout: str = "half",
-    heads: slice | list[int] | None = None,
-    dtype: torch.dtype = torch.float64,
-) -> torch.Tensor:
-    r"""Attention probabilities rebuilt from the captured tensors, in ``dtype``.
-
-    .. math:: A_{ij} = \mathrm{softmax}_j\big(c \tanh(s\, (R_i q_i)^\top (R_j k_j) / c)\big),
-              \quad j \le i,\ i - j < w
-
-    (no ``tanh`` without a soft-cap ``c``); returns ``(len(heads), N, N)``
-    for the query heads selected (default all).
-    """
-    logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap, layout=layout,
-                            heads=heads, dtype=dtype)  # fmt: skip
-    allowed = allowed_pairs(q.shape[1], window, q.device)  # (N, N)
-    return torch.softmax(logits.masked_fill_(~allowed, -math.inf), dim=-1)
 
 
 def mask_window(mask: torch.Tensor | None) -> int | None:
@@ -316,84 +298,88 @@ def max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
 
 
 def reconstruct(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    kv_map: np.ndarray,
-    attn_scale: float,
-    *,
-    window: int | None,
-    softcap: float | None,
-    layout: str,
-    model_logits: torch.Tensor | None,
-    probs: torch.Tensor,
-    rotated: tuple[torch.Tensor, torch.Tensor],
-    sinks: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    blocks: list[tuple[int, int]] | None = None,
+    attention: RotatedAttention, model: ModelAttention, blocks: list[tuple[int, int]] | None = None
 ) -> tuple[float, float, float]:
     """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads, on every
     query row, or on the runs of rows ``blocks`` (:func:`sampled_rows`).
 
-    Logits are rebuilt in float32 (the model's precision), in blocks of query
-    rows ``[r0, r1)`` against the keys they may attend (``[r0 - w + 1, r1)``,
-    the causal part only), about :data:`BLOCK_ELEMENTS` elements each (of
-    2^17 to 2^21, 2^19 validated 16 x 512 tokens of the default model
-    fastest: 0.90 times 2^17's time, in fewer and larger operations). On the
-    attended pairs they are compared with the model's
-    pre-softmax logits ``model_logits`` ``(H, N, N)`` (when tapped); their
-    softmax is compared with ``probs``, and each row of ``probs`` must put
-    all its mass on the attended pairs (a model attending beyond the mask
-    fails). Where the model's tensors are float32 on the CPU the comparisons
-    are one compiled pass each over the attended pairs (:func:`_compare_kernels`;
-    the torch ops they replace made ten passes over every pair of the block);
-    elsewhere (a GPU, half precision) torch ops compare each block
-    on the model's device (:func:`_compare_block`), nothing copied whole.
-    ``rotated`` = ``(R q (H, N, d), R k (Hkv, N, d))``. ``sinks (H,)``: a sink logit per
-    head in the softmax's normaliser (gpt-oss), ``A_ij = e^{W_ij} / (sum_j e^{W_ij} +
-    e^{s_h})``; each row of ``probs`` then holds all its mass but the sink's. ``bias (1|H,
-    N, N)``: what the mask adds on the attended pairs (:func:`mask_bias`), in the
-    probabilities' softmax.
+    Logits are rebuilt (:func:`rebuild_logits`, in the features' dtype: float32, the
+    model's precision) in blocks of query rows ``[r0, r1)`` against the keys they may
+    attend (``[r0 - w + 1, r1)``, the causal part only), about :data:`BLOCK_ELEMENTS`
+    elements each (of 2^17 to 2^21, 2^19 validated 16 x 512 tokens of the default model
+    fastest: 0.90 times 2^17's time, in fewer and larger operations). On the attended
+    pairs they are compared with the model's pre-softmax logits ``model.logits`` (when
+    tapped); their softmax is compared with ``model.probs``, and each row of those must
+    put all its mass on the attended pairs (a model attending beyond the mask fails; with
+    sinks, all its mass but the sink's). Where the model's tensors are float32 on the CPU
+    the comparisons are one compiled pass each over the attended pairs
+    (:func:`_compare_kernels`; the torch ops they replace made ten passes over every pair
+    of the block); elsewhere (a GPU, half precision, sinks, a bias) torch ops compare each
+    block on the model's device (:func:`_compare_block`), nothing copied whole.
     """
-    (n_heads, n_tokens) = q.shape[:2]
-    qr, kr = rotated[0], rotated[1][torch.as_tensor(kv_map)]  # (H, N, d) each, float32
+    (n_heads, n_tokens) = attention.qr.shape[:2]
     step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
-    width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
-    # compiled on the CPU where the model's tensors are float32 already; elsewhere (a GPU,
-    # half precision) block by block in torch, nothing copied whole
-    compiled = sinks is None and bias is None and probs.device.type == "cpu" and all(
-        x is None or x.dtype == torch.float32 for x in (model_logits, probs))
-    if compiled:
-        logits_kernel, probs_kernel = _compare_kernels(not serial())
-        model = (_plain(model_logits) if model_logits is not None  # (H, N, N) float32
-                 else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
-        model_probs = _plain(probs)
-        model_bits, probs_bits = model.view(np.uint32), model_probs.view(np.uint32)
-    else:
-        allowed = allowed_pairs(n_tokens, window, q.device)  # (N, N)
+    compare = _comparison(attention, model)
     logit_diff = logit_scale = prob_diff = 0.0
-    runs = [(0, n_tokens)] if blocks is None else blocks
-    for r0, r1 in ((r0, min(r0 + step, end)) for start, end in runs
-                   for r0 in range(start, end, step)):  # fmt: skip
-        c0 = 0 if window is None else max(0, r0 - window + 1)
-        rows, cols = slice(r0, r1), slice(c0, r1)
-        logits = rebuild_logits(q, k, cos, sin, kv_map, attn_scale, softcap=softcap,
-                                layout=layout, rows=rows, cols=cols, dtype=torch.float32,
-                                rotated=(qr, kr))  # fmt: skip  # (H, n, c)
-        if compiled:  # the model's logits on the attended pairs against these, -inf off them
-            scale, diff = logits_kernel(logits.numpy(), model, model_bits, r0, c0, width)
-            rebuilt = torch.softmax(logits, dim=-1)  # (H, n, c)
-            probs_diff = probs_kernel(rebuilt.numpy(), model_probs, probs_bits, r0, c0, width)
-        else:
-            scale, diff, *probs_diff = _compare_block(
-                logits, None if model_logits is None else model_logits[:, rows, cols],
-                probs[:, rows, cols], allowed[rows, cols], sinks,
-                None if bias is None else bias[:, rows, cols])  # fmt: skip
-        if model_logits is not None:
+    for rows, cols in _row_blocks(n_tokens, step, attention.window, blocks):
+        logits = rebuild_logits(attention, rows=rows, cols=cols)  # (H, n, c)
+        scale, diff, *probs_diff = compare(logits, rows, cols)
+        if model.logits is not None:
             logit_scale, logit_diff = max(logit_scale, scale), max(logit_diff, diff)
         prob_diff = max(prob_diff, *probs_diff)
     return logit_diff, logit_scale, prob_diff
+
+
+def _row_blocks(n_tokens: int, step: int, window: int | None,
+                runs: list[tuple[int, int]] | None) -> Iterator[tuple[slice, slice]]:  # fmt: skip
+    """Blocks of at most ``step`` query rows ``[r0, r1)`` within each run (default: every
+    row), each with the key columns ``[c0, r1)`` its rows may attend."""
+    for start, end in [(0, n_tokens)] if runs is None else runs:
+        for r0 in range(start, end, step):
+            r1 = min(r0 + step, end)
+            c0 = 0 if window is None else max(0, r0 - window + 1)
+            yield slice(r0, r1), slice(c0, r1)
+
+
+_Compare = Callable[[torch.Tensor, slice, slice], tuple[float, float, float, float]]
+
+
+def _comparison(attention: RotatedAttention, model: ModelAttention) -> _Compare:
+    """``compare(W, rows, cols)`` of one block: ``(max |model W|, max |model W - W|, max |A -
+    probs|, max |1 - row mass|)`` over its attended pairs, ``W`` then ``-inf`` off them.
+    Compiled on the CPU where the model's tensors are float32 already (:func:`_compare_kernels`);
+    elsewhere (a GPU, half precision, sinks, a bias) block by block in torch
+    (:func:`_compare_block`), nothing copied whole."""
+    n_tokens, window = attention.qr.shape[1], attention.window
+    compiled = (model.sinks is None and model.bias is None and model.probs.device.type == "cpu"
+                and all(x is None or x.dtype == torch.float32 for x in (model.logits, model.probs)))
+    if not compiled:
+        allowed = allowed_pairs(n_tokens, window, attention.qr.device)  # (N, N)
+
+        def in_torch(logits: torch.Tensor, rows: slice, cols: slice
+                     ) -> tuple[float, float, float, float]:  # fmt: skip
+            return _compare_block(
+                logits, None if model.logits is None else model.logits[:, rows, cols],
+                model.probs[:, rows, cols], allowed[rows, cols], model.sinks,
+                None if model.bias is None else model.bias[:, rows, cols])  # fmt: skip
+
+        return in_torch
+    logits_kernel, probs_kernel = _compare_kernels(not serial())
+    tapped = (_plain(model.logits) if model.logits is not None  # (H, N, N) float32
+              else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
+    probs = _plain(model.probs)
+    tapped_bits, probs_bits = tapped.view(np.uint32), probs.view(np.uint32)
+    width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
+
+    def in_kernels(logits: torch.Tensor, rows: slice, cols: slice
+                   ) -> tuple[float, float, float, float]:  # fmt: skip
+        # the model's logits on the attended pairs against these, -inf off them
+        r0, c0 = rows.start, cols.start
+        scale, diff = logits_kernel(logits.numpy(), tapped, tapped_bits, r0, c0, width)
+        rebuilt = torch.softmax(logits, dim=-1)  # (H, n, c)
+        return (scale, diff, *probs_kernel(rebuilt.numpy(), probs, probs_bits, r0, c0, width))
+
+    return in_kernels
 
 
 def _compare_block(logits: torch.Tensor, model: torch.Tensor | None, probs: torch.Tensor,

@@ -26,6 +26,8 @@ Modules, one idea each:
     length      the length experiment's statistics: buckets, trained ranges, shares (4)
     emergence   what watching the pattern emerge in training needs (sections 3, 5)
     synthetic   queries and keys that satisfy, ignore or violate the pattern
+    schemes     word-order and position-id perturbation schemes (index arrays, no model)
+    tasks       the associative-recall and fixed-offset training tasks' token batches
     workers     independent statistics side by side, one thread per item
 
 Shapes::
@@ -38,17 +40,42 @@ Shapes::
 The public functions take a layer's geometry as one RopeSpec and their options
 as one Measure: ``layer_statistics(q, k, spec, Measure(reference="mean"))``.
 
-Imports numpy and torch, never transformers.
+Imports numpy and torch, never transformers; importing the package itself loads no
+module (each public name loads its own on first use).
 """
 
-from ropesplit.numerics.fit import three_axis_fit
-from ropesplit.numerics.measure import EXACT, Measure
-from ropesplit.numerics.partial_rotary import rotary_share
-from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
-from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
-from ropesplit.numerics.spec import RopeSpec
-from ropesplit.numerics.split import HeadSplit, split_head
-from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ropesplit.numerics.fit import three_axis_fit
+    from ropesplit.numerics.measure import EXACT, Measure
+    from ropesplit.numerics.partial_rotary import rotary_share
+    from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
+    from ropesplit.numerics.rope import frequencies, from_pairs, rotate, to_pairs
+    from ropesplit.numerics.spec import RopeSpec
+    from ropesplit.numerics.split import HeadSplit, split_head
+    from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
+
+# each public name, by the module that defines it: loaded on first use, so a model-free
+# reader (ropesplit.claims: intervals, pooling) imports no torch
+_HOMES = {
+    "three_axis_fit": "fit", "EXACT": "measure", "Measure": "measure",
+    "rotary_share": "partial_rotary", "Reference": "reference", "mean_rotation": "reference",
+    "resolve_reference": "reference", "frequencies": "rope", "from_pairs": "rope",
+    "rotate": "rope", "to_pairs": "rope", "RopeSpec": "spec", "HeadSplit": "split",
+    "split_head": "split", "HeadStats": "stats", "head_statistics": "stats",
+    "layer_statistics": "stats",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """``ropesplit.numerics.NAME``: the name from its module (PEP 562)."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'ropesplit.numerics' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"ropesplit.numerics.{_HOMES[name]}"), name)
 
 __all__ = [
     "EXACT",

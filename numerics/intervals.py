@@ -2,7 +2,7 @@ r"""Intervals over the unit of replication, and the decision rules of pre-regist
 
 A claim about a model is checked on *units* that replicate: passages of text,
 perturbation draws, training seeds. Each unit gives one number ``x_u`` (a
-mean over its heads, see :func:`unit_means`); the interval is Student's t
+mean over its heads); the interval is Student's t
 over the ``n`` units, which covers at its nominal level for normal unit
 values and close to it for skewed bounded ones already at ``n = 8``, where a
 percentile bootstrap over 3-8 draws does not:
@@ -29,10 +29,8 @@ percentile bootstrap over 3-8 draws does not:
 standard library only (continued fraction, modified Lentz); the t quantile
 inverts ``F`` by bracketed Newton steps. A paired difference is the t
 interval of ``a_u - b_u``. :func:`decide` turns an interval into
-"agrees" / "disagrees" / "inconclusive" against a pre-registered threshold;
-:func:`intersection_union` combines conditions that must all hold (each at
-level alpha, the conjunction then holds at level alpha). Shapes: ``values
-(n,)`` one number per unit; hierarchical ``values (M,)`` with ``units (M,)``.
+"agrees" / "disagrees" / "inconclusive" against a pre-registered threshold.
+Shapes: ``values (n,)`` one number per unit.
 
 >>> ci = t_interval([0.90, 0.92, 0.91, 0.93, 0.89, 0.92, 0.91, 0.94])
 >>> round(ci.mean, 4), round(ci.high - ci.mean, 4), ci.n
@@ -44,15 +42,14 @@ level alpha, the conjunction then holds at level alpha). Shapes: ``values
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from ropesplit.core.claims import Outcome
 from ropesplit.core.errors import RopesplitError
+from ropesplit.core.outcome import Outcome
 
 __all__ = [
     "BinomialInterval",
@@ -60,7 +57,6 @@ __all__ = [
     "binomial_interval",
     "decide",
     "holm",
-    "intersection_union",
     "min_detectable_effect",
     "one_sided_p",
     "paired_interval",
@@ -68,7 +64,6 @@ __all__ = [
     "t_cdf",
     "t_interval",
     "t_quantile",
-    "unit_means",
 ]
 
 _EPS = 1e-16  # continued-fraction convergence (relative)
@@ -327,31 +322,6 @@ def paired_interval(a: Any, b: Any, *, level: float = 0.95, unit: str = "passage
     return _interval(_unit_values(xa - xb, "a - b"), level, unit, "paired t")
 
 
-def unit_means(values: Any, units: Any) -> tuple[np.ndarray, np.ndarray]:
-    r"""Per-unit means of hierarchical data: ``values (M,)`` each labelled by ``units (M,)``.
-
-    .. math:: x_u = \frac{1}{|S_u|} \sum_{i \in S_u} v_i,\qquad
-              S_u = \{i : \text{unit}_i = u,\ v_i \text{ not NaN}\}
-
-    Returns ``(labels (U,), means (U,))`` with the sorted unique labels. NaN
-    values are left out of their unit's mean; a unit with no non-NaN value
-    gets NaN (drop it, and say so, before :func:`t_interval`).
-    """
-    v = np.asarray(values, dtype=np.float64)
-    u = np.asarray(units)
-    if v.shape != u.shape or v.ndim != 1:
-        raise RopesplitError(
-            f"values and units must be 1-D of the same shape, got {v.shape} and {u.shape}"
-        )
-    labels, inverse = np.unique(u, return_inverse=True)  # (U,), (M,)
-    keep = ~np.isnan(v)  # (M,)
-    sums = np.bincount(inverse[keep], weights=v[keep], minlength=labels.size)  # (U,)
-    counts = np.bincount(inverse[keep], minlength=labels.size)  # (U,)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    return labels, means
-
-
 # --------------------------------------------------------------------------- tests
 
 
@@ -451,35 +421,6 @@ def decide(
             "disagrees", f"{head} lies {other} {_fmt(c)}, not {direction} as predicted{tail}"
         )
     return Outcome("inconclusive", f"{head}: the interval straddles {_fmt(c)}{tail}")
-
-
-def intersection_union(decisions: Sequence[Outcome], what: str) -> Outcome:
-    r"""The intersection-union test of a claim made of several conditions.
-
-    .. math:: H_1 = \bigcap_k H_1^{(k)}:\quad
-              \text{reject } H_0 \text{ at } \alpha \iff
-              \text{every condition is rejected at } \alpha
-
-    "agrees" iff every part agrees; "disagrees" if any part disagrees;
-    otherwise "inconclusive". No multiplicity correction is needed (or
-    allowed to loosen it). The reason is ``what: `` and the parts' reasons
-    joined by ``"; "``.
-    """
-    parts = list(decisions)
-    if not parts:
-        raise RopesplitError("decisions must hold at least one Outcome, got 0")
-    for part in parts:
-        if not isinstance(part, Outcome):
-            raise RopesplitError(f"decisions must hold Outcome objects, got {type(part).__name__}")
-    outcomes = {part.outcome for part in parts}
-    if outcomes == {"agrees"}:
-        outcome = "agrees"
-    elif "disagrees" in outcomes:
-        outcome = "disagrees"
-    else:
-        outcome = "inconclusive"
-    joined = "; ".join(part.reason for part in parts)
-    return Outcome(outcome, f"{what}: {joined}" if what else joined)
 
 
 def min_detectable_effect(n: int, *, level: float = 0.95, power: float = 0.8) -> float:

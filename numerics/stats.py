@@ -78,9 +78,8 @@ import torch
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs, pairing
-from ropesplit.numerics.bootstrap import Interval
 from ropesplit.numerics.bound import RTOL, CausalPairs, remainder_and_bound, violations
-from ropesplit.numerics.fit import band_gram
+from ropesplit.numerics.fit import BandGram, band_gram
 from ropesplit.numerics.measure import EXACT, Measure
 from ropesplit.numerics.pairing import (
     BoundCheck,
@@ -103,8 +102,7 @@ from ropesplit.numerics.types import (
 )
 from ropesplit.numerics.workers import serial
 
-__all__ = ["HeadStats", "head_statistics", "layer_statistics", "pooled_correlation",
-           "pooled_correlation_ci", "row_moments", "tightness"]
+__all__ = ["HeadStats", "head_statistics", "layer_statistics", "row_moments", "tightness"]
 
 _SAMPLE_CHUNK = 512  # sampled pairs per batched bound evaluation (all heads at once)
 _EXACT_CHUNK = 2**19  # (head, pair, frequency) terms per chunk of the exact bound check
@@ -201,25 +199,15 @@ def layer_statistics(
     device = getattr(measure, "device", None)  # (a geometry given loose fails just below)
     dev = None if device is None else torch.device(device)
     q, k, spec, kv = layer_inputs(q, k, spec, device=dev)  # tensors on dev when one is given
-    (h, n, d), hkv = q.shape, k.shape[0]
-    th, s, layout, rotary_dim, w = (spec.frequencies, spec.scale, spec.layout, spec.rotary_dim,
-                                    spec.window)  # fmt: skip
+    (h, n, d), th, w = q.shape, spec.frequencies, spec.window
     pq, pk = _inputs.check_positions(positions, n)
-    reference, references = measure.reference, measure.references
-    pair_budget, seed = measure.pair_budget, measure.seed
     if kbar is None:
         kbar = measure.rule_kbar(k)  # (Hkv, d), or None: each KV head's mean key below
+    # the references of the split, the primary first
     refs = [resolve_reference(name, th, n=n, window=w, positions=(pq, pk))
-            for name in _unique([reference, *references])]  # fmt: skip  # primary first
-    qc, kc = (_pairs(x, layout, rotary_dim) for x in (q, k))  # (H, N, P), (Hkv, N, P) complex
-    if kbar is None:
-        kbc = kc.mean(1, keepdim=True)  # (Hkv, 1, P)
-    else:
-        kb = _inputs.as_float64("kbar", kbar, 2)
-        if kb.shape != (hkv, d):
-            raise RopesplitError(f"kbar must have shape ({hkv}, {d}), got {kb.shape}")
-        kbc = _pairs(kb, layout, rotary_dim)[:, None, :].to(kc.device)  # (Hkv, 1, P)
-    dc = kc - kbc  # (Hkv, N, P) key deviations
+            for name in _unique([measure.reference, *measure.references])]  # fmt: skip
+    qc, kc = (_pairs(x, spec.layout, spec.rotary_dim) for x in (q, k))  # (H, N, P), (Hkv, N, P)
+    dc = _key_deviations(kc, kbar, d, spec)  # (Hkv, N, P) delta~
     low_k = _lowfreq_share(_energy(dc), th)[kv]  # (H,)
     low_q = _lowfreq_share(_energy(qc - qc.mean(1, keepdim=True)), th)  # (H,)
     layer = _Pairs(qc, kc, dc, kv, th, pq, pk, w)
@@ -230,31 +218,13 @@ def layer_statistics(
         tight: list[tuple[float, float, int | None, int]] = [(math.nan, math.nan, 0, 0)] * h
         fit_share = np.full(h, math.nan)
     else:
-        gap = None if refs[0].is_zero else refs[0].one_minus
-        if dev is None:  # the compiled kernels read numpy arrays (CPU tensors: no copy)
-            check = BoundCheck(qc.numpy(), dc[kv].numpy(), th, pq, pk, s, w, gap)
-            tight = tightness(check, pair_budget, seed)  # one per head
-        else:
-            from ropesplit.numerics import stats_torch
-
-            check = BoundCheck(qc, dc[torch.from_numpy(kv).to(dev)], th, pq, pk, s, w, gap)
-            tight = stats_torch.tightness(check, pair_budget, seed, dev)
-        # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
-        # solved for the unit right side and scaled back (the fit is linear in it): logits
-        # near the underflow range (1e-160) would otherwise stall the iteration in subnormals
-        if gram.n_a == 1:  # a window of 1: each pair alone in its row and column, b_i + c_i
-            fit_share = np.asarray(sums["tww"], dtype=np.float64)  # fits it exactly (a null
-            # space of N directions b_i - c_i, which rounding in the sums would excite)
-        else:
-            rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
-            norm = np.linalg.norm(rhs, axis=0)  # (H,)
-            unit = rhs / np.where(norm > 0, norm, 1.0)
-            x, _ = gram.solve(unit)
-            fit_share = np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
+        tight = _bound_tightness(layer, spec.scale, refs[0], measure, dev)  # one per head
+        fit_share = _fit_share(sums, gram)
     out = []
     for i in range(h):
         tww = sums["tww"][i]
-        split = {ref.name: _split_stats(sums, r, i, s, gram.pairs) for r, ref in enumerate(refs)}
+        split = {ref.name: _split_stats(sums, r, i, spec.scale, gram.pairs)
+                 for r, ref in enumerate(refs)}  # fmt: skip
         primary = split[refs[0].name]
         out.append(HeadStats(
             **{key: primary[key] for key in ("r_split", "r_split_rowcentred", "remainder_share")},
@@ -265,6 +235,56 @@ def layer_statistics(
             reference=refs[0].name, by_reference=split,
         ))  # fmt: skip
     return out
+
+
+def _key_deviations(kc: torch.Tensor, kbar: Any, d: int, spec: RopeSpec) -> torch.Tensor:
+    r"""The key deviations :math:`\tilde\delta_j = \tilde k_j - \tilde{\bar k}` ``(Hkv, N, P)``
+    of the key pairs ``kc (Hkv, N, P)``: ``kbar (Hkv, d)`` each KV head's reference key,
+    None its mean key."""
+    hkv = kc.shape[0]
+    if kbar is None:
+        kbc = kc.mean(1, keepdim=True)  # (Hkv, 1, P)
+    else:
+        kb = _inputs.as_float64("kbar", kbar, 2)
+        if kb.shape != (hkv, d):
+            raise RopesplitError(f"kbar must have shape ({hkv}, {d}), got {kb.shape}")
+        kbc = _pairs(kb, spec.layout, spec.rotary_dim)[:, None, :].to(kc.device)  # (Hkv, 1, P)
+    return kc - kbc
+
+
+def _bound_tightness(
+    layer: _Pairs, s: float, ref: Reference, measure: Measure, dev: torch.device | None
+) -> list[tuple[float, float, int | None, int]]:
+    r"""Per head :func:`tightness` of :math:`|E_{ij}| / B_{ij}` under the reference ``ref``:
+    the compiled kernels on the CPU (they read numpy arrays: CPU tensors, no copy), else
+    :mod:`.stats_torch` on ``dev``; ``measure``'s pair budget and seed."""
+    qc, dc, kv = layer.qc, layer.dc, layer.kv
+    th, pq, pk, w = layer.theta, layer.pq, layer.pk, layer.window
+    gap = None if ref.is_zero else ref.one_minus
+    if dev is None:
+        check = BoundCheck(qc.numpy(), dc[kv].numpy(), th, pq, pk, s, w, gap)
+        return tightness(check, measure.pair_budget, measure.seed)
+    from ropesplit.numerics import stats_torch
+
+    check = BoundCheck(qc, dc[torch.from_numpy(kv).to(dev)], th, pq, pk, s, w, gap)
+    return stats_torch.tightness(check, measure.pair_budget, measure.seed, dev)
+
+
+def _fit_share(sums: dict[str, Any], gram: BandGram) -> np.ndarray:
+    r"""``(H,)`` :math:`\|\hat a_{i-j} + \hat b_i + \hat c_j - \mu\|^2`: the centred logits'
+    sum of squares the three-axis fit explains, from ``sums["rhs"] (K, H)`` (:func:`_logit_sums`)
+    and the band's normal equations ``gram`` (:func:`.fit.band_gram`)."""
+    # (K, H); a head whose logits have no spread has no fit (its sums are rounding noise)
+    # solved for the unit right side and scaled back (the fit is linear in it): logits
+    # near the underflow range (1e-160) would otherwise stall the iteration in subnormals
+    if gram.n_a == 1:  # a window of 1: each pair alone in its row and column, b_i + c_i
+        return np.asarray(sums["tww"], dtype=np.float64)  # fits it exactly (a null
+        # space of N directions b_i - c_i, which rounding in the sums would excite)
+    rhs = np.where(sums["tww"] > 0, sums["rhs"], 0.0)  # (K, H)
+    norm = np.linalg.norm(rhs, axis=0)  # (H,)
+    unit = rhs / np.where(norm > 0, norm, 1.0)
+    x, _ = gram.solve(unit)
+    return np.maximum((x * unit).sum(0), 0.0) * norm**2  # (H,) ||fit - mean||^2
 
 
 def _unique(names: list[str | Reference]) -> list[str | Reference]:
@@ -283,7 +303,7 @@ def _split_stats(sums: dict[str, Any], r: int, i: int, s: float, n: int) -> dict
 
     Moments over the ``n`` causal pairs, in logit units: ``w_mean, w_var``
     (of ``W``), ``fg_mean, fg_var`` (of ``f + g``), ``w_fg_cov``: what
-    :func:`pooled_correlation` combines across heads.
+    :func:`.pooling.pooled_correlation` combines across heads.
     """
     tww, cww = sums["tww"][i], sums["cww"][i]
     twe, tee, cwe, cee, e_sq = (sums[key][r][i] for key in ("twe", "tee", "cwe", "cee", "e_sq"))
@@ -299,55 +319,6 @@ def _split_stats(sums: dict[str, Any], r: int, i: int, s: float, n: int) -> dict
         "fg_mean": s * (mean_w - mean_e), "fg_var": float(s * s * tff / n),
         "w_fg_cov": float(s * s * (tww - twe) / n),
     }  # fmt: skip
-
-
-def pooled_correlation(moments: Any, counts: Any, weights: Any = None) -> Any:
-    r"""Pearson correlation of ``W`` with ``f + g`` over the pairs of several heads pooled.
-
-    ``moments``: per head dicts with ``w_mean, w_var, fg_mean, fg_var,
-    w_fg_cov`` (``HeadStats.by_reference[spec]``), ``counts (H,)`` their pair
-    counts; ``weights (..., H)`` optional head multiplicities (a bootstrap
-    resample), giving ``(...)`` correlations:
-
-    .. math:: r = \frac{\sum_h n_h[c_h + (\mu^w_h - \mu^w)(\mu^{fg}_h - \mu^{fg})]}
-                  {\sqrt{\sum_h n_h[v^w_h + (\mu^w_h - \mu^w)^2]
-                          \sum_h n_h[v^{fg}_h + (\mu^{fg}_h - \mu^{fg})^2]}}
-    """
-    names = ("w_mean", "w_var", "fg_mean", "fg_var", "w_fg_cov")
-    mw, vw, mf, vf, c = (np.array([float(m[key]) for m in moments]) for key in names)  # (H,)
-    n = np.asarray(counts, dtype=np.float64) * (1.0 if weights is None else np.asarray(weights))
-    total = n.sum(-1, keepdims=True)
-    mu_w = (n * mw).sum(-1, keepdims=True) / total
-    mu_f = (n * mf).sum(-1, keepdims=True) / total
-    cov = (n * (c + (mw - mu_w) * (mf - mu_f))).sum(-1)
-    var_w = (n * (vw + (mw - mu_w) ** 2)).sum(-1)
-    var_f = (n * (vf + (mf - mu_f) ** 2)).sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return cov / np.sqrt(var_w * var_f)
-
-
-def pooled_correlation_ci(
-    moments: Any, counts: Any, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
-) -> Interval:
-    r"""The pooled correlation of :func:`pooled_correlation` with a percentile-bootstrap interval.
-
-    Heads are resampled with replacement (multinomial multiplicities ``(n_boot, H)``
-    from ``numpy.random.default_rng(seed)``), each resample pooled as above:
-
-    .. math:: \mathrm{CI} = \big[Q_{(1-\alpha)/2},\ Q_{(1+\alpha)/2}\big]
-              \text{ of } r^*_b = r_\mathrm{pooled}(\text{heads with multiplicities } m_b)
-
-    ``mean`` of the returned :class:`~.bootstrap.Interval` is the pooled
-    correlation of all heads (not a mean of per-head values).
-    """
-    h = len(counts)
-    if h == 0:
-        raise RopesplitError("need at least one head, got 0")
-    draws = np.random.default_rng(seed).multinomial(h, np.full(h, 1 / h), n_boot)  # (n_boot, H)
-    boot = pooled_correlation(moments, counts, draws)  # (n_boot,)
-    low, high = np.quantile(boot, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
-    return Interval(float(pooled_correlation(moments, counts)), float(low), float(high),
-                    float(level), h, int(n_boot))  # fmt: skip
 
 
 def _resolved(x: Any, raw: Any) -> Any:
@@ -507,49 +478,130 @@ def _logit_sums(
     .. math:: \sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i - \mu_E R^W_i - \mu_W R^E_i
               + n_i\mu_W\mu_E
     """
-    qc, kc, dc, kv, theta, window = (layer.qc, layer.kc, layer.dc, layer.kv, layer.theta,
-                                     layer.window)  # fmt: skip
-    h, n, _ = qc.shape
-    dev = qc.device
+    n, window = layer.qc.shape[1], layer.window
     gram = band_gram(n, window)
-    heads = torch.from_numpy(kv).to(dev)
+    heads = torch.from_numpy(layer.kv).to(layer.qc.device)
+    factors = _features(layer, refs)
+    count_a, count_b, count_c = (torch.from_numpy(v).to(layer.qc.device)
+                                 for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
+    band = _band_totals(factors, window, gram, heads, device, three_axis)
+    whole = window is None or window >= n  # then every row sees all columns before it
+    moments = _raw_moments(factors, None if whole else window, device)
+    centred = _Centred.of(moments, band, count_b)
+    # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
+    # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
+    a, y = factors.a, factors.y
+    (products,) = _band_rows([(a * a).sum(-1, keepdim=True)], (y * y).sum(-1, keepdim=True),
+                             window, heads)  # fmt: skip  # (H, N) sum_j |a_i|^2 |y_j|^2
+    res = _head_sums(moments, centred, count_b, products, a.shape[-1])
+    res["mean_w"] = band.mean_w.cpu().numpy()
+    res["mean_e"] = [m.cpu().numpy() for m in band.mean_e]
+    if three_axis:
+        assert band.col_w is not None and band.diag_w is not None
+        rhs = torch.cat([band.diag_w - band.mean_w[:, None] * count_a, centred.row_w,
+                         band.col_w - band.mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip
+        res["rhs"] = rhs.T.contiguous().cpu().numpy()  # (K, H): the three-axis fit's input
+    return res
+
+
+def _features(layer: _Pairs, refs: list[np.ndarray | None]) -> Factors:
+    r"""The real features of :math:`W = a\cdot y` and :math:`E_m = a\cdot b - u^m\cdot\delta`
+    (:class:`.pairing.Factors`): :math:`a = R q`, :math:`y = R k`, :math:`b = R\delta`, and
+    :math:`\delta` itself, zero in the pairs where every :math:`E_m` is (:math:`\theta_l = 0`
+    and every :math:`m_l = 1`: ``refs``, None for :math:`m_l = 1`)."""
+    theta, dev = layer.theta, layer.qc.device
     ms = [np.ones(theta.size) if m is None else np.asarray(m) for m in refs]
     silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there, all m
-    de = dc.masked_fill(torch.from_numpy(silent).to(dev), 0.0)  # (Hkv, N, P) the deviations E reads
-    a = _real(_turn(qc, layer.pq, theta))  # (H, N, 2P)  R(p_i) q_i
-    y = _real(_turn(kc, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) k_j
+    de = layer.dc.masked_fill(torch.from_numpy(silent).to(dev), 0.0)  # (Hkv, N, P) what E reads
+    a = _real(_turn(layer.qc, layer.pq, theta))  # (H, N, 2P)  R(p_i) q_i
+    y = _real(_turn(layer.kc, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) k_j
     b = _real(_turn(de, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) delta_j
     dp = _real(de)  # (Hkv, N, 2P)  delta_j
     m = torch.from_numpy(np.stack(ms).astype(np.complex128)).to(dev)  # (M, P)
-    factors = Factors(a, y, b, dp, _real(qc), m, kv)
-    us = factors.us  # (M, H, N, 2P): q_i m
-    count_a, count_b, count_c = (torch.from_numpy(v).to(dev)
-                                 for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
+    return Factors(a, y, b, dp, _real(layer.qc), m, layer.kv)
+
+
+@dataclass(frozen=True)
+class _BandTotals:
+    r"""Sums over each row's band: :math:`R^W_i = \sum_{j \in \mathcal M_i} W_{ij}` and, per
+    reference, :math:`R^{E}_i` ``(H, N)`` (raw, in units of ``s``); the masked means
+    :math:`\mu_W`, :math:`\mu_E` ``(H,)``; with the three-axis fit, ``W``'s column sums
+    ``(H, N)`` and diagonal sums ``(H, n_a)``."""
+
+    row_w: torch.Tensor
+    row_e: list[torch.Tensor]
+    mean_w: torch.Tensor
+    mean_e: list[torch.Tensor]
+    col_w: torch.Tensor | None = None
+    diag_w: torch.Tensor | None = None
+
+
+def _band_totals(f: Factors, window: int | None, gram: BandGram, heads: torch.Tensor,
+                 device: Any, three_axis: bool) -> _BandTotals:  # fmt: skip
+    """:class:`_BandTotals` of the features ``f`` (prefix sums, :func:`_band_rows`; the
+    columns and diagonals by :func:`_band_sums` where ``three_axis``)."""
+    col_w = diag_w = None
     if three_axis:
-        row_w, col_w, diag_w = _band_sums(a, y, window, heads, device)  # (H, N), (H, N), (H, n_a)
+        row_w, col_w, diag_w = _band_sums(f.a, f.y, window, heads, device)  # (H, N) x2, (H, n_a)
     else:
-        (row_w,) = _band_rows([a], y, window, heads)  # (H, N): _band_sums' rows, the same code
-    (row_ab,) = _band_rows([a], b, window, heads)
-    row_e = [row_ab - r for r in _band_rows(us, dp, window, heads)]  # (H, N) each, raw
+        (row_w,) = _band_rows([f.a], f.y, window, heads)  # (H, N): _band_sums' rows, the same code
+    (row_ab,) = _band_rows([f.a], f.b, window, heads)
+    row_e = [row_ab - r for r in _band_rows(f.us, f.dp, window, heads)]  # (H, N) each, raw
     mean_w = row_w.sum(-1) / gram.pairs  # (H,)
     mean_e = [r.sum(-1) / gram.pairs for r in row_e]  # each (H,)
-    whole = window is None or window >= n  # then every row sees all columns before it
-    band = None if whole else window
-    if device is None:
-        moments = row_moments(factors, band)
-    else:
-        from ropesplit.numerics import stats_torch
+    return _BandTotals(row_w, row_e, mean_w, mean_e, col_w, diag_w)
 
-        moments = stats_torch.row_moments(factors, band, device)
-    s_ww, s_we, s_ee = moments.ww, moments.we, moments.ee
-    nw = count_b * mean_w[:, None]  # (H, N) n_i mu_W
-    ww = s_ww - mean_w[:, None] * (2 * row_w - nw)  # per-row products about the masked means
-    we = [s - m[:, None] * row_w - mean_w[:, None] * r + nw * m[:, None]
-          for s, m, r in zip(s_we, mean_e, row_e, strict=True)]  # fmt: skip
-    ee = [s - m[:, None] * (2 * r - count_b * m[:, None])
-          for s, m, r in zip(s_ee, mean_e, row_e, strict=True)]  # fmt: skip
-    row_w = row_w - nw  # centred row sums
-    row_e = [r - m[:, None] * count_b for r, m in zip(row_e, mean_e, strict=True)]
+
+def _raw_moments(f: Factors, band: int | None, device: Any) -> Moments:
+    """:func:`row_moments` of ``f`` over the band (None: every causal pair), compiled on the
+    CPU, in torch on ``device`` (:mod:`.stats_torch`)."""
+    if device is None:
+        return row_moments(f, band)
+    from ropesplit.numerics import stats_torch
+
+    return stats_torch.row_moments(f, band, device)
+
+
+@dataclass(frozen=True)
+class _Centred:
+    r"""Each row's products about the masked means ``(H, N)``: :math:`\sum_j (W_{ij} -
+    \mu_W)^2` and per reference :math:`\sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E)`,
+    :math:`\sum_j (E_{ij} - \mu_E)^2`; and the centred row sums of ``W`` and each ``E``."""
+
+    ww: torch.Tensor
+    we: list[torch.Tensor]
+    ee: list[torch.Tensor]
+    row_w: torch.Tensor
+    row_e: list[torch.Tensor]
+
+    @classmethod
+    def of(cls, moments: Moments, band: _BandTotals, count_b: torch.Tensor) -> _Centred:
+        r"""From the raw moments :math:`S_i` and row sums :math:`R_i` (``count_b (N,)``: each
+        row's pairs :math:`n_i`):
+
+        .. math:: \sum_j (W_{ij} - \mu_W)(E_{ij} - \mu_E) = S^{WE}_i - \mu_E R^W_i
+                  - \mu_W R^E_i + n_i\mu_W\mu_E
+        """
+        s_ww, s_we, s_ee = moments.ww, moments.we, moments.ee
+        mean_w, row_w, mean_e, row_e = band.mean_w, band.row_w, band.mean_e, band.row_e
+        nw = count_b * mean_w[:, None]  # (H, N) n_i mu_W
+        ww = s_ww - mean_w[:, None] * (2 * row_w - nw)  # per-row products about the masked means
+        we = [s - m[:, None] * row_w - mean_w[:, None] * r + nw * m[:, None]
+              for s, m, r in zip(s_we, mean_e, row_e, strict=True)]  # fmt: skip
+        ee = [s - m[:, None] * (2 * r - count_b * m[:, None])
+              for s, m, r in zip(s_ee, mean_e, row_e, strict=True)]  # fmt: skip
+        row_w = row_w - nw  # centred row sums
+        row_e = [r - m[:, None] * count_b for r, m in zip(row_e, mean_e, strict=True)]
+        return cls(ww, we, ee, row_w, row_e)
+
+
+def _head_sums(moments: Moments, c: _Centred, count_b: torch.Tensor, products: torch.Tensor,
+               width: int) -> dict[str, Any]:  # fmt: skip
+    r""":func:`_logit_sums`' per-head sums on the host: ``tww``, ``cww``, and per reference
+    ``twe, tee, cwe, cee``, with the raw ``w_sq``, ``e_sq`` (each row's products over its
+    block, plus the columns before the block); ``tww`` and ``cww`` 0 for a head whose logits
+    all lie within rounding of 0 (``products (H, N)``: :math:`\sum_j |a_i|^2 |y_j|^2`,
+    ``width`` the features' ``c``)."""
     several = count_b > 1  # a row of one pair has no spread about its mean: exactly 0
 
     def host(x: torch.Tensor, before: torch.Tensor | None = None) -> np.ndarray:
@@ -566,31 +618,20 @@ def _logit_sums(
     # sums of squares: >= 0 but for rounding
     ww0, ee0 = moments.ww_before.clamp(min=0.0), moments.ee_before.clamp(min=0.0)
     we0 = moments.we_before
-    w_sq = host(s_ww, ww0)  # (H,) raw: the scale of the rounding in tww and cww
-    e_sq = [host(s, b0) for s, b0 in zip(s_ee, ee0, strict=True)]
-    # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
-    # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
-    (products,) = _band_rows([(a * a).sum(-1, keepdim=True)], (y * y).sum(-1, keepdim=True),
-                             window, heads)  # fmt: skip  # (H, N) sum_j |a_i|^2 |y_j|^2
-    some = w_sq > ((a.shape[-1] + 4) * 2.0**-53) ** 2 * host(products)  # (H,)
-    res: dict[str, Any] = {
-        "tww": np.where(some, _resolved(host(ww, ww0), w_sq), 0.0),
-        "cww": np.where(some, _resolved(row_centred(ww, row_w, row_w, ww0), w_sq), 0.0),
-        "twe": [host(x, b0) for x, b0 in zip(we, we0, strict=True)],
-        "tee": [_resolved(host(x, b0), r) for x, b0, r in zip(ee, ee0, e_sq, strict=True)],
-        "cwe": [row_centred(x, row_w, r, b0) for x, r, b0 in zip(we, row_e, we0, strict=True)],
+    w_sq = host(moments.ww, ww0)  # (H,) raw: the scale of the rounding in tww and cww
+    e_sq = [host(s, b0) for s, b0 in zip(moments.ee, ee0, strict=True)]
+    some = w_sq > ((width + 4) * 2.0**-53) ** 2 * host(products)  # (H,)
+    return {
+        "tww": np.where(some, _resolved(host(c.ww, ww0), w_sq), 0.0),
+        "cww": np.where(some, _resolved(row_centred(c.ww, c.row_w, c.row_w, ww0), w_sq), 0.0),
+        "twe": [host(x, b0) for x, b0 in zip(c.we, we0, strict=True)],
+        "tee": [_resolved(host(x, b0), r) for x, b0, r in zip(c.ee, ee0, e_sq, strict=True)],
+        "cwe": [row_centred(x, c.row_w, r, b0)
+                for x, r, b0 in zip(c.we, c.row_e, we0, strict=True)],
         "cee": [_resolved(row_centred(x, r, r, b0), s)
-                for x, r, b0, s in zip(ee, row_e, ee0, e_sq, strict=True)],
+                for x, r, b0, s in zip(c.ee, c.row_e, ee0, e_sq, strict=True)],
         "w_sq": w_sq, "e_sq": e_sq,
-        "mean_w": mean_w.cpu().numpy(), "mean_e": [m.cpu().numpy() for m in mean_e],
     }  # fmt: skip
-    if three_axis:
-        rhs = torch.cat([diag_w - mean_w[:, None] * count_a, row_w,
-                         col_w - mean_w[:, None] * count_c], -1)  # (H, K)  # fmt: skip
-        res["rhs"] = rhs.T.contiguous().cpu().numpy()  # (K, H): the three-axis fit's input
-    return res
-
-
 
 
 def row_moments(f: Factors, window: int | None) -> Moments:

@@ -15,8 +15,9 @@ values without repeats, ``device`` a device this machine has, ``dtype`` one of
 (:class:`_Parser`).
 
 Paths are checked the same way, once the command line is parsed, by what the option's
-metavar says it names (:data:`PATHS`): ``PATH`` a file written, ``DIR`` a folder written,
-``FILE`` a UTF-8 file read, ``NAME.json`` a JSON file read (:func:`path_kind`); two options
+type says it names (:data:`PATHS`, :class:`~ropesplit.commands._types.PathKind`):
+``OutputPath`` a file written, ``OutputFolder`` a folder written, ``InputFile`` a UTF-8
+file read, ``InputRecord`` a JSON file read (:func:`path_kind`); two options
 writing one file are refused; then the checks a subcommand's argument helpers registered
 over several options (``commands.check_after_parsing``: the ``--model``/``--gguf-file``
 pairs, the corpora). Nothing is created or written by a check.
@@ -36,7 +37,15 @@ from typing import Any, NoReturn
 
 from ropesplit import __version__
 from ropesplit import commands as _commands
-from ropesplit.commands._types import IntAtLeast, positive_float
+from ropesplit.commands._types import (
+    InputFile,
+    InputRecord,
+    IntAtLeast,
+    OutputFolder,
+    OutputPath,
+    PathKind,
+    positive_float,
+)
 from ropesplit.core import io
 from ropesplit.core.allocator import steady_allocator
 from ropesplit.core.errors import RopesplitError, one_line
@@ -51,28 +60,26 @@ def _command_modules() -> dict[str, ModuleType]:
 
 
 REPEATABLE = (argparse._AppendAction, argparse._CountAction)  # may be given more than once
-# path options, by the metavar --help shows, and their checks (core.io): PATH a file written,
-# DIR a folder written, FILE a UTF-8 file read, NAME.json a JSON file read
+# path options, by their type (commands._types.PathKind), and their checks (core.io)
 PATHS: dict[str, Callable[[str], Any]] = {
-    "PATH": io.output_path,
-    "DIR": io.check_output_folder,
-    "FILE": lambda path: io.input_file(path, "text file"),
-    ".json": lambda path: io.read_json(path, "record"),
+    OutputPath.name: io.output_path,
+    OutputFolder.name: io.check_output_folder,
+    InputFile.name: lambda path: io.input_file(path, "text file"),
+    InputRecord.name: lambda path: io.read_json(path, "record"),
 }
 
 
 def path_kind(action: argparse.Action) -> str | None:
-    """The key of :data:`PATHS` an option's metavar names (``NAME.json``: ``.json``), or None.
+    """The key of :data:`PATHS` of the path an option names (its ``PathKind`` type), or None.
 
-    >>> path_kind(argparse.Action(["--json"], "json", metavar="PATH"))
+    >>> path_kind(argparse.Action(["--json"], "json", type=OutputPath))
     'PATH'
-    >>> path_kind(argparse.Action([], "records", metavar="SHARD.json"))
+    >>> path_kind(argparse.Action([], "records", type=InputRecord))
     '.json'
+    >>> path_kind(argparse.Action(["--tokens"], "tokens", type=int)) is None
+    True
     """
-    metavar = action.metavar if isinstance(action.metavar, str) else ""
-    if metavar.lower().endswith(".json"):
-        return ".json"
-    return metavar if metavar in PATHS else None
+    return action.type.name if isinstance(action.type, PathKind) else None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -178,8 +185,11 @@ def _attach_checks(parser: argparse.ArgumentParser) -> None:
             action.type = checked
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (also used by the docs' CLI reference)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full argument parser (also used by the docs' CLI reference); with ``only`` (a
+    subcommand's name) every other subcommand is listed by its help alone, its options
+    not built: what they import (``train`` and ``analyze`` read the model registry) is
+    not loaded, so ``ropesplit merge`` imports no torch."""
     parser = _Parser(
         prog="ropesplit",
         description="Verify, end to end, why RoPE attention logits split into "
@@ -189,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _command_modules().items():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        if only is not None and name != only:
+            continue  # never parsed in this process
         module.add_arguments(p)
         _attach_checks(p)
         p.set_defaults(_run=module.run, _parser=p)
@@ -197,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    named = [w for w in words if not w.startswith("-")][:1]  # the subcommand, when it leads
+    parser = build_parser(named[0] if named and named[0] in _command_modules() else None)
     steady_allocator()  # long runs of large tensors: no page faults per tensor (core.allocator)
     try:
         args = parser.parse_args(argv)

@@ -105,10 +105,13 @@ TINY_TRAIN, TINY_RECALL = _tiny_train()
 
 def tiny_report_settings():
     """The tiny report's run settings: 48 tokens, one seed, 8 passages."""
+    from ropesplit.claims.records import ClaimsSettings
     from ropesplit.report import pipeline
 
     return pipeline.RunSettings(tokens=N_TOKENS, draws=1, figure_tokens=24, bound_tokens=64,
-                                passages=8, order_passages=8, intervention_tokens=N_TOKENS)
+                                claims=ClaimsSettings(passages=8, order_passages=8),
+                                intervention_tokens=N_TOKENS, claims_ids=tiny_passages(),
+                                intervention_ids=_tiny_intervention_passages())  # fmt: skip
 
 
 def _tiny_load(settings):
@@ -126,7 +129,7 @@ def _tiny_load(settings):
     return loaded, random_init_twin(loaded, settings.seed), ids, "tiny text"
 
 
-def tiny_passages(ctx):
+def tiny_passages():
     """The claims' passages for a model without a tokenizer: seeded random token ids."""
     import torch
 
@@ -136,7 +139,7 @@ def tiny_passages(ctx):
     return PassageIds([f"passage {k}" for k in range(8)], ids, 96, 0, "tiny")
 
 
-def _tiny_intervention_passages(ctx):
+def _tiny_intervention_passages():
     """The interventions' 8 scored and 2 calibration passages, seeded random token ids."""
     import torch
 
@@ -144,11 +147,10 @@ def _tiny_intervention_passages(ctx):
 
 
 def tiny_report(patch: pytest.MonkeyPatch) -> None:
-    """The report's stages sized for a test: the tiny model, its passages, a tiny training."""
+    """The report's stages sized for a test: the tiny model and a tiny training (the passages:
+    :func:`tiny_report_settings`)."""
     from ropesplit.report import stages, training
 
     patch.setattr(stages, "_load", _tiny_load)
-    patch.setattr(stages, "_claims_ids", tiny_passages)
-    patch.setattr(stages, "_intervention_ids", _tiny_intervention_passages)
     patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # the train stage, tiny
     patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # the recall stage, tiny

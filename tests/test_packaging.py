@@ -73,19 +73,22 @@ def test_numerics_never_imports_transformers():
 
 LAYER_FOLDERS = {"theory": "ropesplit.theory", "numerics": "ropesplit.numerics",
                  "empirical": "ropesplit.empirical", "ropesplit": "ropesplit"}  # fmt: skip
-# every layer may import the ground floor: errors, io, the paper's numbers and the claims
-# registry; it imports no layer
+# every layer may import the ground floor: errors, io, the paper's numbers, the outcome
+# type; it imports no layer
 BASE = {"ropesplit.core"}
 ALLOWED = {
     "ropesplit.core": set(),
     "ropesplit.theory": BASE,
     "ropesplit.numerics": BASE | {"ropesplit.theory"},
-    "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics"},
+    # the model-free claims wing: registry, verdicts, records, text on numerics' intervals
+    # and pooling (no torch: tests/claims/test_claims.py holds it)
+    "ropesplit.claims": BASE | {"ropesplit.numerics"},
+    "ropesplit.empirical": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.claims"},
     # figures draw from plain data: ropesplit.report.figure_data computes it
-    "ropesplit.figures": BASE | {"ropesplit.theory"},
-    "ropesplit.report": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.empirical",
-                                "ropesplit.figures"},
-    "ropesplit.commands": BASE | {"ropesplit.theory", "ropesplit.numerics",
+    "ropesplit.figures": BASE | {"ropesplit.theory", "ropesplit.claims"},
+    "ropesplit.report": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.claims",
+                                "ropesplit.empirical", "ropesplit.figures"},
+    "ropesplit.commands": BASE | {"ropesplit.theory", "ropesplit.numerics", "ropesplit.claims",
                                   "ropesplit.empirical", "ropesplit.figures", "ropesplit.report"},
     "ropesplit.cli": BASE | {"ropesplit", "ropesplit.commands"},
     "ropesplit.__main__": {"ropesplit.cli"},
@@ -287,7 +290,7 @@ def test_the_reach_check_sees_a_planted_patch(tmp_path):
 
 # Reads of a `.config` that is no model's config, each with its reason ("path: expression").
 NOT_A_MODEL_CONFIG = {
-    "empirical/train.py: numba.config.NUMBA_NUM_THREADS": "numba's own settings module",
+    "empirical/train_setup.py: numba.config.NUMBA_NUM_THREADS": "numba's own settings module",
 }
 
 
@@ -388,3 +391,176 @@ def test_the_timing_check_sees_a_planted_timing(tmp_path):
     assert len(_quoted_timings(planted)) == 1
     planted.write_text('def f():\n    """Fast: 1.6x the other, 512 tokens, 30 layers."""\n')
     assert _quoted_timings(planted) == []
+
+
+# ------------------------------------------------------------------- the size of a function
+
+MAX_PARAMETERS, MAX_LINES = 8, 80  # issue 47: a newcomer reads a function whole
+
+
+def _functions(root: Path) -> list[tuple[str, int, int]]:
+    """``(where, parameters, lines)`` of every function under the layer folders of ``root``:
+    parameters without ``self``/``cls`` (``*args`` and ``**kwargs`` one each), lines from
+    ``def`` to the end of the body; numba-compiled kernels left out (they take their arrays
+    one by one)."""
+    import ast
+
+    found = []
+    for folder in ("theory", "numerics", "empirical", "ropesplit"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                if any("numba" in ast.unparse(d) for d in node.decorator_list):
+                    continue
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                count = len(names) + (a.vararg is not None) + (a.kwarg is not None)
+                count -= bool(names) and names[0] in ("self", "cls")
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                found.append((f"{path.relative_to(root)}:{node.lineno} {node.name}", count, lines))
+    return found
+
+
+def test_no_function_takes_more_than_8_parameters_or_runs_past_80_lines():
+    over = [f"{where}: {n} parameters, {lines} lines" for where, n, lines in _functions(ROOT)
+            if n > MAX_PARAMETERS or lines > MAX_LINES]  # fmt: skip
+    assert not over, "\n".join(over)
+
+
+def test_the_size_check_sees_a_long_function(tmp_path):
+    """The check can fail: a planted function of 9 parameters, and one of 81 lines."""
+    (tmp_path / "numerics").mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    (tmp_path / "numerics" / "planted.py").write_text(
+        "def wide(a, b, c, d, e, f, g, h, *, i):\n    return a\n\n\n"
+        f"def long():\n{body}\n"
+    )
+    got = {where.split()[-1]: (n, lines) for where, n, lines in _functions(tmp_path)}
+    assert got == {"wide": (9, 2), "long": (0, 81)}
+
+
+# ------------------------------------------------------------------------ the wings of empirical
+
+# empirical's modules by wing (docs/architecture.md): the model seam (loading, the adapter,
+# capture, validation, the per-head analysis), the experiments, the claims measurement
+# (passages, word order, shuffled null, the run) and training; each wing imports itself and
+# the wings named for it, the seam no other
+WINGS = {
+    "seam": {"adapter", "analyze", "capture", "corpus", "geometry", "lens", "memory", "models",
+             "protocol", "raw", "shuffled", "text", "tidy", "validate"},
+    "experiments": {"experiments", "intervene", "lminfinite"},
+    "claims": {"calibration", "claims_run", "passages", "plan"},
+    "training": {"emergence", "train", "train_measure", "train_setup"},
+}  # fmt: skip
+WING_ALLOWED = {"seam": {"seam"}, "experiments": {"seam", "experiments"},
+                "claims": {"seam", "experiments", "claims"}, "training": {"seam", "training"}}
+
+
+def _wing(module: str) -> str | None:
+    """``ropesplit.empirical.capture`` -> ``seam``; None for the package's own ``__init__``."""
+    parts = module.split(".")
+    if parts[:2] != ["ropesplit", "empirical"] or len(parts) < 3:
+        return None
+    wing = [name for name, members in WINGS.items() if parts[2] in members]
+    assert wing, f"{module} belongs to no wing: add it to WINGS (and docs/architecture.md)"
+    return wing[0]
+
+
+def _runtime_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of each absolute import that runs (those under ``if TYPE_CHECKING``
+    left out), ``from package import submodule`` as the submodule."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    guards = [node for node in ast.walk(tree)
+              if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
+    typing_only = {id(n) for guard in guards for n in ast.walk(guard)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.append((node.lineno, sub if _module_path(sub) else node.module))
+    return found
+
+
+def _module_path(module: str) -> Path | None:
+    """The file of a ``ropesplit`` module (package-dir mapped), or None."""
+    parts = module.split(".")
+    if parts[0] != "ropesplit":
+        return None
+    folder = {"theory": "theory", "numerics": "numerics", "empirical": "empirical"}
+    base = ROOT / folder[parts[1]] if len(parts) > 1 and parts[1] in folder else ROOT / "ropesplit"
+    rest = parts[2:] if len(parts) > 1 and parts[1] in folder else parts[1:]
+    for candidate in (base.joinpath(*rest).with_suffix(".py"), base.joinpath(*rest, "__init__.py")):
+        if rest and candidate.is_file():
+            return candidate
+    return None
+
+
+def _graph() -> dict[str, set[str]]:
+    """Every ``ropesplit`` module -> the ``ropesplit`` modules it imports when it runs."""
+    graph: dict[str, set[str]] = {}
+    for folder, package in LAYER_FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            module = ".".join([package, *rel.parts]).removesuffix(".__init__")
+            graph[module] = {t for _, t in _runtime_imports(path) if _module_path(t)}
+    return graph
+
+
+def test_the_wings_of_empirical_import_only_what_their_place_allows():
+    bad = []
+    for module, targets in _graph().items():
+        source = _wing(module)
+        for target in targets:
+            wing = _wing(target)
+            if source and wing and wing not in WING_ALLOWED[source]:
+                bad.append(f"{module} ({source}) imports {target} ({wing})")
+    assert not bad, "\n".join(bad)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected components of more than one module (Tarjan),
+    a package and the submodules its ``__init__`` gathers aside (importing ``a.b`` runs
+    ``a`` first: that is order, not a circle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w.startswith(v + "."):  # a package importing its own submodule
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_itself_round_a_circle():
+    assert _cycles(_graph()) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -17,17 +17,26 @@ For each page (every ``index.html`` of a built site, and ``report/index.html``):
   visible element (a table, most often) ends right of the viewport without
   sitting inside a box that scrolls or clips horizontally (a scrolling
   container that itself fits is fine). The outermost such elements are
-  named (tag, id, classes, the start of their text, their right edge).
+  named (tag, id, classes, the start of their text, their right edge);
+- a page with a first screen (``section.lead``: the report's figure and its
+  verdict table) is loaded once more in a window of ``--first-screen``
+  (default 1400 x 1000 px): the lead's figure and every row of its table must
+  end inside the window, above its bottom edge and left of its right one, with
+  no scrolling; the figure must be drawn (an ``img`` that decoded). The bottom
+  of each is recorded (``PageResult.screen``) and, with ``--screenshots DIR``,
+  the window is saved as a PNG there. Pages without a lead are not checked so.
 
 Usage: ``python tools/offline_check.py PATH...`` (folders are searched for
 ``*.html``); exit 0 when every page passes, 1 otherwise, 2 on bad input
 (no Chromium, no page). ``--json OUT`` writes one record per page;
-``--widths 800,1400`` sets the widths (``--widths ''``: no width check).
+``--widths 800,1400`` sets the widths (``--widths ''``: no width check);
+``--first-screen 1400x1000`` the first screen's window (``''``: none).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import queue
@@ -65,6 +74,7 @@ FLAGS = (
 )
 WIDTHS = (800, 1400)  # viewport widths (CSS px) every page must fit
 HEIGHT = 900
+FIRST_SCREEN = (1400, 1000)  # the window (CSS px) a page's lead must fit without scrolling
 # what sticks out to the right once MathJax (if any) has typeset: the page's own width and
 # the outermost visible elements whose box (or own text) ends right of the viewport outside
 # any box that scrolls or clips horizontally (their overflow is that box's business: the box
@@ -133,6 +143,33 @@ VISIBLE_TEXT = """(async () => {
 })()"""
 
 
+HAS_LEAD = "!!document.querySelector('section.lead')"
+# where the first screen's parts end, in page px, once every image has decoded: the lead's
+# figure (or the line standing in for one not drawn) and each row of its table; null when
+# the page has no lead section
+FIRST_SCREEN_JS = """(async () => {
+  if (document.fonts && document.fonts.ready) { await document.fonts.ready; }
+  await Promise.all([...document.images].map((img) => img.decode().catch(() => null)));
+  const lead = document.querySelector('section.lead');
+  if (!lead) { return null; }
+  const edges = (el) => {
+    const box = el.getBoundingClientRect();
+    return { bottom: Math.round(box.bottom + window.scrollY),
+             right: Math.round(box.right + window.scrollX) };
+  };
+  const figure = lead.querySelector('figure, p.missing');
+  const img = figure ? figure.querySelector('img') : null;
+  return {
+    width: document.documentElement.clientWidth, height: window.innerHeight,
+    figure: figure ? { name: figure.tagName.toLowerCase() + (figure.id ? '#' + figure.id : ''),
+                       drawn: !!(img && img.complete && img.naturalWidth > 0),
+                       ...edges(figure) } : null,
+    rows: [...lead.querySelectorAll('table tbody tr')].map((tr) => ({
+      text: (tr.cells[0] ? tr.cells[0].innerText : '').trim().slice(0, 40), ...edges(tr) })),
+  };
+})()"""
+
+
 @dataclass
 class PageResult:
     """What one page showed: raw TeX left visible and requests that left the machine."""
@@ -144,11 +181,15 @@ class PageResult:
     widths: list[int] = field(default_factory=list)  # viewport widths checked
     wide_at: list[int] = field(default_factory=list)  # those the page did not fit
     overflow: list[str] = field(default_factory=list)  # "at W px: what sticks out", per width
+    # the first screen (pages with a lead): window, the figure's and each verdict row's
+    # bottom and right edge in px, the screenshot's path; {} when not checked
+    screen: dict[str, Any] = field(default_factory=dict)
+    below: list[str] = field(default_factory=list)  # what the first screen does not show
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return not (self.raw_tex or self.external or self.overflow or self.error)
+        return not (self.raw_tex or self.external or self.overflow or self.below or self.error)
 
 
 def find_chromium() -> str | None:
@@ -255,10 +296,11 @@ class Browser:
             if e.get("sessionId") == session and e.get("method") == "Network.requestWillBeSent"
         ]
 
-    def _load(self, page: Path, session: str, width: int | None) -> None:
-        """Navigate ``session`` to ``page`` at viewport ``width`` (None: Chromium's own)."""
+    def _load(self, page: Path, session: str, width: int | None, height: int = HEIGHT) -> None:
+        """Navigate ``session`` to ``page`` at viewport ``width`` x ``height`` (width None:
+        Chromium's own)."""
         if width is not None:
-            self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": HEIGHT,
+            self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
                       "deviceScaleFactor": 1, "mobile": False}, session)  # fmt: skip
         since = len(self._events)
         self.send("Page.navigate", {"url": page.resolve().as_uri()}, session)
@@ -284,9 +326,47 @@ class Browser:
                          f"the {found['width']} px viewport")  # fmt: skip
         return lines
 
-    def check(self, page: Path, widths: tuple[int, ...] = WIDTHS) -> PageResult:
-        """Load ``page`` and report raw TeX left visible, requests off the machine and, at
-        each of ``widths``, what makes it wider than the window."""
+    def _first_screen(self, page: Path, session: str, window: tuple[int, int],
+                      screenshots: Path | None) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+        """``page`` in a ``window`` (width, height): where its lead's figure and verdict rows
+        end, and one line per part not shown whole without scrolling ({} and [] for a
+        page with no lead); the window saved as a PNG into ``screenshots``, if given."""
+        width, height = window
+        self._load(page, session, width, height)
+        found = self._evaluate(FIRST_SCREEN_JS, session)
+        if found is None:
+            return {}, []
+        at = f"at {width}x{height} px"
+        figure, rows = found["figure"], found["rows"]
+        screen: dict[str, Any] = {"window": [width, height], "figure": figure, "rows": rows}
+        below = []
+        if figure is None or not figure["drawn"]:
+            below.append(f"{at}: the first screen has no drawn figure")
+        if not rows:
+            below.append(f"{at}: the first screen has no verdict table")
+        parts = ([(figure["name"], figure)] if figure else []) + [
+            (f"verdict row {r['text']!r}", r) for r in rows]  # fmt: skip
+        for name, part in parts:
+            if part["bottom"] > found["height"]:
+                below.append(f"{at}: {name} ends at {part['bottom']} px, below the "
+                             f"{found['height']} px window")  # fmt: skip
+            if part["right"] > found["width"]:
+                below.append(f"{at}: {name} ends at {part['right']} px, right of the "
+                             f"{found['width']} px window")  # fmt: skip
+        if screenshots is not None:
+            shot = self.send("Page.captureScreenshot", {"format": "png"}, session)
+            screenshots.mkdir(parents=True, exist_ok=True)
+            path = screenshots / f"{page.parent.name or 'page'}-{page.stem}-{width}x{height}.png"
+            path.write_bytes(base64.b64decode(shot["data"]))
+            screen["screenshot"] = str(path)
+        return screen, below
+
+    def check(self, page: Path, widths: tuple[int, ...] = WIDTHS,
+              first_screen: tuple[int, int] | None = FIRST_SCREEN,
+              screenshots: Path | None = None) -> PageResult:  # fmt: skip
+        """Load ``page`` and report raw TeX left visible, requests off the machine, at
+        each of ``widths`` what makes it wider than the window and, in the
+        ``first_screen`` window, what of its lead (if any) the window does not show."""
         result = PageResult(str(page), widths=list(widths))
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
@@ -300,6 +380,12 @@ class Browser:
                 lines = self._overflow(session, width)
                 result.overflow += lines
                 result.wide_at += [width] if lines else []
+            if first_screen is not None:
+                if not widths:
+                    self._load(page, session, None)
+                if self._evaluate(HAS_LEAD, session):  # a page without one is not loaded again
+                    result.screen, result.below = self._first_screen(page, session, first_screen,
+                                                                     screenshots)  # fmt: skip
             self._load(page, session, widths[0] if widths else None)
             value = self._evaluate(VISIBLE_TEXT, session)
             self.drain(0.5)
@@ -357,16 +443,32 @@ def pages(paths: list[Path]) -> list[Path]:
 
 
 def check_pages(paths: list[Path], executable: str | None = None,
-                widths: tuple[int, ...] = WIDTHS) -> list[PageResult]:  # fmt: skip
-    """Open every page in one headless Chromium; one result per page."""
+                widths: tuple[int, ...] = WIDTHS,
+                first_screen: tuple[int, int] | None = FIRST_SCREEN,
+                screenshots: Path | None = None) -> list[PageResult]:  # fmt: skip
+    """Open every page in one headless Chromium; one result per page (``screenshots``: a
+    folder for the first screen of each page that has a lead)."""
     chromium = executable or find_chromium()
     if chromium is None:
         raise FileNotFoundError("Chromium not found (apt-get install chromium, or set CHROMIUM)")
     browser = Browser(chromium)
     try:
-        return [browser.check(page, widths) for page in pages(paths)]
+        return [browser.check(page, widths, first_screen, screenshots) for page in pages(paths)]
     finally:
         browser.close()
+
+
+def screen_line(screen: dict[str, Any]) -> str:
+    """One line: the first screen's window, where its figure and verdict rows end, the PNG."""
+    width, height = screen["window"]
+    figure = screen["figure"]
+    parts = [f"first screen at {width}x{height} px:"]
+    parts.append(f"figure bottom {figure['bottom']} px," if figure else "no figure,")
+    parts.append("verdict rows' bottoms " + ", ".join(str(r["bottom"]) for r in screen["rows"])
+                 + " px")  # fmt: skip
+    if "screenshot" in screen:
+        parts.append(f"(screenshot {screen['screenshot']})")
+    return " ".join(parts)
 
 
 def _widths(text: str) -> tuple[int, ...]:
@@ -381,15 +483,32 @@ def _widths(text: str) -> tuple[int, ...]:
     return widths
 
 
+def _window(text: str) -> tuple[int, int] | None:
+    """``--first-screen``: ``WIDTHxHEIGHT`` in CSS px ('' for no first-screen check)."""
+    if not text.strip():
+        return None
+    width, x, height = text.strip().lower().partition("x")
+    if not (x and width.isdigit() and height.isdigit()) or min(int(width), int(height)) < 200:
+        raise argparse.ArgumentTypeError(f"must be WIDTHxHEIGHT, each at least 200 px, "
+                                         f"got {text!r}")  # fmt: skip
+    return int(width), int(height)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="offline_check", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path, help="built site folders or HTML files")
     parser.add_argument("--json", type=Path, help="write one record per page here")
     parser.add_argument("--widths", type=_widths, default=WIDTHS, metavar="W,W",
                         help="viewport widths the page must fit (default 800,1400)")  # fmt: skip
+    parser.add_argument("--first-screen", type=_window, default=FIRST_SCREEN, metavar="WxH",
+                        help="the window a page's lead must fit unscrolled (default "
+                             "1400x1000; '' for none)")  # fmt: skip
+    parser.add_argument("--screenshots", type=Path, metavar="DIR",
+                        help="save each checked first screen here as a PNG")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        results = check_pages(args.paths, widths=args.widths)
+        results = check_pages(args.paths, widths=args.widths, first_screen=args.first_screen,
+                              screenshots=args.screenshots)  # fmt: skip
     except FileNotFoundError as exc:
         print(f"offline_check: error: {exc}", file=sys.stderr)
         return 2
@@ -409,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"       request off the machine: {url}")
         for line in r.overflow[:6]:
             print(f"       too wide {line}")
+        if r.screen:
+            print(f"       {screen_line(r.screen)}")
+        for line in r.below[:6]:
+            print(f"       not on the first screen {line}")
     failed = sum(not r.ok for r in results)
     print(f"{len(results) - failed} passed, {failed} failed")
     if args.json:

@@ -2,7 +2,7 @@ r"""The paper's experiments, one module each, in a registry (``EXPERIMENTS``).
 
 Each experiment states its prediction in words before it runs, measures,
 and judges every row and itself from the measured numbers
-(:class:`ropesplit.core.claims.Outcome`: agrees, disagrees or inconclusive, with the
+(:class:`ropesplit.core.outcome.Outcome`: agrees, disagrees or inconclusive, with the
 reason).
 
     distance   the same query/key pairs at dummy distances (claim 3)
@@ -19,7 +19,7 @@ reason).
 :class:`~.base.Experiment`) and a line in :data:`EXPERIMENTS`.
 """
 
-from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Settings
+from ropesplit.empirical.experiments.base import Context, Experiment, ExperimentSettings, Outcome
 from ropesplit.empirical.experiments.registry import (
     EXPERIMENTS,
     INTERVENTIONS,
@@ -34,7 +34,7 @@ __all__ = [
     "PREDICTIONS",
     "Context",
     "Experiment",
-    "Settings",
+    "ExperimentSettings",
     "Outcome",
     "forward_count",
     "run_experiments",

@@ -12,7 +12,7 @@ An :class:`Experiment` is a frozen record of functions (no subclassing):
   bar's total).
 
 A :class:`Context` hands an experiment the model, the token ids, the
-:class:`Settings` and two services: :meth:`Context.capture` (the text's own
+:class:`ExperimentSettings` and two services: :meth:`Context.capture` (the text's own
 capture, shared and cached, or a capture at other position ids, each
 recorded in :attr:`Context.captured`) and :meth:`Context.forwarded` (a
 progress callback). No formula lives here: experiments call numerics.
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ropesplit.core.claims import OUTCOMES, Outcome
 from ropesplit.core.errors import RopesplitError
+from ropesplit.core.outcome import OUTCOMES, Outcome
 from ropesplit.empirical.capture import Capture, capture
 from ropesplit.empirical.models import LoadedModel
 
@@ -38,7 +38,7 @@ __all__ = [
     "Context",
     "Experiment",
     "Row",
-    "Settings",
+    "ExperimentSettings",
     "combine",
     "interval_rise",
     "rows_then_schemes",
@@ -94,7 +94,7 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ou
 
 
 @dataclass(frozen=True)
-class Settings:
+class ExperimentSettings:
     """What a run may vary: the draws, the base seed, the fitted layers, the forward batch size.
 
     ``draws`` is the number of perturbation draws per setting (the order
@@ -143,7 +143,7 @@ class Context:
 
     loaded: LoadedModel
     ids: torch.Tensor  # (N,) int64 token ids
-    settings: Settings = field(default_factory=Settings)
+    settings: ExperimentSettings = field(default_factory=ExperimentSettings)
     on_forward: Callable[[int], Any] | None = None
     captured: list[str] = field(default_factory=list)
     passages: Any = None  # the interventions' corpus: (P, N) token ids; None: the default corpus
@@ -195,5 +195,5 @@ class Experiment:
     run: Callable[[Context], list[Row]]
     judge: Callable[[Row], Outcome]
     verdict: Callable[[list[Row]], Outcome]
-    forward_count: Callable[[Settings], int]
+    forward_count: Callable[[ExperimentSettings], int]
     check: Callable[[Context], None] = lambda context: None  # fails early on bad input

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ropesplit.core.claims import LEVEL, MIN_PASSAGES
+from ropesplit.claims.registry import LEVEL, MIN_PASSAGES
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.corpus import default_corpus, passage_ids
 from ropesplit.empirical.experiments.base import Context, Outcome, Row

@@ -12,7 +12,7 @@ removes the same deviation energy from the slow pairs (``slow_keys``,
 ``matched_slow_weights``).
 
 Per passage and edit, the loss at the true positions and with the position
-ids jittered by up to ``t`` (``empirical.perturb.jitter_positions``, BOS and
+ids jittered by up to ``t`` (``numerics.schemes.jitter_positions``, BOS and
 special tokens kept, seeded per passage and ``t``): the sensitivity
 
 .. math:: S = \log\frac{\bar\ell(t = 16)}{\bar\ell(t = 1)}
@@ -31,7 +31,7 @@ from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
 from ropesplit.empirical.experiments.forward import special_positions
 from ropesplit.empirical.intervene import Edit
-from ropesplit.empirical.perturb import jitter_positions, movable_positions
+from ropesplit.numerics.schemes import jitter_positions, movable_positions
 
 __all__ = ["EXPERIMENT", "PREDICTION"]
 

@@ -5,7 +5,7 @@ more than about 10% hurts. docs/theory.md section 4 explains it: moving a token
 moves ``f`` and ``E`` of its logits, never ``g``.
 
 The first 75% of the tokens (the context) are perturbed by a scheme of
-:mod:`ropesplit.empirical.perturb` at each rate (the target share of context
+:mod:`ropesplit.numerics.schemes` at each rate (the target share of context
 tokens moved; the first token and special tokens never move), ``draws``
 draws each; the loss is the model's mean next-token loss on the last 25%
 (the continuation), whose tokens and positions never change:
@@ -14,7 +14,7 @@ draws each; the loss is the model's mean next-token loss on the last 25%
           \frac{L(\pi_{r,s}(x_{<c}),\, x_{\ge c})}{L(x)}
 
 with a 95% t interval over the draws (:func:`.forward.draw_summary`). Descriptive: claim
-1's verdict is the nested, per-passage test of ``ropesplit.core.claims``
+1's verdict is the nested, per-passage test of ``ropesplit.claims.registry``
 (:mod:`.order_passages`). ``moved`` is measured: the share of context
 positions whose token id changed, mean over draws.
 """
@@ -31,9 +31,9 @@ from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 from ropesplit.empirical.experiments.base import (
     Context,
     Experiment,
+    ExperimentSettings,
     Outcome,
     Row,
-    Settings,
     interval_rise,
     rows_then_schemes,
 )
@@ -43,7 +43,7 @@ from ropesplit.empirical.experiments.forward import (
     draw_summary,
     special_positions,
 )
-from ropesplit.empirical.perturb import (
+from ropesplit.numerics.schemes import (
     ORDER_SCHEMES,
     all_draws,
     movable_positions,
@@ -54,7 +54,7 @@ __all__ = ["EXPERIMENT", "ORDER_RATES", "TOLERANCE", "judge", "order_inputs", "v
 
 ORDER_RATES = (0.02, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.20)  # target shares moved
 # "barely moves": the loss ratio stays within 1 +- 5%; the toolkit's reading of "barely", not a
-# number from the paper (the claim's verdict is the nested test of ropesplit.core.claims)
+# number from the paper (the claim's verdict is the nested test of ropesplit.claims.registry)
 TOLERANCE = 0.05
 
 PREDICTION = (
@@ -165,7 +165,7 @@ def verdict(rows: list[Row]) -> Outcome:
                              "checks (rates, then the 5%/10% separation per scheme)")
 
 
-def _forward_count(settings: Settings) -> int:
+def _forward_count(settings: ExperimentSettings) -> int:
     return 1 + len(ORDER_SCHEMES) * len(ORDER_RATES) * settings.draws
 
 

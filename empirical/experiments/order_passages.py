@@ -6,7 +6,7 @@ over passages (and any verdict) live elsewhere.
 
 **Draws.** Draw ``d`` of a passage ``x = x_0..x_{N-1}`` takes
 ``rng = numpy.random.default_rng([seed, d])`` and one nested sequence of
-disjoint adjacent swaps (:func:`~ropesplit.empirical.perturb.nested_adjacent_swaps`)
+disjoint adjacent swaps (:func:`~ropesplit.numerics.schemes.nested_adjacent_swaps`)
 at every rate of :data:`RATES` (2.5, 5, 10, 20, 50%): each rate makes every
 swap of the smaller ones and more, so the rates are compared on the same
 draw (paired). The first token (BOS) and special tokens never move. The
@@ -41,22 +41,24 @@ An order-blind model gives every damage exactly 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ropesplit.core.claims import cell_key
+from ropesplit.claims.registry import cell_key
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 from ropesplit.empirical.experiments.forward import check_inputs, forward_batch, special_positions
 from ropesplit.empirical.models import LoadedModel, token_nll
-from ropesplit.empirical.perturb import movable_positions, nested_adjacent_swaps
+from ropesplit.numerics.schemes import movable_positions, nested_adjacent_swaps
 
 __all__ = [
     "DRAWS",
     "NEAR",
     "RATES",
+    "OrderDesign",
     "order_passage",
     "rate_label",
     "scored_targets",
@@ -202,15 +204,31 @@ def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
     return out
 
 
+@dataclass(frozen=True)
+class OrderDesign:
+    """What a passage is perturbed by: ``draws`` nested draws, each at every one of
+    ``rates`` (ascending shares in (0, 1] holding 5%, 10% and 50%), and the ``near``
+    tokens after a moved one that the local window scores. Checked when made (one line)."""
+
+    rates: tuple[float, ...] = RATES
+    draws: int = DRAWS
+    near: int = NEAR
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rates", _check_rates(self.rates))
+        if int(self.draws) != self.draws or self.draws < 1:
+            raise RopesplitError(f"draws must be a positive integer, got {self.draws}")
+        if int(self.near) != self.near or self.near < 1:
+            raise RopesplitError(f"near must be a positive integer, got {self.near}")
+
+
 def order_passage(
     loaded: LoadedModel | None,
     ids: Any,
     *,
     seed: int,
     lengths: Sequence[int] | None = None,
-    draws: int = DRAWS,
-    rates: Sequence[float] = RATES,
-    near: int = NEAR,
+    design: OrderDesign = OrderDesign(),
     batch_size: int = 8,
     losses: Callable[[np.ndarray], np.ndarray] | None = None,
     on_forward: Callable[[int], Any] | None = None,
@@ -218,7 +236,8 @@ def order_passage(
     r"""One passage ``ids (N,)`` at every one of ``lengths`` (default: ``N``; each at most
     ``N``): the module docstring's statistics, JSON-ready.
 
-    Runs ``1 + len(rates) * draws`` rows of ``N`` tokens (the original passage, then each
+    ``design`` (:class:`OrderDesign`): the rates, draws and local window. Runs ``1 +
+    len(rates) * draws`` rows of ``N`` tokens (the original passage, then each
     draw's perturbed ones) through :func:`token_losses` in batches of ``batch_size``, or
     through ``losses(ids (B, N)) -> (B, N - 1)`` when given (a model of known response; then
     ``loaded`` may be None: no special tokens). Returns ``{"cells": {"tokens=L": {...}},
@@ -228,11 +247,7 @@ def order_passage(
     """
     from ropesplit.numerics.tolerance import curvature, relative_damage
 
-    levels = _check_rates(rates)
-    if int(draws) != draws or draws < 1:
-        raise RopesplitError(f"draws must be a positive integer, got {draws}")
-    if int(near) != near or near < 1:
-        raise RopesplitError(f"near must be a positive integer, got {near}")
+    levels, draws, near = design.rates, int(design.draws), int(design.near)
     clean = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
     n = clean.size
     lengths = sorted({int(t) for t in (lengths or (n,))})
@@ -241,7 +256,7 @@ def order_passage(
     fixed = special_positions(loaded, clean).tolist() if loaded is not None else []
     movable = movable_positions(n, fixed)  # (N,)
     inputs = [clean]
-    for d in range(int(draws)):
+    for d in range(draws):
         perms = _segment_swaps(n, lengths, levels, np.random.default_rng([seed, d]), movable,
                                clean)  # fmt: skip
         inputs.extend(clean[perm] for perm in perms)  # (N,) each, in the order of levels
@@ -255,12 +270,12 @@ def order_passage(
     r = len(levels)
     five, ten, half = (levels.index(x) for x in (PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.5))
     per_draw = []
-    for d in range(int(draws)):
+    for d in range(draws):
         rows = inputs[1 + r * d : 1 + r * (d + 1)]
         got = table[1 + r * d : 1 + r * (d + 1)]  # (R, N - 1)
         entry: dict[str, Any] = {"draw": d}
         for length in lengths:
-            one = _one_length(clean, rows, base, got, levels, length, int(near))
+            one = _one_length(clean, rows, base, got, levels, length, near)
             d5, d10, d50 = (one[f"damage_{rate_label(levels[i])}"] for i in (five, ten, half))
             one["curvature"] = float(curvature(d5, d10, one[f"dose_{rate_label(levels[five])}"],
                                                one[f"dose_{rate_label(levels[ten])}"]))

@@ -2,7 +2,7 @@ r"""Position ids (docs/theory.md section 4): move only the positions, beside the
 
 The tokens stay in order; the context's position ids are jittered by up to
 ``t`` or swapped between tokens at most ``t`` apart (the first token and
-special tokens keep theirs; :mod:`ropesplit.empirical.perturb`), ``draws``
+special tokens keep theirs; :mod:`ropesplit.numerics.schemes`), ``draws``
 draws each, and the continuation loss is measured as in the word-order
 experiment. Two views of the logits, per layer on ``PAIR_BUDGET`` seeded
 causal pairs (``numerics.perturbation``):
@@ -39,9 +39,9 @@ from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import (
     Context,
     Experiment,
+    ExperimentSettings,
     Outcome,
     Row,
-    Settings,
     interval_rise,
     rows_then_schemes,
 )
@@ -53,7 +53,7 @@ from ropesplit.empirical.experiments.forward import (
     special_positions,
 )
 from ropesplit.empirical.experiments.pairs import layer_pairs
-from ropesplit.empirical.perturb import (
+from ropesplit.numerics.schemes import (
     POSITION_SCHEMES,
     all_draws,
     movable_positions,
@@ -260,7 +260,7 @@ def verdict(rows: list[Row]) -> Outcome:
                              "checks (the bound per shift, then the loss's growth per scheme)")
 
 
-def _forward_count(settings: Settings) -> int:
+def _forward_count(settings: ExperimentSettings) -> int:
     return 1 + len(POSITION_SCHEMES) * len(SHIFTS) * settings.draws
 
 

@@ -33,7 +33,7 @@ from ropesplit.empirical.experiments import (
     shuffle,
     terms,
 )
-from ropesplit.empirical.experiments.base import Context, Experiment, Settings
+from ropesplit.empirical.experiments.base import Context, Experiment, ExperimentSettings
 from ropesplit.empirical.experiments.forward import context_length, model_context
 from ropesplit.empirical.models import LoadedModel, as_input_ids
 
@@ -67,9 +67,9 @@ def _chosen(experiments: Sequence[str]) -> list[Experiment]:
     return [e for name, e in EXPERIMENTS.items() if name in experiments]
 
 
-def forward_count(experiments: Sequence[str], settings: Settings | None = None) -> int:
+def forward_count(experiments: Sequence[str], settings: ExperimentSettings | None = None) -> int:
     """Forward passes the experiments run at most (a progress bar's total)."""
-    return sum(e.forward_count(settings or Settings()) for e in _chosen(experiments))
+    return sum(e.forward_count(settings or ExperimentSettings()) for e in _chosen(experiments))
 
 
 def _header(context: Context) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def run_experiments(
     input_ids: Any,
     *,
     experiments: Sequence[str] = tuple(EXPERIMENTS),
-    settings: Settings | None = None,
+    settings: ExperimentSettings | None = None,
     on_forward: Callable[[int], Any] | None = None,
     on_stage: Callable[[str], Any] | None = None,
     passages: Any = None,
@@ -102,7 +102,7 @@ def run_experiments(
 ) -> dict[str, Any]:
     r"""Run the chosen experiments of :data:`EXPERIMENTS`; the record of the module docstring.
 
-    ``settings`` (:class:`~.base.Settings`: draws, seed, layers, batch size) default to
+    ``settings`` (:class:`~.base.ExperimentSettings`: draws, seed, layers, batch size) default to
     its defaults.
     ``on_forward(k)`` follows the forward passes, ``on_stage(name)``
     announces each experiment. Every row gets ``verdict`` and ``reason``
@@ -112,7 +112,7 @@ def run_experiments(
     are checked and before the first pass.
     """
     chosen = _chosen(experiments)
-    settings = settings or Settings()
+    settings = settings or ExperimentSettings()
     ids = as_input_ids(loaded, input_ids)[0].cpu()  # (N,)
     context = Context(loaded, ids, settings, on_forward, passages=passages)
     context_length(context.n_tokens)  # enough tokens for a context and a continuation

@@ -55,9 +55,10 @@ same captures where the cell allows it, and each claim is reported as
 *robust* (one verdict in every cell) or *fragile* (naming the cells whose
 verdicts differ). The default cell is the headline verdict.
 
-This module imports nothing (a test pins every field, so a change to the
-registry is a visible change to the tests); ``ropesplit.empirical.verdicts``
-evaluates it on a run's per-passage rows.
+This module imports only the ground floor (``ropesplit.core``: the paper's quotes and
+numbers); a test pins every field, so a change to the registry is a visible change to
+the tests. :mod:`.verdicts` evaluates it on a run's per-passage rows, :mod:`.records`
+builds, merges and compares the records, :mod:`.text` words them.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_R_SPLIT, QUOTES
 
 __all__ = [
@@ -78,19 +78,13 @@ __all__ = [
     "MIN_PASSAGES",
     "MIN_SEEDS",
     "ORIGINS",
-    "OUTCOMES",
-    "Outcome",
     "PAIRED",
     "SECOND_CORPUS",
     "resolve_second_corpus",
-    "condition_label",
-    "condition_text",
-    "interval_text",
     "ROBUSTNESS",
     "VERDICTS",
     "MEASURE_AXES",
     "cell_key",
-    "condition_word",
     "unknown_measures",
     "Axis",
     "Condition",
@@ -142,62 +136,6 @@ VERDICTS: dict[str, str] = {
     "inconclusive": "none of the above: an interval straddles its threshold, there are too "
     "few units, or the positive control failed",
 }
-
-
-OUTCOMES = ("agrees", "disagrees", "inconclusive")  # one test's outcome, before grading
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The outcome of one pre-registered test or judge, with the numbers behind it: the one
-    outcome type (a condition's decision, an experiment's verdict, an intervention's)."""
-
-    outcome: str  # "agrees", "disagrees" or "inconclusive"
-    reason: str  # e.g. "mean 0.912 [0.897, 0.927] over 12 passages lies above 0.9"
-
-    def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise RopesplitError(
-                f"outcome must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}"
-            )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (JSON-ready)."""
-        return {"outcome": self.outcome, "reason": self.reason}
-
-
-def condition_label(c: Any) -> str:
-    """What a condition reads: its measure, or ``measure - null`` for a paired one (a
-    :class:`Condition`, a :class:`Secondary` or a record's entry of either)."""
-    get = c.get if isinstance(c, Mapping) else lambda key: getattr(c, key)
-    return str(get("measure")) if get("compare") == "level" else f"{get('measure')} - {get('null')}"
-
-
-def interval_text(interval: Mapping[str, Any] | None, number: Any = "{:.3f}".format) -> str:
-    """An interval as ``mean [low, high]`` (``number`` formats each), or n/a: the CLI's and
-    the report's."""
-    if not interval:
-        return "n/a"
-    return f"{number(interval['mean'])} [{number(interval['low'])}, {number(interval['high'])}]"
-
-
-def condition_text(c: Mapping[str, Any], number: Any = "{:.3f}".format) -> str:
-    """A record's condition in one line, the one place it is worded (the CLI, the report):
-    ``r_split 0.912 [0.897, 0.927] over passages (predicted > 0.9, toolkit's threshold)``;
-    ``number`` formats the interval's numbers."""
-    shown = interval_text(c.get("interval"), number)
-    side = ">" if c["direction"] == "above" else "<"
-    origin = f", {c['origin']}'s threshold" if c.get("origin") else ""
-    return (f"{condition_label(c)} {shown} over {c.get('unit', 'passages')} "
-            f"(predicted {side} {c['threshold']:g}{origin})")  # fmt: skip
-
-
-def condition_word(condition: Mapping[str, Any]) -> str:
-    """A condition's ``outcome`` in the verdict words: on the wrong side of a toolkit's
-    threshold reads "weaker than the paper", of the paper's own "disagrees"."""
-    if condition["outcome"] == "disagrees" and condition["origin"] != "paper":
-        return "weaker than the paper"
-    return str(condition["outcome"])
 
 
 ROBUSTNESS: dict[str, str] = {

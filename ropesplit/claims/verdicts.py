@@ -1,9 +1,9 @@
-r"""Each claim's verdict from its pre-registered primary test (``ropesplit.core.claims``), per cell.
+r"""Each claim's verdict from its pre-registered primary test (:mod:`.registry`), per cell.
 
 A run hands over per-unit rows (one dict per passage, with ``corpus``,
 ``control_seed`` and ``cells``: each grid cell's statistics and nulls);
-:func:`evaluate` applies one :class:`~ropesplit.core.claims.PrimaryTest` to them
-in one cell of :data:`~ropesplit.core.claims.GRID`:
+:func:`evaluate` applies one :class:`~ropesplit.claims.registry.PrimaryTest` to them
+in one cell of :data:`~ropesplit.claims.registry.GRID`:
 
 .. math::
     x_u = \text{statistic}_u \quad(\texttt{level}),\qquad
@@ -15,7 +15,7 @@ seed's :math:`x` is the mean paired difference over its passages), where the
 trained model is one draw against the twins and the interval is the one for
 one more unit, :math:`\bar x \pm t_{0.975,n-1}\, s_x\sqrt{1 + 1/n}`
 (``numerics.intervals.prediction_interval``). One decision per condition against its threshold,
-then :func:`graded_verdict` (the vocabulary of ``ropesplit.core.claims.VERDICTS``:
+then :func:`graded_verdict` (the vocabulary of ``ropesplit.claims.registry.VERDICTS``:
 a failed condition with the paper's threshold disagrees, one with the
 toolkit's makes the claim weaker than the paper); a failed ``gate`` (the
 positive control) or fewer than ``min_n`` units makes it inconclusive. Null
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.core.claims import (
+from ropesplit.claims.registry import (
     CLAIMS,
     GRID,
     LEVEL,
@@ -48,8 +48,8 @@ from ropesplit.core.claims import (
     PrimaryTest,
     Secondary,
     cell_key,
-    condition_label,
 )
+from ropesplit.claims.text import condition_label
 from ropesplit.numerics.intervals import (
     Outcome,
     UnitInterval,
@@ -177,7 +177,7 @@ def margin(interval: Any, threshold: float) -> float:
 
 def graded_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """The verdict of the ``conditions`` (each with ``outcome``, ``origin``, ``reason``):
-    ``ropesplit.core.claims.VERDICTS``, in that order of precedence, with the reason."""
+    ``ropesplit.claims.registry.VERDICTS``, in that order of precedence, with the reason."""
     failed = [c for c in conditions if c["outcome"] == "disagrees"]
     paper = [c for c in failed if c["origin"] == "paper"]
     if paper:
@@ -362,7 +362,7 @@ def evaluate_grid(test: PrimaryTest, rows: Sequence[Row], values: Mapping[str, S
 def evaluate_all(rows_by_source: Mapping[str, Sequence[Row]],
                  cell: Mapping[str, Any] | None = None, *, rule: Rule = graded_verdict,
                  ) -> list[dict[str, Any]]:  # fmt: skip
-    """Every claim of :data:`~ropesplit.core.claims.CLAIMS` in ``cell`` on the rows of its
+    """Every claim of :data:`~ropesplit.claims.registry.CLAIMS` in ``cell`` on the rows of its
     ``source`` (a source not run gives the claim no units: inconclusive, too few replicates)."""
     return [evaluate(test, rows_by_source.get(test.source, []), cell, rule=rule)
             for test in CLAIMS]  # fmt: skip

@@ -10,10 +10,11 @@ Modules keep heavy imports (sympy, numpy, torch, transformers) inside ``run``
 so that ``ropesplit --help`` and unrelated subcommands start fast.  The CLI
 discovers the modules here; ``ORDER`` fixes how ``--help`` lists them.
 
-A path option says what it names by its metavar (``PATH`` a file written, ``DIR`` a
-folder written, ``FILE`` a UTF-8 file read, ``NAME.json`` a JSON file read): the CLI
-checks it before ``run`` (``cli.PATHS``). A check over several options is registered with
-:func:`check_after_parsing`, as :func:`add_model_arguments` does.
+A path option says what it names by its type (:mod:`._types`: ``OutputPath`` a file
+written, ``OutputFolder`` a folder written, ``InputFile`` a UTF-8 file read,
+``InputRecord`` a JSON file read): the CLI checks it before ``run`` (``cli.PATHS``). A
+check over several options is registered with :func:`check_after_parsing`, as
+:func:`add_model_arguments` does; settings check themselves when built (:func:`built`).
 """
 
 from __future__ import annotations
@@ -108,3 +109,19 @@ def write_output(path: str | None, record: Any = None, *, text: str | None = Non
     else:
         write_json(path, record)
     print(f"wrote {path}", file=sys.stderr)
+
+
+def built(make: Callable[..., Any], **fields: Any) -> Any:
+    """``make(**fields)``: a settings object that checks itself when built, its one-line
+    error worded in the command line's flags (``figure_tokens`` reads ``--figure-tokens``),
+    so each check lives once, in the settings, for the CLI and for Python alike."""
+    import re
+
+    from ropesplit.core.errors import RopesplitError
+
+    try:
+        return make(**fields)
+    except RopesplitError as exc:
+        names = "|".join(sorted(fields, key=len, reverse=True))
+        text = re.sub(rf"\b({names})\b", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
+        raise RopesplitError(text) from None

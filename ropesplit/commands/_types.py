@@ -2,7 +2,10 @@
 
 A plain ``type=int`` option is checked by ``cli`` as :class:`IntAtLeast` ``(1)`` and a
 ``type=float`` one by :func:`positive_float`; an option whose values mean something else
-names its type here where it is added (``type=SEED``, ``type=ListOf(int, 0)``).
+names its type here where it is added (``type=SEED``, ``type=ListOf(int, 0)``). A path
+option names what it points at by its type (:class:`PathKind`: :data:`OutputPath`,
+:data:`OutputFolder`, :data:`InputFile`, :data:`InputRecord`), which ``cli`` checks once
+the whole command line is parsed.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import argparse
 import math
 from typing import Any
 
-__all__ = ["DTYPES", "SEED", "IntAtLeast", "ListOf", "device", "dtype", "positive_float"]
+__all__ = ["DTYPES", "SEED", "InputFile", "InputRecord", "IntAtLeast", "ListOf", "OutputFolder",
+           "OutputPath", "PathKind", "device", "dtype", "positive_float"]
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
@@ -110,3 +114,24 @@ class ListOf:
 
 
 SEED = IntAtLeast(0)  # a seed: 0 is a seed like any other
+
+
+class PathKind:
+    """A path option's type: what the path names, checked by ``cli`` once the command line is
+    parsed (so a bad path is reported after every flag is known, and nothing is created);
+    parsing keeps the string as given."""
+
+    def __init__(self, name: str, what: str) -> None:
+        self.name, self.what = name, what  # name: the kind's key in cli.PATHS
+
+    def __call__(self, value: str) -> str:
+        return value
+
+    def __repr__(self) -> str:
+        return f"PathKind({self.name!r})"
+
+
+OutputPath = PathKind("PATH", "a file written")
+OutputFolder = PathKind("DIR", "a folder written")
+InputFile = PathKind("FILE", "a UTF-8 text file read")
+InputRecord = PathKind(".json", "a JSON record read")

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
-from ropesplit.commands._types import SEED
+from ropesplit.commands._types import SEED, InputFile, OutputPath
 
 HELP = "measure the split W = f + g + E and its conditions on every head of a real model"
 
@@ -52,7 +52,8 @@ def check_reference_distance(spec: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
+    parser.add_argument("--text", metavar="FILE", type=InputFile,
+                        help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
     parser.add_argument("--seed", type=SEED, default=0, help="control weights and pair sampling")
     parser.add_argument(
@@ -86,8 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run the protocol table at --tokens/2, --tokens and 2x --tokens (512, 1024, "
         "2048 for --tokens 1024) and its controls at --tokens (several forward passes)",
     )
-    parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
-    parser.add_argument("--csv", metavar="PATH", help="write one row per head as CSV")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the full record as JSON")
+    parser.add_argument("--csv", metavar="PATH", type=OutputPath,
+                        help="write one row per head as CSV")
 
 
 def run(args: argparse.Namespace) -> int:

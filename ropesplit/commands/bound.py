@@ -17,7 +17,7 @@ import argparse
 import math
 
 from ropesplit.commands import write_output
-from ropesplit.commands._types import SEED
+from ropesplit.commands._types import SEED, OutputPath
 
 HELP = "check the remainder bound and the split statistics on synthetic queries and keys"
 
@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair-budget", type=int, metavar="PAIRS",
                         help="check the bound on a seeded sample of this many causal pairs "
                              "(default: every causal pair)")
-    parser.add_argument("--json", metavar="PATH", help="write the cases as JSON")  # fmt: skip
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the cases as JSON")  # fmt: skip
 
 
 def _cell(value: float) -> str:

@@ -1,6 +1,6 @@
 """``ropesplit claims``: every claim of the paper judged by its pre-registered primary test.
 
-The tests are fixed in ``ropesplit.core.claims`` before anything runs (statistic,
+The tests are fixed in ``ropesplit.claims.registry`` before anything runs (statistic,
 unit, minimum replicates, nulls, thresholds and their origin, and the grid of
 analysis choices the paper leaves open). The run reads the passages of two
 corpora (default: the topics of Python's language reference, and narrative
@@ -23,16 +23,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ropesplit.claims.registry import PAIRED, resolve_second_corpus
+from ropesplit.claims.text import compare_table, summary
 from ropesplit.commands import (
     add_device_arguments,
     add_model_arguments,
+    built,
     check_after_parsing,
     write_output,
 )
-from ropesplit.commands._types import SEED, ListOf
-from ropesplit.core.claims import PAIRED, resolve_second_corpus
+from ropesplit.commands._types import SEED, ListOf, OutputPath
+
+if TYPE_CHECKING:
+    from ropesplit.claims.records import ClaimsSettings
 
 HELP = "judge each claim of the paper by its pre-registered primary test over a grid of choices"
 
@@ -48,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or one torchrun process); 'ropesplit merge' joins the shards")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
     add_device_arguments(parser)
-    parser.add_argument("--json", metavar="PATH", help="write claims.json (rows and tests)")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write claims.json (rows and tests)")
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,9 +97,9 @@ def grid_values(args: argparse.Namespace) -> list[int] | None:
 
 
 def second_corpus(args: argparse.Namespace) -> str | None:
-    """``--second-corpus`` resolved (``core.claims.second_corpus``): the corpus the default
-    (``core.claims.PAIRED``) pairs with ``--corpus``, a corpus given, or None (``none``, or
-    the run's own corpus)."""
+    """``--second-corpus`` resolved (``claims.registry.resolve_second_corpus``): the corpus
+    the default (``claims.registry.PAIRED``) pairs with ``--corpus``, a corpus given, or None
+    (``none``, or the run's own corpus)."""
     from ropesplit.empirical.corpus import DEFAULT_CORPUS
 
     value = getattr(args, "second_corpus", PAIRED)
@@ -104,12 +110,27 @@ def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:
     """:func:`add_corpus_arguments`' counts and grid (and ``--shard`` where given) checked
     before any model loads (the corpora were read once parsed, :func:`check_corpora`); the
     passages the run measures (``claims_run.passage_ranges``)."""
-    from ropesplit.empirical.claims_run import grid_tokens, passage_ranges
+    from ropesplit.claims.records import grid_tokens, passage_ranges
 
     ranges = passage_ranges(args.passages, args.order_passages,
                             _shard(getattr(args, "shard", None)), prefix="--")  # fmt: skip
     grid_tokens(args.tokens, grid_values(args), prefix="--")
     return ranges
+
+
+def claims_settings(args: argparse.Namespace, *, shard: bool = True) -> ClaimsSettings:
+    """The claims options (:func:`add_corpus_arguments`, ``--tokens``, ``--seed`` and, for
+    ``ropesplit claims``, ``--batch-size`` and ``--shard``) as the one
+    :class:`~ropesplit.claims.records.ClaimsSettings` that ``claims`` and ``report`` run,
+    checked as it is built."""
+    from ropesplit.claims.records import ClaimsSettings
+
+    grid = grid_values(args)
+    extra = {"batch_size": args.batch_size, "shard": _shard(args.shard)} if shard else {}
+    return built(ClaimsSettings, corpus=args.corpus, second_corpus=second_corpus(args),
+                 tokens=args.tokens, grid=None if grid is None else tuple(grid),
+                 passages=args.passages, order_passages=args.order_passages, seed=args.seed,
+                 **extra)  # fmt: skip
 
 
 def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
@@ -130,19 +151,14 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.models import load_model
 
     # bad input fails now, before any model loads (about 20 s)
     if args.tokens < 16:
         raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
     measured, ordered = check_corpus_arguments(args)
-    grid = grid_values(args)
-    run = ClaimsSettings(corpus=args.corpus, second_corpus=second_corpus(args),
-                         tokens=args.tokens, grid=None if grid is None else tuple(grid),
-                         passages=args.passages, order_passages=args.order_passages,
-                         seed=args.seed, batch_size=args.batch_size,
-                         shard=_shard(args.shard))  # fmt: skip
+    run = claims_settings(args)
     models = _models(args)
     records = []
     for model, gguf in models:
@@ -167,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
 
 def write_models(records: list[dict[str, Any]], path: str | None) -> int:
     """Print the models x claims table of ``records`` and write its record to ``path``."""
-    from ropesplit.empirical.claims_run import compare_records
+    from ropesplit.claims.records import compare_records
 
     out = compare_records(records) | {"records": records}
     print(compare_table(out))
@@ -184,56 +200,3 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     if not (sep and a.strip().isdigit() and b.strip().isdigit()):
         raise RopesplitError(f"--shard must be A:B (passage indices), got {text!r}")
     return int(a), int(b)
-
-
-def claim_line(claim: dict[str, Any]) -> str:
-    """One claim in a few lines: verdict, each condition's interval with its threshold's
-    origin, the nulls, the gate (positive control), the secondaries (Holm-corrected p where
-    tested), the robustness over the grid."""
-    from ropesplit.core.claims import condition_text, interval_text
-
-    parts = [condition_text({"unit": claim["unit"], **c}) for c in claim["conditions"]]
-    nulls = ", ".join(f"{n['measure']} {interval_text(n['interval'])}" for n in claim["nulls"])
-    line = (f"claim {claim['claim']}: {claim['verdict'].upper()} (n = {claim['n']} "
-            f"{claim['unit']}): " + "; ".join(parts))  # fmt: skip
-    if nulls:
-        line += f"\n    null: {nulls}"
-    gate = claim.get("gate")
-    if gate:  # the positive control: failing it makes the claim inconclusive
-        line += f"\n    gate: {condition_text(gate)}: {gate['outcome']}"
-    for s in claim.get("secondary", []):  # shown, never deciding
-        holm = s.get("p_holm")
-        tested = f", Holm p {holm:.3g}" if isinstance(holm, float) and holm == holm else ""
-        line += f"\n    secondary: {condition_text(s)}{tested}"
-    if claim.get("robust_statement"):
-        line += f"\n    grid: {claim['robust_statement']}"
-    return line
-
-
-def summary(record: dict[str, Any]) -> str:
-    head = record["header"]
-    shards = ", ".join(f"{a}:{b}" for a, b in head.get("shards", []))
-    grid = head.get("grid", {})
-    lines = [f"{head['model']}: corpora {', '.join(head.get('corpora', [head['corpus']]))}, "
-             f"{head['passages']} passages each ({head['order_passages']} for word order), "
-             f"tokens {grid.get('tokens', [head['tokens']])} (headline {head['tokens']}, "
-             f"{head['corpus']}), twin seeds {head['control_seeds']}; passages measured here "
-             f"{shards}", f"power: {head['power']}"]  # fmt: skip
-    if head.get("partial"):
-        lines.insert(1, f"partial: {head['partial']}")
-    lines += [claim_line(c) for c in record["claims"]]
-    return "\n".join(lines)
-
-
-def compare_table(compare: dict[str, Any]) -> str:
-    """The models x claims table of a compare record, one line per model and claim, with
-    every primary condition's estimate."""
-    from ropesplit.core.claims import condition_label, interval_text
-
-    lines = ["model | claim | verdict | every primary condition [95%] | robustness"]
-    for row in compare["rows"]:
-        shown = "; ".join(f"{condition_label(c)} {interval_text(c['estimate'])}"
-                          for c in row["conditions"])  # fmt: skip
-        lines.append(f"{row['model']} | {row['claim']} | {row['verdict']} | {shown} | "
-                     f"{row['robust_statement']}")  # fmt: skip
-    return "\n".join(lines)

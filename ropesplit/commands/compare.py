@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import argparse
 
+from ropesplit.commands._types import InputRecord, OutputPath
+
 HELP = "one models x claims table (and forest-plot data) from claims records"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("records", nargs="+", metavar="CLAIMS.json",
+    parser.add_argument("records", nargs="+", metavar="CLAIMS.json", type=InputRecord,
                         help="claims records (ropesplit claims --json), one model each")
-    parser.add_argument("--json", metavar="PATH", help="write the models x claims record")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the models x claims record")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ropesplit.claims.records import claims_records
     from ropesplit.commands.claims import write_models
-    from ropesplit.empirical.claims_run import claims_records
 
     return write_models(claims_records(args.records), args.json)

@@ -16,6 +16,7 @@ import argparse
 import textwrap
 
 from ropesplit.commands import write_output
+from ropesplit.commands._types import OutputPath
 
 HELP = "derive and machine-check every step of docs/theory.md (sympy); write the derivation"
 
@@ -24,8 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags: ``--check``, ``--out PATH`` (Markdown), ``--json PATH``."""
     parser.add_argument("--check", action="store_true",
                         help="run every step's symbolic check; exit 1 if any fails")
-    parser.add_argument("--out", metavar="PATH", help="write the derivation as Markdown")
-    parser.add_argument("--json", metavar="PATH", help="write the per-step results as JSON")
+    parser.add_argument("--out", metavar="PATH", type=OutputPath,
+                        help="write the derivation as Markdown")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the per-step results as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ropesplit.commands import add_device_arguments, add_model_arguments
-from ropesplit.commands._types import SEED
+from ropesplit.commands import add_device_arguments, add_model_arguments, built
+from ropesplit.commands._types import SEED, InputFile, OutputFolder
 
 if TYPE_CHECKING:  # pragma: no cover
     from ropesplit.report.pipeline import RunSettings
@@ -25,7 +25,8 @@ HELP = "draw the figures of one model (PDF and PNG, 3.3 in and 6.9 in)"
 def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> None:
     """The flags ``figures`` and ``report`` share: model, text, sizes, seed, head, out."""
     add_model_arguments(parser)
-    parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
+    parser.add_argument("--text", metavar="FILE", type=InputFile,
+                        help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
     parser.add_argument("--seed", type=SEED, default=0, help="control weights, sampling, draws")
     parser.add_argument("--draws", dest="draws", type=int, default=2,
@@ -35,7 +36,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
     parser.add_argument("--figure-tokens", type=int, default=96,
                         help="tokens in figure 1's heatmaps (default 96)")  # fmt: skip
     add_device_arguments(parser)
-    parser.add_argument("--out", metavar="DIR", default=out_default,
+    parser.add_argument("--out", metavar="DIR", type=OutputFolder, default=out_default,
                         help=f"output folder (default {out_default})")
 
 
@@ -46,24 +47,17 @@ def prepare_out(path: str, what: str) -> Path:
     return output_folder(path, what)
 
 
-def settings_from(args: argparse.Namespace) -> RunSettings:
-    """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags, checked."""
-    from ropesplit.core.errors import RopesplitError
+def settings_from(args: argparse.Namespace, **more: Any) -> RunSettings:
+    """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags (and ``more``
+    fields: the report's claims options), checked as it is built."""
     from ropesplit.report.figure_data import parse_head
     from ropesplit.report.pipeline import RunSettings
 
-    if args.tokens < 16:
-        raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
-    if not 2 <= args.figure_tokens <= args.tokens:
-        raise RopesplitError(
-            f"--figure-tokens must lie in [2, --tokens = {args.tokens}], got {args.figure_tokens}"
-        )
-    if args.draws < 1:
-        raise RopesplitError(f"--draws must be at least 1, got {args.draws}")
-    return RunSettings(
+    return built(RunSettings,
         model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
         seed=args.seed, draws=args.draws, figure_tokens=args.figure_tokens,
         head=parse_head(args.head) if args.head else None, device=args.device, dtype=args.dtype,
+        **more,
     )  # fmt: skip
 
 

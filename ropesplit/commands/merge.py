@@ -17,24 +17,26 @@ from __future__ import annotations
 import argparse
 
 from ropesplit.commands import write_output
+from ropesplit.commands._types import InputRecord, OutputPath
 
 HELP = "join the shards of one 'ropesplit claims' run into that run's claims.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("records", nargs="+", metavar="SHARD.json",
+    parser.add_argument("records", nargs="+", metavar="SHARD.json", type=InputRecord,
                         help="claims.json records of disjoint shards of one run")  # fmt: skip
-    parser.add_argument("--json", metavar="PATH", help="write the merged claims.json")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the merged claims.json")
     parser.add_argument("--partial", action="store_true",
                         help="merge shards that leave some of the run's passages out, the "
                         "record marked partial (refused otherwise)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    from ropesplit.commands.claims import summary
+    from ropesplit.claims.records import merge_records
+    from ropesplit.claims.text import summary
     from ropesplit.core.errors import RopesplitError
     from ropesplit.core.io import read_json
-    from ropesplit.empirical.claims_run import merge_records
 
     records = []
     for name in args.records:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
-from ropesplit.commands._types import SEED, ListOf
+from ropesplit.commands._types import SEED, InputFile, ListOf, OutputPath
 
 HELP = "reproduce the paper's perturbation and extrapolation experiments on a real model"
 
@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiment", choices=(*NAMES, "all"), default="all",
                         help="which experiment (default: all)")  # fmt: skip
     add_model_arguments(parser)
-    parser.add_argument("--text", metavar="FILE", help="UTF-8 text (default: Python's docs)")
+    parser.add_argument("--text", metavar="FILE", type=InputFile,
+                        help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens of the text (default 512)")
     parser.add_argument("--draws", dest="draws", type=int, default=5,
                         help="perturbation draws per setting (default 5)")  # fmt: skip
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
     add_device_arguments(parser)
-    parser.add_argument("--json", metavar="PATH", help="write the record (rows and verdicts)")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the record (rows and verdicts)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.core.errors import RopesplitError
     from ropesplit.empirical.experiments import (
         EXPERIMENTS,
-        Settings,
+        ExperimentSettings,
         forward_count,
         run_experiments,
     )
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                              ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value < low:
             raise RopesplitError(f"{flag} must be at least {low}, got {value}")
-    settings = Settings(draws=args.draws, seed=args.seed, layers=args.layers,
+    settings = ExperimentSettings(draws=args.draws, seed=args.seed, layers=args.layers,
                         batch_size=args.batch_size)  # fmt: skip
     text = read_text(args.text) if args.text else default_text()
     start = time.perf_counter()

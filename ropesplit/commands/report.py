@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from ropesplit.commands.claims import add_corpus_arguments  # light: argparse only
+from ropesplit.commands._types import InputRecord
+from ropesplit.commands.claims import add_corpus_arguments
 from ropesplit.commands.figures import add_run_arguments
 
 HELP = "run every step on one model; write report/index.html, report.md and each step's JSON"
@@ -23,29 +24,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, out_default="report")
     add_corpus_arguments(parser)
     parser.add_argument("--claims-record", action="append", default=[], metavar="CLAIMS.json",
+                        type=InputRecord,
                         help="another model's claims.json (ropesplit claims --json): the "
                         "report's models x claims table and forest plot show it")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the flags, then the output folder, run every stage and print where the report is."""
-    import dataclasses
-
-    from ropesplit.commands.claims import check_corpus_arguments, grid_values, second_corpus
+    from ropesplit.claims.records import claims_records
+    from ropesplit.commands.claims import check_corpus_arguments, claims_settings
     from ropesplit.commands.figures import settings_from
     from ropesplit.core.io import output_folder
-    from ropesplit.empirical.claims_run import claims_records
     from ropesplit.report.pipeline import run_report
 
     check_corpus_arguments(args)  # bad flags and corpora fail before anything is created
     claims_records(args.claims_record)  # so do records that are not claims records
-    base = settings_from(args)
-    settings = dataclasses.replace(
-        base, corpus=args.corpus, second_corpus=second_corpus(args),
-        grid_tokens=tuple(grid_values(args) or base.grid_tokens or ()) or None,
-        passages=args.passages, order_passages=args.order_passages,
-        claims_records=tuple(args.claims_record),
-    )  # fmt: skip
+    settings = settings_from(args, claims=claims_settings(args, shard=False),
+                             claims_records=tuple(args.claims_record))  # fmt: skip
     index = run_report(settings, output_folder(args.out, "the report"))
     print(f"report written to {index}")
     return 0

@@ -16,7 +16,7 @@ import argparse
 from typing import Any
 
 from ropesplit.commands import write_output
-from ropesplit.commands._types import IntAtLeast, ListOf
+from ropesplit.commands._types import InputFile, IntAtLeast, ListOf, OutputFolder, OutputPath
 
 HELP = "train a small RoPE LM here; measure the split at log-spaced checkpoints"
 
@@ -32,8 +32,8 @@ TASK_DEFAULTS = {"steps": 800, "d_model": 64, "d_ff": 256, "batch": 32, "lr": 3e
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ropesplit.empirical.tasks import TASKS
     from ropesplit.empirical.train import TrainConfig
+    from ropesplit.numerics.tasks import TASKS
 
     d = TrainConfig()
     parser.add_argument("--task", choices=TASKS, default="lm",
@@ -42,8 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, default=d.vocab,
                         help=f"content tokens of recall/offset, 3/4 keys and 1/4 values "
                         f"(default {d.vocab})")  # fmt: skip
-    parser.add_argument("--out", metavar="DIR", default=d.out, help=f"run folder (default {d.out})")
-    parser.add_argument("--text", metavar="FILE", help="UTF-8 corpus (default: Python's docs)")
+    parser.add_argument("--out", metavar="DIR", type=OutputFolder,
+                        default=d.out, help=f"run folder (default {d.out})")
+    parser.add_argument("--text", metavar="FILE", type=InputFile,
+                        help="UTF-8 corpus (default: Python's docs)")
     parser.add_argument("--bases", type=ListOf(float, 0), default=f"{d.rope_base:g}",
                         help="RoPE base(s), comma-separated, e.g. 10000,100 (default 10000)")
     parser.add_argument("--seeds", type=ListOf(int, 0), default=str(d.seed),
@@ -73,10 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"log-spaced checkpoints incl. step 0 (default {d.checkpoints})")
     parser.add_argument("--n-boot", type=int, default=d.n_boot,
                         help=f"bootstrap resamples over heads (default {d.n_boot})")
-    parser.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    parser.add_argument("--json", metavar="PATH", type=OutputPath,
+                        help="write the full record as JSON")
     parser.add_argument("--remeasure", action="store_true",
                         help="measure finished checkpoints again with this code")  # fmt: skip
-    parser.add_argument("--figures", metavar="DIR",
+    parser.add_argument("--figures", metavar="DIR", type=OutputFolder,
                         help="also draw the emergence figures (11, 12) into DIR")  # fmt: skip
 
 

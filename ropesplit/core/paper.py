@@ -6,7 +6,7 @@ These are the only constants from outside a run that ropesplit shows beside
 its own measurements; each is quoted once, where it is compared.
 
 :data:`QUOTES` holds the paper's own sentences that the claims registry
-(``ropesplit.core.claims``) cites as the origin of a threshold or of a claim, each
+(``ropesplit.claims.registry``) cites as the origin of a threshold or of a claim, each
 with where it stands in the paper. A sentence marked ``verbatim=False`` is the
 project's paraphrase of a result whose exact wording could not be checked
 offline (``docs/paper.md`` says so beside it); it is never shown as a quote.

@@ -26,7 +26,7 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import panel_label, require_rows
 from ropesplit.figures.style import OKABE_ITO, Y_LABELS, check_width, fit_text, new_figure, styled
 
-__all__ = ["forest_figure", "tolerance_figure"]
+__all__ = ["forest_figure", "interval_point", "threshold_line", "tolerance_figure"]
 
 _COLOURS = ("blue", "vermillion", "green", "orange", "purple", "sky")
 
@@ -96,14 +96,10 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
                 yi = y[str(r["model"])]
                 est, null = r["estimate"], r["null"]
                 if null and null.get("interval"):
-                    iv = null["interval"]
-                    ax.errorbar(iv["mean"], yi - 0.22, xerr=[[iv["mean"] - iv["low"]],
-                                                             [iv["high"] - iv["mean"]]],
-                                fmt="o", ms=3, color="grey", capsize=2)  # fmt: skip
+                    interval_point(ax, null["interval"], yi - 0.22, colour="grey", marker="o",
+                                   size=3)  # fmt: skip
                 if est:
-                    ax.errorbar(est["mean"], yi, xerr=[[est["mean"] - est["low"]],
-                                                       [est["high"] - est["mean"]]],
-                                fmt="s", ms=4, color=OKABE_ITO["blue"], capsize=2)  # fmt: skip
+                    interval_point(ax, est, yi)
                 verdict = f"{r['verdict']}, {r['robustness']}"
                 if narrow:
                     labels[str(r["model"])] = "\n" + verdict
@@ -112,8 +108,7 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
                                 ha="left", va="center", fontsize=6, xytext=(3, 0),
                                 textcoords="offset points")  # fmt: skip
             first = panel[0]
-            style = "-" if first["origin"] == "paper" else "--"
-            ax.axvline(float(first["threshold"]), color="black", lw=0.7, ls=style)
+            threshold_line(ax, first["threshold"], first["origin"])
             if first["paper"] is not None:
                 ax.axvline(float(first["paper"]), color=OKABE_ITO["vermillion"], lw=0.9)
             ax.set_yticks([y[m] for m in models], [m + labels[m] for m in models],
@@ -126,6 +121,27 @@ def forest_figure(rows: Sequence[Mapping[str, Any]], *, width: float | str = "do
             ax.set_title(title, fontsize=7, loc="left")
         panel_label(axes[0], "a")
     return fig
+
+
+def interval_point(
+    ax: Any,
+    interval: Mapping[str, Any],
+    y: float,
+    *,
+    colour: str = OKABE_ITO["blue"],
+    marker: str = "s",
+    size: float = 4,
+) -> None:
+    """One forest row: ``interval``'s mean (a ``marker``) with its 95% interval, at ``y``
+    (figures 20 and 21)."""
+    mean = interval["mean"]
+    ax.errorbar(mean, y, xerr=[[mean - interval["low"]], [interval["high"] - mean]],
+                fmt=marker, ms=size, color=colour, capsize=2)  # fmt: skip
+
+
+def threshold_line(ax: Any, threshold: float, origin: str) -> None:
+    """A forest panel's threshold: solid when it is the paper's, dashed when the toolkit's."""
+    ax.axvline(float(threshold), color="black", lw=0.7, ls="-" if origin == "paper" else "--")
 
 
 _NARROW = 5.0  # inches: below this the forest's verdicts and titles are laid out for a column

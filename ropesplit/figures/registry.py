@@ -1,4 +1,4 @@
-"""The twenty figures by number and name, and the writer of their PDF/PNG files.
+"""The twenty-one figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
 (plain arrays and JSON rows, as :mod:`ropesplit.report.figure_data` returns
@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures.bound import bound_figure, sweep_figure
+from ropesplit.figures.cells import cells_figure
 from ropesplit.figures.claims import forest_figure, tolerance_figure
 from ropesplit.figures.decomposition import decomposition_figure
 from ropesplit.figures.emergence import FIGURE_11, FIGURE_12, FIGURE_17, FIGURE_18
@@ -123,6 +124,8 @@ FIGURES = (
                "The damage D (the log perplexity ratio over every target after the first moved token) at 2.5, 5, 10, 20 and 50% of the tokens moved by nested adjacent swaps, mean with its 95% t interval over passages per corpus at the headline length; dotted: the chord from 0 to D(50%), a damage linear in the share moved; dashed: the paper's 5% and 10%.", tolerance_figure, ("claims",)),  # noqa: E501
     FigureSpec(20, "forest", "Every claim across models",
                "Per claim and primary condition (claim.condition), each model's headline estimate with the 95% interval (squares), the null beside the first condition (grey), the threshold (solid: the paper's; dashed: the toolkit's) and the paper's own value where it gives one (red); each row names its verdict and whether it is robust over the grid.", forest_figure, ("compare",)),  # noqa: E501
+    FigureSpec(21, "cells", "Every claim in every cell of the grid",
+               "Each claim's primary statistic per cell of the grid, mean and 95% interval coloured by the cell's verdict (headline cell: diamond, bold); line: the threshold (solid: the paper's, dashed: the toolkit's), the predicted side shaded.", cells_figure, ("claims",)),  # noqa: E501
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

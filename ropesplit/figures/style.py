@@ -1,7 +1,7 @@
 r"""The one figure style: colour-blind-safe colours, paper widths, byte-identical files.
 
 Every figure of the toolkit is drawn inside :func:`styled` and written by
-:func:`save_figure`, so all twenty share one look and re-running them gives
+:func:`save_figure`, so all twenty-one share one look and re-running them gives
 the same bytes:
 
 - colours: the Okabe-Ito palette for categories (trained, control,

@@ -5,18 +5,22 @@ them)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ropesplit.core.claims import PAIRED
+from ropesplit.claims.records import ClaimsSettings
+from ropesplit.core.errors import RopesplitError
 
 __all__ = ["RunContext", "RunSettings", "Stage"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSettings:
-    """What one run reads and how much it computes (defaults sized for 2 CPU cores)."""
+    """What one run reads and how much it computes (defaults sized for 2 CPU cores), checked
+    when built. The claims' options are one :class:`~ropesplit.claims.records.ClaimsSettings`
+    (``claims``), the same object ``ropesplit claims`` runs; its ``tokens`` and ``seed`` are
+    the run's."""
 
     # Hugging Face id or folder; None: the embedded SmolLM2-135M; or a causal LM
     # object in memory (transformers PreTrainedModel) with its ``tokenizer``
@@ -28,20 +32,34 @@ class RunSettings:
     seed: int = 0  # control weights, pair sampling, perturbations
     draws: int = 2  # perturbation draws per (scheme, rate)
     head: tuple[int, int] | None = None  # figure 1's (layer, head); None: median r_split
-    figure_tokens: int = 96  # tokens of figure 1's heatmaps and figure 4's heads
+    # tokens of figure 1's heatmaps and figure 4's heads (None: 96, or tokens when fewer)
+    figure_tokens: int | None = None
     control: bool = True  # also analyse the random-init twin
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
-    corpus: str | None = None  # the claims' passages: None, Python's language reference
-    second_corpus: str | None = PAIRED  # the grid's other corpus (prose, or pydoc; None: none)
-    # the grid's passage lengths (None: ropesplit claims' default, claims_run's
-    # DEFAULT_GRID_TOKENS up to tokens, 256 and 512); tokens is added
-    grid_tokens: tuple[int, ...] | None = None
-    passages: int = 12  # passages of claims 2-5 per corpus (the unit of replication; >= 8)
-    order_passages: int = 8  # passages of the word-order test per corpus, claim 1 (>= 8)
+    # the claims run: corpora, grid, passage counts (its tokens and seed: the run's)
+    claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table
     intervention_tokens: int = 128  # tokens per passage of the interventions
     device: str | None = None  # torch device of a model read from disk (None: cpu)
     dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
+    # given token ids in place of the corpora (a model without a tokenizer): the claims'
+    # (``claims_run.run_claims``' passage_ids) and the interventions' passages
+    claims_ids: Any = None
+    intervention_ids: Any = None
+
+    def __post_init__(self) -> None:
+        if self.tokens < 16:
+            raise RopesplitError(f"tokens must be at least 16, got {self.tokens}")
+        if self.figure_tokens is None:
+            object.__setattr__(self, "figure_tokens", min(96, self.tokens))
+        if not 2 <= self.figure_tokens <= self.tokens:  # type: ignore[operator]
+            raise RopesplitError(f"figure_tokens must lie in [2, tokens = {self.tokens}], "
+                                 f"got {self.figure_tokens}")  # fmt: skip
+        if self.draws < 1:
+            raise RopesplitError(f"draws must be at least 1, got {self.draws}")
+        if (self.claims.tokens, self.claims.seed) != (self.tokens, self.seed):
+            object.__setattr__(self, "claims", replace(self.claims, tokens=self.tokens,
+                                                       seed=self.seed))  # fmt: skip
 
 
 @dataclass

@@ -11,19 +11,38 @@ JSON itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "Cell",
     "Details",
     "Document",
     "FigureBlock",
+    "Folded",
     "Section",
     "Table",
+    "cell_text",
     "fmt",
     "run_line",
 ]
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A table cell shown as one line, its detail collapsed under it (HTML ``<details>``)."""
+
+    summary: str
+    detail: tuple[str, ...] = ()  # lines
+
+
+Cell = str | Folded  # a table cell: formatted text, or one line with its detail folded
+
+
+def cell_text(cell: Cell) -> str:
+    """What a cell shows before anything is unfolded: its text, or a folded cell's line."""
+    return cell.summary if isinstance(cell, Folded) else cell
 
 
 @dataclass
@@ -31,7 +50,7 @@ class Table:
     """A table: column titles and rows of already formatted cells."""
 
     columns: list[str]
-    rows: list[list[str]]
+    rows: Sequence[Sequence[Cell]]
     caption: str = ""
     links: list[str] | None = None  # per row: the anchor its first cell links to ("" for none)
 
@@ -69,6 +88,8 @@ class Section:
     figures: list[FigureBlock] = field(default_factory=list)
     anchor: str = ""  # HTML id, the target of links from other sections
     details: list[Details] = field(default_factory=list)
+    # the first screen: no heading, its figures beside its tables, above the contents
+    lead: bool = False
 
 
 @dataclass

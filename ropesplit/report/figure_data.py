@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.core.claims import cell_key
+from ropesplit.claims.registry import cell_key
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS, PAPER_R_SPLIT
 
@@ -53,6 +53,7 @@ __all__ = [
     "figure_data",
     "forest_data",
     "gather_figures",
+    "cells_data",
     "head_split",
     "intervention_data",
     "label",
@@ -395,7 +396,7 @@ def forest_data(compare: Mapping[str, Any]) -> dict[str, Any]:
     """Figure 20: one row per model, claim and primary condition of a compare record (the
     paper's value and the null beside the first, a level condition; a paired condition's
     null is inside its difference)."""
-    from ropesplit.core.claims import condition_label
+    from ropesplit.claims.text import condition_label
 
     rows = []
     for row in compare["rows"]:
@@ -408,6 +409,57 @@ def forest_data(compare: Mapping[str, Any]) -> dict[str, Any]:
                          "paper": row["paper"] if first else None,
                          "null": row["null"] if first else None})  # fmt: skip
     return {"rows": rows}
+
+
+def cells_data(claims: Mapping[str, Any]) -> dict[str, Any]:
+    """Figure 21: per claim of a claims record (``claims.json``), its first primary
+    condition's estimate in every cell of the grid (``grid``), each cell's verdict, the
+    threshold it is read against and the headline cell; a claim the grid leaves out shows
+    its headline cell alone."""
+    from ropesplit.claims.text import condition_label
+
+    grids = {int(g["claim"]): g for g in claims.get("grid", [])}
+    out = []
+    for claim in claims["claims"]:
+        if not claim["conditions"]:
+            raise RopesplitError(f"claim {claim['claim']} of the claims record has no condition")
+        first = claim["conditions"][0]
+        grid = grids.get(int(claim["claim"]))
+        axes = list(grid["axes"]) if grid else []
+        headline = {axis: claim["cell"].get(axis) for axis in axes}
+        if grid:
+            cells = [
+                {
+                    "label": " ".join(str(c["cell"][a]) for a in axes),
+                    "estimate": c["estimate"],
+                    "verdict": c["verdict"],
+                    "headline": dict(c["cell"]) == headline,
+                }
+                for c in grid["cells"]
+            ]
+        else:
+            cells = [
+                {
+                    "label": "headline cell",
+                    "estimate": first["interval"],
+                    "verdict": claim["verdict"],
+                    "headline": True,
+                }
+            ]
+        out.append(
+            {
+                "claim": claim["claim"],
+                "measure": condition_label(first),
+                "threshold": first["threshold"],
+                "origin": first["origin"],
+                "direction": first["direction"],
+                "axes": axes,
+                "cells": cells,
+            }
+        )
+    if not out:
+        raise RopesplitError("the claims record holds no claim")
+    return {"claims": out}
 
 
 # ------------------------------------------------------ the builders: one per figure, from a view
@@ -473,6 +525,7 @@ BUILDERS: dict[str, Callable[[FigureView], dict[str, Any]]] = {
     "recall_pairs": _emergence("emergence_pairs", "recall"),
     "tolerance": lambda v: tolerance_data(v.record("claims")),
     "forest": lambda v: forest_data(v.record("compare")),
+    "cells": lambda v: cells_data(v.record("claims")),
 }
 
 

@@ -16,7 +16,7 @@ records it declares (:mod:`ropesplit.report.figure_data`):
 1. ``derive``   the sympy checks of docs/theory.md (``ropesplit.theory.check_all``);
 2. ``bound``    the numerics table on synthetic Q/K (``numerics.synthetic``, ``numerics.stats``);
 3. ``load``     the model, once, and its random-init twin (the control);
-4. ``claims``   every claim's pre-registered primary test (``ropesplit.core.claims``) in every
+4. ``claims``   every claim's pre-registered primary test (``ropesplit.claims.registry``) in every
    cell of the grid, over two corpora of passages, beside the shuffled-frequency null and
    five random-init twins (``claims.json``);
    ``compare`` the models x claims record: this run and any ``--claims-record`` given;
@@ -260,8 +260,9 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
         run["commit"] = _commit()
         if "claims" in ctx.records:  # the claims' corpus and size, for the run line
             head = ctx.records["claims"].get("header", {})
-            run["corpus"] = f"{head.get('corpus', settings.corpus or 'pydoc')}, " \
-                f"{head.get('passages', settings.passages)} passages of {settings.tokens} tokens"
+            run["corpus"] = f"{head.get('corpus', settings.claims.corpus or 'pydoc')}, " \
+                f"{head.get('passages', settings.claims.passages)} passages of " \
+                f"{settings.tokens} tokens"
         ctx.records["run"] = run
         write_json(folder / "run.json", run)
         doc = build_document(ctx.records, blocks)

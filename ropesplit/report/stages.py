@@ -57,34 +57,21 @@ def _protocol_stage(ctx: RunContext) -> dict[str, Any]:
                     seed=ctx.settings.seed)  # fmt: skip
 
 
-def _claims_ids(ctx: RunContext) -> Any:
-    """The claims' passages: None reads ``settings.corpus`` (``empirical.corpus``)."""
-    return None
-
-
-def _intervention_ids(ctx: RunContext) -> Any:
-    """The interventions' passages: None reads the default corpus (``empirical.corpus``)."""
-    return None
-
-
 def _claims_stage(ctx: RunContext) -> dict[str, Any]:
     """Every claim's pre-registered primary test over the corpus (``ropesplit claims``)."""
     from tqdm import tqdm
 
-    from ropesplit.core.claims import CONTROL_SEEDS
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.claims.registry import CONTROL_SEEDS
+    from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.models import random_init_twin
 
     s = ctx.settings
     # the load stage's control is the twin of seed s.seed: built once, shared
     controls = {seed: ctx.control if ctx.control is not None and seed == s.seed
                 else random_init_twin(ctx.loaded, seed) for seed in CONTROL_SEEDS}  # fmt: skip
-    with tqdm(total=s.passages + s.order_passages, desc="passages", unit="passage",
-              file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        run = ClaimsSettings(corpus=s.corpus, second_corpus=s.second_corpus, tokens=s.tokens,
-                             grid=s.grid_tokens, passages=s.passages,
-                             order_passages=s.order_passages, seed=s.seed)  # fmt: skip
-        return run_claims(ctx.loaded, run, controls=controls, passage_ids=_claims_ids(ctx),
+    with tqdm(total=s.claims.passages + s.claims.order_passages, desc="passages",
+              unit="passage", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
+        return run_claims(ctx.loaded, s.claims, controls=controls, passage_ids=s.claims_ids,
                           on_passage=bar.update,
                           on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
 
@@ -92,7 +79,7 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
 def _compare_stage(ctx: RunContext) -> dict[str, Any]:
     """The models x claims record: this run's claims beside the records ``--claims-record``
     names (``ropesplit compare``'s, every model's record under ``records``)."""
-    from ropesplit.empirical.claims_run import claims_records, compare_records
+    from ropesplit.claims.records import claims_records, compare_records
 
     records = [ctx.records["claims"], *claims_records(list(ctx.settings.claims_records))]
     return compare_records(records) | {"records": records[1:]}
@@ -125,14 +112,14 @@ def _length_stage(ctx: RunContext) -> dict[str, Any]:
     ``ropesplit perturb --experiment length --json``'s schema, plus ``checks``.
     """
     from ropesplit.empirical import tokenize
-    from ropesplit.empirical.experiments import Settings, run_experiments
+    from ropesplit.empirical.experiments import ExperimentSettings, run_experiments
     from ropesplit.empirical.train import split_text
 
     trained = ctx.trained
     loaded, cfg = trained.model(), trained.cfg
     held = split_text(cfg)[1]
-    record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len),
-                             experiments=["length"], settings=Settings(seed=ctx.settings.seed))
+    record = run_experiments(loaded, tokenize(loaded, held, 8 * cfg.seq_len), experiments=["length"],
+                             settings=ExperimentSettings(seed=ctx.settings.seed))
     record["header"]["subject"] = f"{trained.subject}; held-out text"
     return _with_checks(record)
 
@@ -163,7 +150,7 @@ def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
     if tokens > len(ctx.ids):
         raise RopesplitError(f"intervention_tokens {tokens} exceeds the run's {len(ctx.ids)}")
     record = _perturb(ctx.loaded, ctx.ids[:tokens], ctx.settings, names,
-                      passages=_intervention_ids(ctx))  # fmt: skip
+                      passages=ctx.settings.intervention_ids)  # fmt: skip
     record["header"]["subject"] = f"{ctx.loaded.name}: corpus passages of {tokens} tokens"
     return record
 
@@ -171,15 +158,15 @@ def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
 def _terms_stage(ctx: RunContext) -> dict[str, Any]:
     """The ``terms`` intervention on the model the ``train`` stage trained: corpus passages
     of ``4 L_train`` tokens, beyond its training length."""
-    from ropesplit.empirical.experiments import Settings, run_experiments
+    from ropesplit.empirical.experiments import ExperimentSettings, run_experiments
     from ropesplit.empirical.text import tokenize
     from ropesplit.empirical.train import split_text
 
     trained = ctx.trained
     loaded, cfg = trained.model(), trained.cfg
     held = split_text(cfg)[1]  # the header's text; the passages come from the corpus
-    record = run_experiments(loaded, tokenize(loaded, held, 4 * cfg.seq_len),
-                             experiments=["terms"], settings=Settings(seed=ctx.settings.seed))
+    record = run_experiments(loaded, tokenize(loaded, held, 4 * cfg.seq_len), experiments=["terms"],
+                             settings=ExperimentSettings(seed=ctx.settings.seed))
     record["header"]["subject"] = trained.subject
     return record
 
@@ -263,9 +250,9 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
 def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str, Any]:
     """The ``ropesplit analyze --json`` record: trained heads, summary, and the control
     (``empirical.analyze.analyze_pair``)."""
-    from tqdm import tqdm
-
     from dataclasses import replace
+
+    from tqdm import tqdm
 
     from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_pair
 
@@ -286,14 +273,14 @@ def _perturb(
     from ropesplit.empirical.experiments import (
         EXPERIMENTS,
         INTERVENTIONS,
-        Settings,
+        ExperimentSettings,
         forward_count,
         run_experiments,
     )
 
     if names is None:
         names = [name for name in EXPERIMENTS if name not in INTERVENTIONS]
-    chosen = Settings(draws=settings.draws, seed=settings.seed)
+    chosen = ExperimentSettings(draws=settings.draws, seed=settings.seed)
     with tqdm(total=forward_count(names, chosen), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         return run_experiments(loaded, ids, experiments=names, settings=chosen,

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import TINY_VOCAB, tiny_llama
 
-from ropesplit.core.claims import (
+from ropesplit.claims.registry import (
     CLAIMS,
     CONTROL_SEEDS,
     GRID,
@@ -29,9 +29,7 @@ from ropesplit.core.claims import (
     axis,
     primary,
 )
-from ropesplit.core.errors import RopesplitError
-from ropesplit.core.paper import QUOTES
-from ropesplit.empirical.verdicts import (
+from ropesplit.claims.verdicts import (
     any_condition_verdict,
     evaluate,
     evaluate_all,
@@ -41,6 +39,8 @@ from ropesplit.empirical.verdicts import (
     robustness,
     unit_values,
 )
+from ropesplit.core.errors import RopesplitError
+from ropesplit.core.paper import QUOTES
 
 # claim -> (source, axes, [(measure, compare, direction, threshold, null, origin, unit)])
 PINNED = {
@@ -103,12 +103,22 @@ def test_every_threshold_names_its_origin_and_a_paper_one_its_words():
         axis("nothing")
 
 
-def test_the_registry_module_imports_nothing_heavy():
-    code = ("import sys, ropesplit.core.claims, ropesplit.core.paper; "
-            "heavy = {'numpy', 'torch', 'sympy', 'transformers'}; "
+def _heavy_after(imports: str) -> list[str]:
+    """The heavy libraries a fresh interpreter holds after ``imports``."""
+    code = (f"import sys, {imports}; heavy = {{'numpy', 'torch', 'sympy', 'transformers'}}; "
             "print(sorted(heavy & set(sys.modules)))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    return eval(out.stdout.strip())  # a list of names
+
+
+def test_the_registry_module_imports_nothing_heavy():
+    assert _heavy_after("ropesplit.claims.registry, ropesplit.claims.text") == []
+
+
+def test_the_claims_wing_needs_no_model():
+    """Verdicts, records (merge, compare, judge) and text read numbers: numpy, no torch."""
+    wing = "ropesplit.claims.verdicts, ropesplit.claims.records, ropesplit.claims.text"
+    assert _heavy_after(wing) == ["numpy"]
 
 
 # --------------------------------------------------------------------------- the vocabulary
@@ -149,7 +159,7 @@ def test_the_wrong_rule_agrees_on_one_condition_alone():
 def _rows(n, rng, *, trained=0.95, control=0.80, sd=0.01):
     """Rows of plain statistics (one cell), twin seeds rotating over the passages; every
     measure of the vocabulary present, undefined (NaN) but for claim 2's."""
-    from ropesplit.core.claims import MEASURES
+    from ropesplit.claims.registry import MEASURES
 
     undefined = dict.fromkeys(MEASURES["passages"], float("nan"))
     return [undefined | {"r_split": trained + sd * rng.standard_normal(),
@@ -253,7 +263,7 @@ def test_secondaries_are_holm_corrected_and_never_decide():
 def _cell_rows(rng, values_by_tokens):
     """Rows whose cells differ only by tokens: r_split per length, the rest fixed (every
     other measure present and undefined)."""
-    from ropesplit.core.claims import MEASURES, cell_key
+    from ropesplit.claims.registry import MEASURES, cell_key
 
     rows = []
     for p in range(12):
@@ -313,7 +323,8 @@ def test_robustness_counts_the_verdicts_by_axis_when_the_cells_are_no_product():
 @pytest.fixture(scope="module")
 def tiny_run():
     """A tiny model, its control twins and 8 given passages: ``run(shard=None)`` runs them."""
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.claims.records import ClaimsSettings
+    from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.corpus import PassageIds
 
     loaded = tiny_llama(2, seed=1)
@@ -349,7 +360,7 @@ def _json(record):
 @pytest.mark.slow  # a claims run
 def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
     """Disjoint shards (a SLURM array, torchrun processes) merge into the run."""
-    from ropesplit.empirical.claims_run import merge_records
+    from ropesplit.claims.records import merge_records
 
     shards = [tiny_run((0, 3)), tiny_run((3, 5)), tiny_run((5, 7)), tiny_run((7, 8))]
     assert [r["header"]["shards"] for r in shards] == [[[0, 3]], [[3, 5]], [[5, 7]], [[7, 8]]]
@@ -385,7 +396,7 @@ def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
 def test_pooled_r_split_is_the_correlation_over_all_passages_pairs():
     """Known truth for pooled_over_passages: two passages' moments pool into the correlation
     of their pairs concatenated (float64 twin)."""
-    from ropesplit.empirical.passages import pooled_over_passages
+    from ropesplit.claims.records import pooled_over_passages
 
     rng = np.random.default_rng(9)
     rows = []
@@ -428,7 +439,8 @@ def test_the_run_judges_every_cell_and_recomputes_from_its_rows(tiny_claims):
 
 
 def test_the_run_refuses_too_few_passages():
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
+    from ropesplit.claims.records import ClaimsSettings
+    from ropesplit.empirical.claims_run import run_claims
 
     with pytest.raises(RopesplitError, match="^passages must be at least 8, got 4"):
         run_claims(tiny_llama(1), ClaimsSettings(tokens=32, passages=4))
@@ -474,11 +486,45 @@ def test_merge_command_writes_the_run_and_refuses_bad_shards(tiny_run, tiny_clai
     assert len(merged["passages"]) == 6 and "partial" not in _json(tiny_claims)["header"]
 
 
+def _loaded_by(*argv: str) -> tuple[set[str], str]:
+    """The top-level modules ``python -X importtime -m ropesplit ARGV`` imports, and its
+    exit line."""
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "ropesplit", *argv],
+                         capture_output=True, text=True)  # fmt: skip
+    names = {line.split("|")[-1].strip().split(".")[0]
+             for line in run.stderr.splitlines() if line.startswith("import time:")}  # fmt: skip
+    return names, f"rc {run.returncode}"
+
+
+def test_merge_and_compare_help_import_no_torch():
+    for command in ("merge", "compare"):
+        loaded, rc = _loaded_by(command, "--help")
+        assert rc == "rc 0" and "ropesplit" in loaded
+        assert not {"torch", "transformers", "sympy"} & loaded, command
+
+
+@pytest.mark.slow  # a claims run
+def test_merge_and_compare_read_records_without_torch(tiny_run, tmp_path):
+    """The model-free wing at work: merging two shards and comparing the result load no
+    torch (``python -X importtime``: the modules a fresh process imports)."""
+    from ropesplit.core.io import write_json
+
+    shards = [tmp_path / f"shard-{k}.json" for k in range(2)]
+    for path, shard in zip(shards, ((0, 4), (4, 8)), strict=True):
+        write_json(path, tiny_run(shard))
+    merged = tmp_path / "merged.json"
+    for argv in (["merge", *map(str, shards), "--json", str(merged)],
+                 ["compare", str(merged), "--json", str(tmp_path / "models.json")]):  # fmt: skip
+        loaded, rc = _loaded_by(*argv)
+        assert rc == "rc 0" and not {"torch", "transformers"} & loaded, argv[0]
+
+
 @pytest.mark.slow  # a claims run
 def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     """A Llama and a Qwen2 judged by the same tests, one record, one forest plot."""
+    from ropesplit.claims.records import ClaimsSettings, compare_records
     from ropesplit.empirical.calibration import tiny_config
-    from ropesplit.empirical.claims_run import ClaimsSettings, compare_records, run_claims
+    from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.corpus import PassageIds
     from ropesplit.empirical.models import load_model
     from ropesplit.figures import draw
@@ -519,7 +565,7 @@ def test_robustness_names_a_product_and_the_other_cells():
 def test_condition_word_never_lets_a_toolkit_threshold_disagree():
     """A condition on the wrong side of a toolkit's number reads "weaker than the paper"
     (the report's condition tables use these words); of the paper's own, "disagrees"."""
-    from ropesplit.core.claims import condition_word
+    from ropesplit.claims.text import condition_word
 
     for outcome in ("agrees", "inconclusive"):
         for origin in ORIGINS:
@@ -539,7 +585,7 @@ def test_a_misspelt_measure_fails_at_import_naming_it(monkeypatch):
     import importlib.util
     import pathlib
 
-    import ropesplit.core.claims as module
+    import ropesplit.claims.registry as module
 
     source = pathlib.Path(module.__file__).read_text(encoding="utf-8")
     planted = source.replace('Condition("key_corr", "level"', 'Condition("key_cor", "level"', 1)
@@ -555,7 +601,7 @@ def test_a_misspelt_measure_fails_at_import_naming_it(monkeypatch):
 def test_conditions_check_themselves_when_built():
     from dataclasses import replace
 
-    from ropesplit.core.claims import Condition, Secondary
+    from ropesplit.claims.registry import Condition, Secondary
 
     good = primary(2).conditions[1]
     for field, value, message in (("direction", "abve", "direction must be"),
@@ -587,7 +633,7 @@ def test_a_name_the_rows_lack_is_an_error_not_an_inconclusive_claim():
 
 
 def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
-    from ropesplit.core.claims import MEASURES
+    from ropesplit.claims.registry import MEASURES
     from ropesplit.empirical.experiments.order_passages import order_passage
 
     ids = np.random.default_rng(1).integers(1, TINY_VOCAB, size=64)
@@ -597,14 +643,14 @@ def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
 
 
 def test_the_passages_compute_exactly_the_passages_vocabulary():
-    from ropesplit.core.claims import MEASURES
+    from ropesplit.claims.registry import MEASURES
     from ropesplit.empirical.passages import measure_names
 
     assert measure_names() == list(MEASURES["passages"])
 
 
 def test_the_paired_second_corpus_is_resolved_in_one_place():
-    from ropesplit.core.claims import PAIRED, resolve_second_corpus
+    from ropesplit.claims.registry import PAIRED, resolve_second_corpus
 
     assert resolve_second_corpus("pydoc", PAIRED) == "prose"
     assert resolve_second_corpus("prose", PAIRED) == "pydoc"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import importlib
 import json
+from dataclasses import replace
 
 import pytest
 import transformers as T
@@ -145,8 +146,8 @@ def test_failed_validation_exits_1(folders, capsys, monkeypatch):
     validate = importlib.import_module("ropesplit.empirical.validate")
     original = validate.rebuild_logits
 
-    def wrong_scale(q, k, cos, sin, kv_map, attn_scale, **kw):
-        return original(q, k, cos, sin, kv_map, 1.5 * attn_scale, **kw)
+    def wrong_scale(attention, **kw):
+        return original(replace(attention, scale=1.5 * attention.scale), **kw)
 
     monkeypatch.setattr(validate, "rebuild_logits", wrong_scale)
     argv = ["--model", folders["llama"], "--text", folders["text"], "--tokens", "32"]

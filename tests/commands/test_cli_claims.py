@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ropesplit.claims.text import claim_line
 from ropesplit.cli import main
-from ropesplit.commands.claims import claim_line
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_compare_builds_one_models_by_claims_record(tmp_path, capsys):
     """Several claims records, one table and one record (forest-plot rows)."""
     import json
 
-    from ropesplit.core.claims import CLAIMS
+    from ropesplit.claims.registry import CLAIMS
 
     def record(name, mean):
         claims = [{"claim": t.claim, "statement": t.statement, "verdict": "agrees",

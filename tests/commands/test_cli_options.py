@@ -136,10 +136,11 @@ def test_collecting_options_may_repeat():
 
 # ---------------------------------------------------------------------------------------- paths
 # Every path an option names is checked once the command line is parsed, before `run`: by its
-# metavar (cli.PATHS: PATH a file written, DIR a folder written, FILE a UTF-8 file read,
-# NAME.json a JSON file read), and the corpora and local models by the checks their argument
-# helpers register. `run` is replaced here by a stub, so a check that came late (or not at
-# all) shows as a run that happened; nothing under the working folder may change.
+# type (cli.PATHS, commands._types.PathKind: OutputPath a file written, OutputFolder a folder
+# written, InputFile a UTF-8 file read, InputRecord a JSON file read), and the corpora and
+# local models by the checks their argument helpers register. `run` is replaced here by a
+# stub, so a check that came late (or not at all) shows as a run that happened; nothing under
+# the working folder may change.
 
 BAD = {  # kind -> (what is wrong, the value, relative to the working folder)
     "PATH": [("a folder", "adir"), ("under a file", "afile/x.out"),
@@ -248,8 +249,8 @@ def _fails_before_run(place, capsys, command: str, argv: list[str], bad: str,
 
 
 def test_the_sweep_sees_every_path_option():
-    """Each option that names a file or folder has a kind; a new one without a path metavar
-    (PATH, DIR, FILE, NAME.json, CORPUS) fails here."""
+    """Each option that names a file or folder has a kind; a new one without a path type
+    (OutputPath, OutputFolder, InputFile, InputRecord; or the CORPUS metavar) fails here."""
     options = set(_path_options())
     assert {("analyze", "--json", "PATH"), ("analyze", "--csv", "PATH"),
             ("derive", "--out", "PATH"), ("figures", "--out", "DIR"), ("report", "--out", "DIR"),

@@ -6,8 +6,11 @@ window 800 and 1400 px wide (nothing sticking out to the right outside a box
 of its own that scrolls). Planted faults show the check can fail: a raw
 formula outside the maths markup, the old CDN script, a site whose local
 MathJax is missing, and tiny pages with a table or a word too wide for the
-window. Skipped where Chromium is not installed (``make docs-check``
-installs it).
+window. The report's first screen, at 1400 x 1000 px, must show its figure
+and all five verdicts without scrolling (saved as a PNG: into
+``$DOCS_CHECK_SCREENSHOTS`` when set, as ``make docs-check`` sets it); planted
+faults show that check can fail too. Skipped where Chromium is not installed
+(``make docs-check`` installs it).
 """
 
 from __future__ import annotations
@@ -95,23 +98,119 @@ def test_site_without_its_mathjax_shows_raw_formulas(site, tmp_path):
     assert result.typeset == 0 and len(result.raw_tex) >= 20 and not result.external
 
 
-def test_report_renders_offline(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
     """report/index.html when there is one; else, under ``make docs-check``
-    (DOCS_CHECK_TINY_REPORT=1), a tiny report built the way test_report builds it.
-    It must fit both widths too: its tables scroll in their own boxes."""
+    (DOCS_CHECK_TINY_REPORT=1), a tiny report built the way test_report builds it."""
     report = ROOT / "report" / "index.html"
-    if not report.is_file():
-        if os.environ.get("DOCS_CHECK_TINY_REPORT") != "1":
-            pytest.skip("no report/index.html (make report; make docs-check builds a tiny one)")
-        from conftest import tiny_report, tiny_report_settings
+    if report.is_file():
+        return report
+    if os.environ.get("DOCS_CHECK_TINY_REPORT") != "1":
+        pytest.skip("no report/index.html (make report; make docs-check builds a tiny one)")
+    from conftest import tiny_report, tiny_report_settings
 
-        from ropesplit.report import pipeline
+    from ropesplit.report import pipeline
 
-        tiny_report(monkeypatch)
-        report = pipeline.run_report(tiny_report_settings(), tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        tiny_report(patch)
+        return pipeline.run_report(tiny_report_settings(), tmp_path_factory.mktemp("report"))
+
+
+def test_report_renders_offline(report):
+    """It must fit both widths too: its tables scroll in their own boxes."""
     (result,) = offline_check.check_pages([report])
     assert result.ok, result
     assert result.widths == list(offline_check.WIDTHS)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG's width and height in pixels, from its header."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_report_first_screen_shows_the_figure_and_all_five_verdicts(report, tmp_path):
+    """At 1400 x 1000 px, unscrolled: the lead's figure (drawn) and each of the five verdict
+    rows end above the window's bottom edge (getBoundingClientRect); the window is saved
+    as a PNG."""
+    from ropesplit.claims.registry import CLAIMS
+
+    shots = Path(os.environ.get("DOCS_CHECK_SCREENSHOTS") or tmp_path)
+    (result,) = offline_check.check_pages([report], widths=(), first_screen=(1400, 1000),
+                                          screenshots=shots)  # fmt: skip
+    screen = result.screen
+    print(offline_check.screen_line(screen))  # the measured bottoms, under pytest -s / -rA
+    assert screen, "the report has no first screen (section.lead)"
+    assert result.below == [] and result.ok, result.below
+    figure, rows = screen["figure"], screen["rows"]
+    assert figure["name"] == "figure#figure-21" and figure["drawn"]
+    assert [row["text"][:2] for row in rows] == [f"{c.claim}." for c in CLAIMS]  # all five
+    assert all(part["bottom"] <= 1000 for part in [figure, *rows]), screen
+    assert png_size(Path(screen["screenshot"])) == (1400, 1000)
+
+
+PNG_PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
+             "nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==")  # fmt: skip
+
+
+def lead_page(tmp_path: Path, name: str, figure_px: int, *, beside: bool = True) -> Path:
+    """A page whose lead is a ``figure_px`` px tall figure with a table of five verdict rows
+    beside it (``beside=False``: under it)."""
+    body = "".join(f"<tr><td>{k + 1}. claim</td><td>agrees</td></tr>" for k in range(5))
+    flex = ' style="display: flex"' if beside else ""
+    return tiny_page(
+        tmp_path,
+        name,
+        f'<section class="lead"{flex}><figure id="figure-21">'
+        f'<img src="{PNG_PIXEL}" style="width: 600px; height: {figure_px}px">'
+        "</figure><div><table><tbody>" + body + "</tbody></table></div></section>",
+    )
+
+
+def test_a_first_screen_that_fits_passes_and_is_saved(tmp_path):
+    page = lead_page(tmp_path, "fits", 700)
+    (result,) = offline_check.check_pages([page], widths=(), screenshots=tmp_path / "shots")
+    assert result.ok and result.below == [], result
+    assert result.screen["figure"]["drawn"] and len(result.screen["rows"]) == 5
+    assert result.screen["figure"]["bottom"] <= 1000
+    assert png_size(tmp_path / "shots" / f"{tmp_path.name}-fits-1400x1000.png") == (1400, 1000)
+
+
+def test_a_figure_taller_than_the_first_screen_fails_naming_it(tmp_path, capsys):
+    page = lead_page(tmp_path, "tall", 1200)
+    (result,) = offline_check.check_pages([page], widths=())
+    assert not result.ok
+    (line,) = result.below
+    assert line.startswith("at 1400x1000 px: figure#figure-21 ends at ")
+    assert line.endswith("px, below the 1000 px window")
+    assert offline_check.main(["--widths", "", str(page)]) == 1
+    assert "not on the first screen at 1400x1000 px: figure#figure-21" in capsys.readouterr().out
+    assert offline_check.main(["--widths", "", "--first-screen", "", str(page)]) == 0
+
+
+def test_verdict_rows_below_the_first_screen_fail_naming_them(tmp_path):
+    """Rows under a figure that fits are named, one line each."""
+    page = lead_page(tmp_path, "stacked", 950, beside=False)
+    (result,) = offline_check.check_pages([page], widths=(), first_screen=(1000, 1000))
+    assert len(result.below) == 5 and not result.ok
+    assert result.screen["figure"]["bottom"] <= 1000
+    assert result.below[0].startswith("at 1000x1000 px: verdict row '1. claim' ends at ")
+    assert all(line.startswith("at 1000x1000 px: verdict row '") for line in result.below)
+
+
+def test_a_lead_without_a_drawn_figure_or_verdicts_fails(tmp_path):
+    page = tiny_page(tmp_path, "empty", '<section class="lead"><p class="missing">Figure 21 '
+                     "(grid): not drawn.</p></section>")  # fmt: skip
+    (result,) = offline_check.check_pages([page], widths=())
+    assert result.below == ["at 1400x1000 px: the first screen has no drawn figure",
+                            "at 1400x1000 px: the first screen has no verdict table"]  # fmt: skip
+
+
+def test_a_page_without_a_lead_has_no_first_screen_check(tmp_path):
+    page = tiny_page(tmp_path, "plain", "<p>text</p>")
+    (result,) = offline_check.check_pages([page], widths=())
+    assert result.ok and result.screen == {} and result.below == []
 
 
 WIDE_CELL = '<td style="white-space: nowrap">' + "wide " * 300 + "</td>"

@@ -19,7 +19,7 @@ from conftest import TEXT, TINY, llama_config, save_model
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical.analyze import DEFAULT_MEASURE, STATISTICS
-from ropesplit.empirical.experiments import Settings
+from ropesplit.empirical.experiments import ExperimentSettings
 from ropesplit.empirical.models import from_model, random_init_twin
 
 
@@ -63,7 +63,7 @@ def test_object_keeps_its_dtype_unless_told_and_runs_the_experiments(folder):
     assert moved.model.dtype == torch.float32
     ids = tokenize(moved, TEXT, 48)
     record = run_experiments(moved, ids, experiments=["distance"],
-                             settings=Settings(draws=1, layers=(0, 1)))
+                             settings=ExperimentSettings(draws=1, layers=(0, 1)))
     assert record["header"]["model"] == "my-fine-tune" and record["distance"]
 
 

@@ -26,7 +26,7 @@ from ropesplit.empirical.corpus import (
 )
 from ropesplit.empirical.models import load_model
 from ropesplit.empirical.text import tokenize
-from ropesplit.empirical.train import BOS, VOCAB, byte_tokenizer
+from ropesplit.empirical.train_setup import BOS, VOCAB, byte_tokenizer
 
 CONTEXT = 64
 

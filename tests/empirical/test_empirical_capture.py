@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,7 +24,14 @@ from hypothesis.extra.numpy import arrays
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical import capture, load_model
 from ropesplit.empirical.geometry import derive_theta
-from ropesplit.empirical.validate import rebuild_probs
+from ropesplit.empirical.validate import (
+    ModelAttention,
+    RotatedAttention,
+    allowed_pairs,
+    rebuild_logits,
+    reconstruct,
+    rotate_applied,
+)
 
 COMMON = dict(
     hidden_size=64,
@@ -167,17 +175,17 @@ def test_the_pass_stops_after_the_last_attention_unless_logits_are_kept(arch):
 
 
 def test_a_wrong_mask_or_scale_fails_the_reconstruction():
-    """The check can fail: dropping Mistral's window or doubling the scale shows up."""
+    """The check can fail: dropping Mistral's window or doubling the scale shows up in the
+    validation's own comparison of the probabilities."""
     loaded = load_model(ARCHS["mistral"][0], seed=0)
-    cache = capture(loaded, token_ids())
-    args = [cache[n, 0] for n in ("q", "k", "cos", "sin", "kv_map")]
-    probs = cache["probs", 0][1].double()
-    good = rebuild_probs(*args, cache["attn_scale", 0], window=8, heads=[1])[0]
-    no_window = rebuild_probs(*args, cache["attn_scale", 0], window=None, heads=[1])[0]
-    double = rebuild_probs(*args, 2 * cache["attn_scale", 0], window=8, heads=[1])[0]
-    assert (good - probs).abs().max() < 1e-6
-    assert (no_window - probs).abs().max() > 1e-2
-    assert (double - probs).abs().max() > 1e-3
+    layer = capture(loaded, token_ids()).layer(0)
+    qr, kr = (rotate_applied(x, layer.cos, layer.sin, layer.layout)
+              for x in (layer.q, layer.k[torch.as_tensor(layer.kv_map)]))  # fmt: skip
+    good = RotatedAttention(qr, kr, layer.attn_scale, layer.softcap, window=8)
+    model = ModelAttention(layer.probs)
+    assert reconstruct(good, model)[2] < 1e-6
+    assert reconstruct(replace(good, window=None), model)[2] > 1e-2
+    assert reconstruct(replace(good, scale=2 * good.scale), model)[2] > 1e-3
 
 
 @pytest.mark.parametrize("name", ["mistral", "gemma2", "phi"])
@@ -199,14 +207,16 @@ def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypa
     compiled comparisons (float32) and by their torch twin (half precision)."""
     cap = importlib.import_module("ropesplit.empirical.capture")
     original = cap.reconstruct
-    monkeypatch.setattr(cap, "reconstruct", lambda *args, window, **kw: original(
-        *args, window=(window or N_TOKENS) - 3, **kw))  # the window read 3 pairs too narrow
+    monkeypatch.setattr(cap, "reconstruct", lambda attention, *args: original(
+        replace(attention, window=(attention.window or N_TOKENS) - 3), *args))  # 3 too narrow
     loaded = load_model(ARCHS["mistral"][0], seed=0, dtype=str(dtype).removeprefix("torch."))
     with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds"):
         capture(loaded, token_ids())
 
 
 def test_rebuild_matches_a_float64_loop_twin():
+    """The validation's logits (soft-capped, windowed Gemma 2), rebuilt in float64 and put
+    through a dense masked softmax, are a loop over the definition's probabilities."""
     loaded = load_model(ARCHS["gemma2"][0], seed=1)
     cache = capture(loaded, token_ids(12, seed=3))
     q, k, cos, sin = (cache[n, 0].double().numpy() for n in ("q", "k", "cos", "sin"))
@@ -233,8 +243,11 @@ def test_rebuild_matches_a_float64_loop_twin():
         total = sum(math.exp(v - top) for v in row.values())
         for j, v in row.items():
             twin[i, j] = math.exp(v - top) / total
-    fast = rebuild_probs(*(cache[n, 0] for n in ("q", "k", "cos", "sin", "kv_map")), s,
-                         window=window, softcap=cap, heads=[head])[0]  # fmt: skip
+    qr, kr = (rotate_applied(torch.from_numpy(x), torch.from_numpy(cos), torch.from_numpy(sin),
+                             cache["layout", 0]) for x in (q[head : head + 1], k[kv : kv + 1]))
+    logits = rebuild_logits(RotatedAttention(qr, kr, s, cap, window))[0]  # (N, N) float64
+    allowed = allowed_pairs(n_tok, window)  # (N, N)
+    fast = torch.softmax(logits.masked_fill(~allowed, -math.inf), dim=-1)
     np.testing.assert_allclose(fast.numpy(), twin, rtol=0, atol=1e-12)
 
 
@@ -353,8 +366,8 @@ def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
     val = importlib.import_module("ropesplit.empirical.validate")  # where the capture rebuilds
     original = val.rebuild_logits
 
-    def wrong_scale(q, k, cos, sin, kv_map, attn_scale, **kw):
-        return original(q, k, cos, sin, kv_map, 1.5 * attn_scale, **kw)
+    def wrong_scale(attention, **kw):
+        return original(replace(attention, scale=1.5 * attention.scale), **kw)
 
     monkeypatch.setattr(val, "rebuild_logits", wrong_scale)
     loaded = load_model(ARCHS["llama"][0], seed=0)
@@ -559,11 +572,12 @@ def test_later_sequences_of_a_pass_are_validated_on_their_seeded_rows(monkeypatc
     row = min(inside) if where == "sampled" else min(set(range(n)) - inside)
     original = cap.reconstruct
 
-    def corrupted(*args, probs, **kw):
-        if probs.data_ptr() == seen.get("second"):
-            probs = probs.clone()
+    def corrupted(attention, model, blocks):
+        if model.probs.data_ptr() == seen.get("second"):
+            probs = model.probs.clone()
             probs[0, row, 0] += 0.5  # mass on the first key: sequence 1, layer 1, head 0
-        return original(*args, probs=probs, **kw)
+            model = replace(model, probs=probs)
+        return original(attention, model, blocks)
 
     seen: dict[str, int] = {}
     keep = cap._finish_layer

@@ -27,7 +27,7 @@ from ropesplit.empirical import capture, continuation_loss
 from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments import (
     EXPERIMENTS,
-    Settings,
+    ExperimentSettings,
     distance,
     forward_count,
     order,
@@ -419,7 +419,7 @@ def test_distance_rows_on_a_tiny_model(tiny, distinct_ids):
 
 @pytest.fixture(scope="module")
 def order_run(tiny, distinct_ids):
-    context = Context(tiny, distinct_ids, Settings(draws=3, seed=5))
+    context = Context(tiny, distinct_ids, ExperimentSettings(draws=3, seed=5))
     with seen_input_ids(tiny) as seen:
         rows = order.EXPERIMENT.run(context)
     return rows, seen.rows
@@ -454,7 +454,7 @@ def test_order_inputs_reach_the_model_and_never_move_the_first_token(order_run, 
 def test_order_measure_is_ideal_when_the_perturbation_cannot_change_the_text(tiny):
     """Known truth: a context of one repeated token reads the same after any re-ordering."""
     ids = torch.as_tensor([5] * 36 + list(range(10, 22)))
-    rows = order.EXPERIMENT.run(Context(tiny, ids, Settings(draws=2)))
+    rows = order.EXPERIMENT.run(Context(tiny, ids, ExperimentSettings(draws=2)))
     for row in rows:
         assert row["moved"] == 0.0 and row["ratio"] == 1.0 and row["ci_high"] == 1.0
     verdicts = {r["rate"]: order.judge(r).outcome for r in rows if r["scheme"] == "subset"}
@@ -469,7 +469,7 @@ def test_special_tokens_never_move(tiny, distinct_ids):
 
 
 def test_order_is_deterministic_per_seed(tiny, distinct_ids, order_run):
-    again = order.EXPERIMENT.run(Context(tiny, distinct_ids, Settings(draws=3, seed=5)))
+    again = order.EXPERIMENT.run(Context(tiny, distinct_ids, ExperimentSettings(draws=3, seed=5)))
     assert again == order_run[0]
     _, other = order.order_inputs(distinct_ids, draws=2, seed=6)
     _, first = order.order_inputs(distinct_ids, draws=2, seed=5)
@@ -481,7 +481,7 @@ def test_order_is_deterministic_per_seed(tiny, distinct_ids, order_run):
 
 @pytest.fixture(scope="module")
 def position_run(tiny, distinct_ids):
-    context = Context(tiny, distinct_ids, Settings(draws=2, seed=1))
+    context = Context(tiny, distinct_ids, ExperimentSettings(draws=2, seed=1))
     with seen_position_ids(tiny) as seen:
         rows = position.EXPERIMENT.run(context)
     return rows, seen.rows, context
@@ -551,7 +551,7 @@ def test_run_view_of_a_capture_against_itself_is_zero(tiny, distinct_ids):
 
 def test_run_experiments_record(tiny, distinct_ids):
     counted = []
-    chosen = Settings(draws=2, layers=(1,))
+    chosen = ExperimentSettings(draws=2, layers=(1,))
     record = run_experiments(tiny, distinct_ids[:40], experiments=("order", "distance"),
                              settings=chosen, on_forward=counted.append)  # fmt: skip
     assert list(record) == ["header", "experiments", "distance", "order"]
@@ -565,14 +565,15 @@ def test_run_experiments_record(tiny, distinct_ids):
         assert all(r["verdict"] in ("agrees", "disagrees", "inconclusive") for r in record[name])
     assert record["experiments"]["distance"]["own_capture"] == ["text"]
     assert record["experiments"]["order"]["own_capture"] == []
-    assert 0 < sum(counted) <= forward_count(["order", "distance"], Settings(draws=2))
+    assert 0 < sum(counted) <= forward_count(["order", "distance"], ExperimentSettings(draws=2))
     again = run_experiments(tiny, distinct_ids[:40], experiments=("order", "distance"),
                             settings=chosen)  # fmt: skip
     assert again == record  # deterministic for a given seed
     with pytest.raises(RopesplitError, match="experiments must be among distance, order"):
         run_experiments(tiny, distinct_ids, experiments=("melt",))
     with pytest.raises(RopesplitError, match="draws must be at least 1, got 0"):
-        run_experiments(tiny, distinct_ids, experiments=("order",), settings=Settings(draws=0))
+        run_experiments(tiny, distinct_ids, experiments=("order",),
+                        settings=ExperimentSettings(draws=0))
 
 
 def test_rows_then_schemes_judges_each_row_then_each_scheme_once_in_order():

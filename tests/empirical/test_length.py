@@ -19,7 +19,7 @@ from test_lminfinite import periodic_model, sticky_tokens
 
 from ropesplit.commands.perturb import tables
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.experiments import EXPERIMENTS, Settings, run_experiments
+from ropesplit.empirical.experiments import EXPERIMENTS, ExperimentSettings, run_experiments
 from ropesplit.empirical.experiments.length import (
     EXPERIMENT,
     claims,
@@ -145,7 +145,7 @@ def test_registry_runs_it_each_setting_from_its_own_pass(periodic):
     assert EXPERIMENTS["length"] is EXPERIMENT
     assert training_length(periodic) == L
     record = run_experiments(periodic, torch.as_tensor(sticky_tokens(8 * L)),
-                             experiments=["length"], settings=Settings(layers=(0,)))
+                             experiments=["length"], settings=ExperimentSettings(layers=(0,)))
     about = record["experiments"]["length"]
     assert about["own_capture"] == [f"length: {s}" for s in SETTINGS]
     assert about["verdict"] == "disagrees"

@@ -29,13 +29,14 @@ from ropesplit.empirical import load_model
 from ropesplit.empirical.experiments.order_passages import (
     DRAWS,
     RATES,
+    OrderDesign,
     order_passage,
     rate_label,
     scored_targets,
     token_losses,
 )
 from ropesplit.empirical.models import LoadedModel
-from ropesplit.empirical.perturb import (
+from ropesplit.numerics.schemes import (
     adjacent_transpositions,
     movable_positions,
     nested_adjacent_swaps,
@@ -349,12 +350,17 @@ def test_same_seed_same_dict_on_a_tiny_llama(tiny):
         ({"rates": (0.05, 0.2, 0.5)}, "rates must be ascending"),
         ({"draws": 0}, "draws must be"),
         ({"near": 0}, "near must be"),
-        ({"lengths": (500,)}, "lengths must lie in"),
     ],
 )
-def test_bad_passage_settings_are_one_line(kwargs, message):
+def test_a_bad_design_is_one_line(kwargs, message):
     with pytest.raises(RopesplitError, match=message) as info:
-        order_passage(fake(), np.arange(N_PASSAGE), seed=0, **kwargs)
+        OrderDesign(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_passage_lengths_are_one_line():
+    with pytest.raises(RopesplitError, match="lengths must lie in") as info:
+        order_passage(fake(), np.arange(N_PASSAGE), seed=0, lengths=(500,))
     assert "\n" not in str(info.value)
 
 

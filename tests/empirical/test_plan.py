@@ -12,13 +12,9 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from ropesplit.core.claims import CONTROL_SEEDS
-from ropesplit.empirical.claims_run import (
-    DEFAULT_GRID_TOKENS,
-    ClaimsSettings,
-    grid_tokens,
-    run_claims,
-)
+from ropesplit.claims.records import DEFAULT_GRID_TOKENS, ClaimsSettings, grid_tokens
+from ropesplit.claims.registry import CONTROL_SEEDS
+from ropesplit.empirical.claims_run import run_claims
 from ropesplit.empirical.corpus import PassageIds
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.plan import Kind, Plan, claims_plan, warmup

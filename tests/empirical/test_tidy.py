@@ -16,7 +16,7 @@ from ropesplit.core.io import write_json
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
 from ropesplit.empirical import tidy as tidy_module
 from ropesplit.empirical.analyze import STATISTICS, analysis_record
-from ropesplit.empirical.experiments import Settings
+from ropesplit.empirical.experiments import ExperimentSettings
 from ropesplit.empirical.models import random_init_twin
 from ropesplit.empirical.tidy import Records, from_json, tidy, to_json, untidy
 
@@ -28,7 +28,7 @@ def records(tmp_path_factory):
     ids = tokenize(loaded, TEXT, 48)
     trained, control = analyze(loaded, ids), analyze(random_init_twin(loaded, 1), ids)
     experiments = run_experiments(loaded, ids, experiments=["distance", "order"],
-                                  settings=Settings(draws=2, layers=(0, 1)))
+                                  settings=ExperimentSettings(draws=2, layers=(0, 1)))
     return {"analysis": analysis_record(trained, control, 1), "trained": trained,
             "experiments": experiments}  # fmt: skip
 

@@ -153,7 +153,25 @@ KWARGS = {
        for name in ("remainder", "keys", "terms", "shuffle")},
     "tolerance": lambda: {"curves": _tolerance_curves(), "paper": [0.05, 0.10]},
     "forest": lambda: {"rows": _forest_rows()},
+    "cells": lambda: {"claims": _cells_claims()},
 }  # fmt: skip
+
+
+def _cells_claims() -> list[dict]:
+    """Two claims over a 2 x 2 grid (figure 21): the headline cell, verdicts that differ."""
+    claims = []
+    for claim, threshold, direction, origin in ((2, 0.9, "above", "toolkit"),
+                                                (5, 0.5, "below", "paper")):
+        cells = [{"label": f"{tokens} {corpus}", "headline": (tokens, corpus) == (512, "pydoc"),
+                  "verdict": "agrees" if k % 2 else "weaker than the paper",
+                  "estimate": {"mean": threshold + 0.02 * (k - 1), "low": threshold - 0.04,
+                               "high": threshold + 0.05}}
+                 for k, (tokens, corpus) in enumerate((t, c) for t in (256, 512)
+                                                     for c in ("pydoc", "prose"))]
+        claims.append({"claim": claim, "measure": f"stat{claim}", "threshold": threshold,
+                       "origin": origin, "direction": direction, "axes": ["tokens", "corpus"],
+                       "cells": cells})
+    return claims
 
 
 def _tolerance_curves() -> list[dict]:

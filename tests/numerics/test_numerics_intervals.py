@@ -19,7 +19,6 @@ from ropesplit.numerics.intervals import (
     binomial_interval,
     decide,
     holm,
-    intersection_union,
     min_detectable_effect,
     one_sided_p,
     paired_interval,
@@ -27,7 +26,6 @@ from ropesplit.numerics.intervals import (
     t_cdf,
     t_interval,
     t_quantile,
-    unit_means,
 )
 
 UNIT_VALUES = arrays(
@@ -147,41 +145,6 @@ def test_interval_record() -> None:
     assert t_interval([0.7] * 5).low == pytest.approx(0.7)  # zero spread, zero width
 
 
-def _unit_means_twin(values: np.ndarray, units: np.ndarray) -> dict[int, float]:
-    sums: dict[int, float] = {}
-    counts: dict[int, int] = {}
-    for v, u in zip(values, units, strict=True):
-        sums.setdefault(int(u), 0.0)
-        counts.setdefault(int(u), 0)
-        if not math.isnan(v):
-            sums[int(u)] += float(v)
-            counts[int(u)] += 1
-    return {u: (sums[u] / counts[u] if counts[u] else math.nan) for u in sums}
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 60).flatmap(lambda m: st.tuples(
-    arrays(np.float64, m, elements=st.floats(-100, 100) | st.just(math.nan)),
-    arrays(np.int64, m, elements=st.integers(-3, 6)),
-)))  # fmt: skip
-def test_unit_means_matches_loop_twin(case: tuple[np.ndarray, np.ndarray]) -> None:
-    values, units = case
-    labels, means = unit_means(values, units)
-    twin = _unit_means_twin(values, units)
-    assert labels.tolist() == sorted(twin)
-    for label, mean in zip(labels.tolist(), means.tolist(), strict=True):
-        if math.isnan(twin[label]):
-            assert math.isnan(mean)
-        else:
-            assert mean == pytest.approx(twin[label], abs=1e-10)
-
-
-def test_unit_means_string_labels() -> None:
-    labels, means = unit_means([1.0, 2.0, math.nan, 4.0, math.nan], ["b", "a", "a", "b", "c"])
-    assert labels.tolist() == ["a", "b", "c"]
-    assert means[:2].tolist() == [2.0, 2.5] and math.isnan(means[2])
-
-
 # ------------------------------------------------------------------ coverage on known truth
 
 N_SIM = 2000
@@ -205,8 +168,8 @@ def test_coverage_normal_and_skewed(n: int) -> None:
 @pytest.mark.parametrize("n", [8, 12])
 def test_coverage_heads_nested_in_passages(n: int) -> None:
     """Passage effect (SD 0.05) plus head noise (SD 0.1), 9-30 heads a passage, 5% of heads
-    undefined (NaN); interval over passages from unit_means. Head-level pooling would be
-    far too narrow, so this also checks the passages really are the unit."""
+    undefined (NaN); interval over the passages' means of their defined heads. Head-level
+    pooling would be far too narrow, so this also checks the passages really are the unit."""
     rng = np.random.default_rng(777 + n)
     truth = 0.8
     hits, naive_hits = [], []
@@ -216,8 +179,7 @@ def test_coverage_heads_nested_in_passages(n: int) -> None:
         values = truth + np.repeat(rng.normal(0, 0.05, size=n), heads)
         values = values + rng.normal(0, 0.1, size=values.size)
         values[rng.random(values.size) < 0.05] = np.nan
-        labels, means = unit_means(values, passage)
-        assert labels.size == n
+        means = np.array([np.nanmean(values[passage == p]) for p in np.unique(passage)])
         hits.append(t_interval(means[np.isfinite(means)]).contains(truth))
         naive_hits.append(t_interval(values[np.isfinite(values)], unit="heads").contains(truth))
     assert 0.93 <= np.mean(hits) <= 0.97
@@ -331,36 +293,6 @@ def test_decide_names_the_quantity() -> None:
     assert json.loads(json.dumps(got.as_dict())) == {"outcome": "agrees", "reason": got.reason}
 
 
-AGREE, DISAGREE, UNSURE = (Outcome("agrees", "a"), Outcome("disagrees", "d"),
-                           Outcome("inconclusive", "i"))  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("parts", "outcome"),
-    [
-        ([AGREE], "agrees"),
-        ([AGREE, AGREE, AGREE], "agrees"),
-        ([AGREE, UNSURE], "inconclusive"),
-        ([UNSURE, UNSURE], "inconclusive"),
-        ([AGREE, DISAGREE], "disagrees"),
-        ([UNSURE, DISAGREE, AGREE], "disagrees"),
-        ([DISAGREE], "disagrees"),
-    ],
-)
-def test_intersection_union_table(parts: list[Outcome], outcome: str) -> None:
-    got = intersection_union(parts, "claim 3")
-    assert got.outcome == outcome
-    assert got.reason == "claim 3: " + "; ".join(p.reason for p in parts)
-
-
-def test_intersection_union_of_real_decisions() -> None:
-    parts = [decide(_iv(0.912, 0.903, 0.921), 0.9, "above", min_n=8, what="fraction"),
-             decide(_iv(0.2, 0.1, 0.3, n=3), 0.5, "below", min_n=8, what="error")]  # fmt: skip
-    got = intersection_union(parts, "")
-    assert got.outcome == "inconclusive"  # the second is refused for too few replicates
-    assert got.reason == parts[0].reason + "; " + parts[1].reason
-
-
 def _holm_twin(p: list[float]) -> list[float]:
     """Holm step-down, written from the definition: for the i-th smallest p,
     max over j <= i of min(1, (m - j + 1) p_(j)) (1-based ranks, ties in input order)."""
@@ -427,14 +359,12 @@ def test_min_detectable_effect_has_its_power(n: int) -> None:
         (lambda: paired_interval([1.0, 2.0], [1.0, 2.0, 3.0]),
          "a and b must have the same shape, got (2,) and (3,)"),
         (lambda: paired_interval([1.0, 2.0], [1.0, math.nan]), "a - b must be finite, got 1"),
-        (lambda: unit_means([1.0, 2.0], [0]), "values and units must be 1-D of the same shape"),
         (lambda: one_sided_p([1.0, 2.0], 0.0, "up"), "direction must be 'above' or 'below'"),
         (lambda: one_sided_p([1.0], 0.0, "above"), "values must hold at least 2 numbers, got 1"),
         (lambda: decide(_iv(1, 0, 2), 0.5, "greater", min_n=2),
          "direction must be 'above' or 'below', got 'greater'"),
         (lambda: decide(_iv(1, 0, 2), math.nan, "above", min_n=2), "threshold must be finite"),
         (lambda: decide(_iv(1, 0, 2), 0.5, "above", min_n=0), "min_n must be a positive integer"),
-        (lambda: intersection_union([], "x"), "decisions must hold at least one Outcome, got 0"),
         (lambda: Outcome("maybe", ""), "outcome must be one of agrees, disagrees, inconclusive"),
         (lambda: holm([0.1, 1.5]), "pvalues must lie in [0, 1], got 1 outside or NaN"),
         (lambda: holm([[0.1]]), "pvalues must be 1-D, got shape (1, 1)"),

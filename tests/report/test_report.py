@@ -14,20 +14,23 @@ import json
 import re
 
 import pytest
-import torch
-from conftest import N_TOKENS, TINY_TRAIN, llama_config, tiny_passages, tiny_report, tiny_report_settings
-from ropesplit.empirical import load_model
-from ropesplit.empirical.models import random_init_twin
-from ropesplit.empirical.train import TrainConfig
-from ropesplit.theory import STEPS
+from conftest import (
+    N_TOKENS,
+    TINY_TRAIN,
+    tiny_passages,
+    tiny_report,
+    tiny_report_settings,
+)
 
+from ropesplit.claims.registry import CLAIMS
 from ropesplit.cli import main
-from ropesplit.core.claims import CLAIMS
+from ropesplit.empirical import load_model
 from ropesplit.figures import FIGURES, figure_files
-from ropesplit.report import pipeline, render, sections, stages, training
+from ropesplit.report import pipeline, render, sections
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.render import render_html, render_markdown
 from ropesplit.report.sections import build_document
+from ropesplit.theory import STEPS
 
 pytestmark = pytest.mark.slow  # the tiny report, end to end (make test-fast leaves it out)
 
@@ -47,16 +50,16 @@ def _extra_section(inputs):
 
 def _qwen_record(folder):
     """Another model's claims record, a tiny Qwen2 (for the models x claims table)."""
-    from ropesplit.empirical.calibration import tiny_config
-    from ropesplit.empirical.claims_run import ClaimsSettings, run_claims
-
-    from ropesplit.core.claims import CONTROL_SEEDS
+    from ropesplit.claims.records import ClaimsSettings
+    from ropesplit.claims.registry import CONTROL_SEEDS
     from ropesplit.core.io import write_json
+    from ropesplit.empirical.calibration import tiny_config
+    from ropesplit.empirical.claims_run import run_claims
 
     cfg = tiny_config("qwen2")
     record = run_claims(load_model(cfg, seed=1),
                         ClaimsSettings(tokens=96, grid=(96,), passages=8, order_passages=8),
-                        passage_ids=tiny_passages(None),
+                        passage_ids=tiny_passages(),
                         controls={s: load_model(cfg, seed=50 + s) for s in CONTROL_SEEDS})
     write_json(folder / "qwen2.json", record)
     return folder / "qwen2.json"
@@ -169,15 +172,39 @@ def test_the_report_opens_with_the_claims_and_ends_with_the_run(report):
         first = claim["conditions"][0]["interval"]
         assert fmt(first["mean"]) in row and fmt(first["low"]) in row
     row2 = re.search(r"2\. Attention logits split.*?</tr>", claims).group(0)
-    grid = records["claims"]["claims"][1]["robust_statement"]
-    assert html_module.escape(grid) in row2
     assert html_module.escape("toolkit's") in row2 and html_module.escape("paper's") in row2
+    grids = {g["claim"]: g for g in records["claims"]["grid"]}
+    for claim in records["claims"]["claims"]:  # over the grid: one line, the rest folded
+        row = re.search(rf"{claim['claim']}\. .*?</tr>", claims).group(0)
+        assert_one_line_over_the_grid(row, claim["robust_statement"], grids[claim["claim"]])
     assert "weaker than the paper:" in claims  # the verdict words are defined on the page
     # the length experiment is routed by what each check is about: loss under 1, f/g under 5
     one = html[html.index('<h2 id="claim-1">'):html.index('<h2 id="claim-2">')]
     five = html[html.index('<h2 id="claim-5">'):html.index('<h2 id="theory">')]
     assert "vanilla rises" in one and "LM-Infinite near" in one and "g in range" not in one
     assert "g in range" in five and "f goes with the rise" in five and "vanilla rises" not in five
+
+
+def assert_one_line_over_the_grid(row: str, statement: str, grid: dict) -> None:
+    """The row's last cell: a robust statement as it is; a fragile one as one line, its most
+    common verdict's count of the grid's cells, the whole statement folded under it."""
+    last = row.rsplit("<td", 1)[1]
+    if statement.startswith("robust: "):
+        assert f">{html_module.escape(statement)}</td>" in last and "<details>" not in last
+        return
+    shown = re.fullmatch(
+        r"[^>]*><details><summary>fragile: ([a-z ]+) in (\d+) of (\d+) "
+        r"cells</summary><ul>(.*)</ul></details></td></tr>",
+        last,
+    )
+    assert shown is not None, last
+    verdicts = [c["verdict"] for c in grid["cells"]]
+    assert int(shown.group(3)) == len(verdicts) == grid["n_cells"]
+    assert (
+        int(shown.group(2)) == verdicts.count(shown.group(1)) == max(map(verdicts.count, verdicts))
+    )
+    folded = re.findall(r"<li>(.*?)</li>", shown.group(4))
+    assert "; ".join(folded) == html_module.escape(statement.removeprefix("fragile: "))
 
 
 def test_prose_is_left_aligned_numbers_right_and_wide_tables_scroll(report):
@@ -215,7 +242,7 @@ def test_markdown_links_the_written_pngs(report):
 # interventions stage, not by `figures`
 INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
 TRAINED = ("emergence", "emergence_pairs", "recall_emergence", "recall_pairs")  # report only
-CLAIMS_RUN = ("tolerance", "forest")  # the claims and compare stages' (report only)
+CLAIMS_RUN = ("tolerance", "forest", "cells")  # the claims and compare stages' (report only)
 REPORT_ONLY = (*TRAINED, "length", *INTERVENTIONS, *CLAIMS_RUN)
 
 
@@ -298,7 +325,9 @@ def test_bad_flags_fail_before_anything_is_created(flags, message, tmp_path, cap
 
 
 def test_the_report_opens_with_its_run_line_and_a_table_of_contents(report):
-    """Model, corpus and tokens, date and commit first; then links to every section."""
+    """Model, corpus and tokens, date and commit first; then the first screen (figure 21 and
+    the five verdicts); then links to every section, below the first screen in the page
+    (a sticky column beside it on a wide window)."""
     html, run = report["html"], report["records"]["run"]
     assert {"date", "commit", "corpus"} <= set(run)
     top = html.split("<h1>", 1)[1].split("</nav>", 1)[0]
@@ -307,7 +336,31 @@ def test_the_report_opens_with_its_run_line_and_a_table_of_contents(report):
     anchors = re.findall(r'<h2 id="([^"]+)"', html)
     links = re.findall(r'<li><a href="#([^"]+)">', top)
     assert links == anchors and "claims" in " ".join(links)
+    assert (html.index('<p class="run">') < html.index('<section class="lead" id="glance"')
+            < html.index('<nav class="toc">') < html.index("<h2 id="))  # fmt: skip
+    assert "nav.toc { grid-area: toc; position: sticky;" in html
     assert report["md"].splitlines()[2].startswith(f"*{run['model']}")
+
+
+def test_the_first_screen_is_figure_21_beside_the_five_verdicts(report):
+    """The lead: the forest of every claim in every cell (figure 21, drawn from claims.json),
+    and a compact table, one row per claim: its verdict and over the grid one line."""
+    html, record = report["html"], report["records"]["claims"]
+    lead = html[html.index('<section class="lead"') : html.index('<nav class="toc">')]
+    assert lead.index('<figure id="figure-21"><img') < lead.index('<div class="verdicts">')
+    assert lead.count("<figure") == 1 and "<h2" not in lead
+    rows = re.findall(r"<tr>.*?</tr>", lead.split("<tbody>", 1)[1])
+    grids = {g["claim"]: g for g in record["grid"]}
+    assert len(rows) == len(record["claims"]) == 5
+    for row, claim in zip(rows, record["claims"], strict=True):
+        n = claim["claim"]
+        assert row.startswith(f'<tr><td class="prose"><a href="#claim-{n}">{n}. ')
+        css = render.VERDICT_CLASS[claim["verdict"]]
+        assert f'<td class="{css}">{claim["verdict"]}</td>' in row
+        assert_one_line_over_the_grid(row, claim["robust_statement"], grids[n])
+    md = report["md"]  # the Markdown opens the same way: the table and the figure, then contents
+    assert md.index("| claim | verdict | over the grid |") < md.index("![Figure 21: ") < md.index(
+        "1. [The paper's claims")  # fmt: skip
 
 
 # the section each figure stands in (by anchor): with what it shows, not in a gallery at the end
@@ -317,17 +370,22 @@ PLACE = {"decomposition": "empirical", "r_split": "empirical", "pair_energy": "e
          "distance": "experiment-distance", "length": "experiment-length",
          "emergence": "training", "emergence_pairs": "training",
          "recall_emergence": "recall", "recall_pairs": "recall",
-         "tolerance": "claim-1", "forest": "models",
+         "tolerance": "claim-1", "forest": "models", "cells": "glance",
          **{name: f"experiment-{name}" for name in INTERVENTIONS}}  # fmt: skip
 
 
 def test_each_figure_stands_in_its_own_section(report):
+    """Under its section's heading, or inside the first screen (a lead section has none)."""
     html = report["html"]
     heads = [(m.start(), m.group(1)) for m in re.finditer(r'<h2 id="([^"]+)"', html)]
+    leads = [(m.start(), html.index("</section>", m.start()), m.group(1))
+             for m in re.finditer(r'<section class="lead" id="([^"]+)"', html)]  # fmt: skip
     assert set(PLACE) == {spec.name for spec in FIGURES}
     for spec in FIGURES:
         at = html.index(f'<figure id="figure-{spec.number}">')
-        assert [anchor for pos, anchor in heads if pos < at][-1] == PLACE[spec.name], spec.name
+        inside = [anchor for start, end, anchor in leads if start < at < end]
+        placed = inside or [anchor for pos, anchor in heads if pos < at]
+        assert placed[-1] == PLACE[spec.name], spec.name
     assert 'class="missing"' not in html  # the tiny report draws every figure
 
 

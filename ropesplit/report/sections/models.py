@@ -4,15 +4,16 @@ Reads the ``compare`` stage's record (``compare.json``: the run's own claims
 record and any given with ``--claims-record``; ``empirical.claims_run.compare_records``):
 one row per model and claim with the verdict, every primary condition's estimate
 and its 95% interval, whose threshold each is read against, and the robustness
-over the grid; figure 20 draws the same conditions as a forest plot.
+over the grid in one line (the detail folded under it); figure 20 draws the same
+conditions as a forest plot.
 """
 
 from __future__ import annotations
 
-from ropesplit.core.claims import condition_label
+from ropesplit.claims.text import condition_label
 from ropesplit.report.document import Section, Table
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
-from ropesplit.report.sections.summary import interval_text
+from ropesplit.report.sections.summary import grid_line, interval_text
 
 __all__ = ["SECTION"]
 
@@ -23,7 +24,7 @@ def build(inputs: ReportInputs) -> list[Section]:
              "; ".join(f"{condition_label(c)} {interval_text(c['estimate'])}"
                        for c in row["conditions"]),
              "; ".join(f"{c['threshold']:g} ({c['origin']}'s)" for c in row["conditions"]),
-             row["robust_statement"] or "n/a"]
+             grid_line(row["robust_statement"])]
             for row in record["rows"]]  # fmt: skip
     table = Table(["model", "claim", "verdict", "every primary condition (95% interval)",
                    "thresholds", "over the grid"], rows,

@@ -1,34 +1,41 @@
-r"""The report's first screen: one line per claim of the paper, its verdict and its robustness.
+r"""The report's first screen and the claims: per claim of the paper its verdict and robustness.
 
 Every verdict here is the claim's pre-registered primary test
-(``ropesplit.core.claims``) in the headline cell of the grid, evaluated over the
+(``ropesplit.claims.registry``) in the headline cell of the grid, evaluated over the
 corpus's passages by the ``claims`` stage (``claims.json``): the statistic,
 each condition's 95% interval with whose threshold it is (the paper's or the
-toolkit's), the number of units, the verdict (``ropesplit.core.claims.VERDICTS``)
+toolkit's), the number of units, the verdict (``ropesplit.claims.registry.VERDICTS``)
 and, beside it, whether the verdict is *robust* over every cell of the grid
-the claim depends on or *fragile* (naming the cells that differ). Each line
-links to the claim's detail section: the paper's words, its prediction and
-verdict in two lines, then, collapsed, every condition, the nulls, the
-positive control where there is one, the secondary statistics (one-sided,
-Holm-corrected, shown only), the verdict in every cell of the grid and,
-under claims 1 and 5, the length experiment's checks as the ``length`` stage
-judged them. Claim 1's detail shows figure 19, the tolerance curve. The
-experiment sections further down are descriptive: none of their checks
-decides a claim.
+the claim depends on or *fragile* (naming the cells that differ).
+
+The first screen (a lead section, no heading) is figure 21, every claim's primary
+statistic in every cell of the grid against its threshold, beside a compact table:
+claim, verdict, and over the grid one line (:func:`grid_line`: "fragile: agrees in 22
+of 32 cells"), the rest of the record's statement folded under it. Then the claims'
+section: one line per claim with its primary test and numbers, each linking to the
+claim's detail section: the paper's words, its prediction and verdict in two lines,
+then, collapsed, every condition, the nulls, the positive control where there is one,
+the secondary statistics (one-sided, Holm-corrected, shown only), the verdict in every
+cell of the grid and, under claims 1 and 5, the length experiment's checks as the
+``length`` stage judged them. Claim 1's detail shows figure 19, the tolerance curve.
+The experiment sections further down are descriptive: none of their checks decides a
+claim.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from ropesplit.core.claims import VERDICTS, condition_text, condition_word, primary
-from ropesplit.core.claims import interval_text as core_interval_text
+from ropesplit.claims.registry import VERDICTS, primary
+from ropesplit.claims.text import condition_text, condition_word
+from ropesplit.claims.text import interval_text as core_interval_text
 from ropesplit.core.paper import PAPER_CITATION, QUOTES
-from ropesplit.report.document import Details, Section, Table, fmt
+from ropesplit.report.document import Cell, Details, Folded, Section, Table, cell_text, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec
 
-__all__ = ["SECTION", "claim_cells", "interval_text"]
+__all__ = ["SECTION", "claim_cells", "grid_line", "interval_text"]
 
 
 def interval_text(interval: Mapping[str, Any] | None) -> str:
@@ -40,12 +47,46 @@ def _condition_text(c: Mapping[str, Any]) -> str:
     return condition_text(c, fmt)
 
 
-def claim_cells(claim: Mapping[str, Any]) -> list[str]:
-    """The first screen's cells: claim, primary test, this run's numbers, verdict, robustness."""
+# "agrees in 22": a verdict and its count of cells, as ropesplit.claims.verdicts.robustness
+# words them
+_COUNTED = re.compile(r"\b(" + "|".join(sorted(map(re.escape, VERDICTS), key=len, reverse=True))
+                      + r") in (\d+)\b")  # fmt: skip
+_OF = re.compile(r"\bof (\d+)\b")
+
+
+def grid_line(statement: str | None) -> Cell:
+    """A claim's robustness over the grid in one line, the record's statement folded under it.
+
+    A robust statement is one line already; a fragile one reads as its most common verdict
+    ("fragile: agrees in 22 of 32 cells"), its whole statement (each verdict's cells, the
+    counts by axis) the detail, one line per clause.
+
+    >>> grid_line("robust: agrees in all 16 cells")
+    'robust: agrees in all 16 cells'
+    >>> grid_line("fragile: agrees in 22, inconclusive in 10 of 32 cells; by heads mean/pooled: "
+    ...           "agrees 6/16, inconclusive 10/0 of 16 each")
+    Folded(summary='fragile: agrees in 22 of 32 cells', detail=('agrees in 22, inconclusive in 10 of 32 cells', 'by heads mean/pooled: agrees 6/16, inconclusive 10/0 of 16 each'))
+    """  # noqa: E501
+    if not statement:
+        return "n/a"
+    word, _, rest = statement.partition(": ")
+    if word != "fragile" or not rest:
+        return statement
+    counted = [(verdict, int(n)) for verdict, n in _COUNTED.findall(rest)]
+    total = _OF.search(rest)
+    line = "fragile"
+    if counted and total:
+        verdict, n = max(counted, key=lambda vn: vn[1])  # the first of the most common
+        line = f"fragile: {verdict} in {n} of {total.group(1)} cells"
+    return Folded(line, tuple(rest.split("; ")))
+
+
+def claim_cells(claim: Mapping[str, Any]) -> list[Cell]:
+    """A claim's row: claim, primary test, this run's numbers, verdict, robustness."""
     numbers = "; ".join(_condition_text(c) for c in claim["conditions"])
     return [f"{claim['claim']}. {claim['statement']}", claim["statistic"],
             f"{numbers}; n = {claim['n']} {claim['unit']}", claim["verdict"],
-            claim.get("robust_statement") or "n/a"]  # fmt: skip
+            grid_line(claim.get("robust_statement"))]  # fmt: skip
 
 
 # the length experiment (one text, the model the report trains) is shown under the claim each of
@@ -102,8 +143,8 @@ def _detail(claim: Mapping[str, Any], records: Mapping[str, Any], grid: Mapping[
     rows += _length_rows(int(claim["claim"]), records)
     table = Table(["test", "95% interval", "n", "outcome"], rows,
                   f"claim {claim['claim']} in the headline cell ({_cell_text(claim['cell'])}): "
-                  "conditions fixed in ropesplit.core.claims before the run; the verdict reads "
-                  "them as ropesplit.core.claims.VERDICTS defines")  # fmt: skip
+                  "conditions fixed in ropesplit.claims.registry before the run; the verdict reads "
+                  "them as ropesplit.claims.registry.VERDICTS defines")  # fmt: skip
     detail = Details(f"every test of claim {claim['claim']} ({len(rows)}: primary, nulls, "
                      "secondaries)", tables=[table])  # fmt: skip
     details = [detail]
@@ -114,11 +155,11 @@ def _detail(claim: Mapping[str, Any], records: Mapping[str, Any], grid: Mapping[
     details.insert(0, Details(f"the paper's words for claim {claim['claim']}",
                               _quotes(int(claim["claim"]))))  # fmt: skip
     figures = inputs.figure("tolerance") if int(claim["claim"]) == 1 else []
-    grid_line = claim.get("robust_statement") or "not evaluated"
+    over = cell_text(grid_line(claim.get("robust_statement") or "not evaluated"))
     return Section(f"Claim {claim['claim']}: {claim['statement']}",
                    [f"Prediction: {claim['prediction']}.",
                     f"Verdict: {claim['verdict']}. {claim['reason']} Over the grid: "
-                    f"{grid_line}."],
+                    f"{over}."],
                    anchor=f"claim-{claim['claim']}", details=details,
                    figures=figures)  # fmt: skip
 
@@ -128,11 +169,19 @@ def build(inputs: ReportInputs) -> list[Section]:
     head = record["header"]
     claims = record["claims"]
     grids = {int(g["claim"]): g for g in record.get("grid", [])}
+    links = [f"claim-{c['claim']}" for c in claims]
     table = Table(["claim (docs/paper.md)", "primary test", "this run (95% intervals)",
                    "verdict", "over the grid"], [claim_cells(c) for c in claims],
                   "one pre-registered primary test per claim in the headline cell, and its "
                   "robustness over the grid; each line links to its detail",
-                  links=[f"claim-{c['claim']}" for c in claims])  # fmt: skip
+                  links=links)  # fmt: skip
+    verdicts = Table(["claim", "verdict", "over the grid"],
+                     [[f"{c['claim']}. {c['statement']}", c["verdict"],
+                       grid_line(c.get("robust_statement"))] for c in claims],
+                     f"The paper's claims ({PAPER_CITATION}) on {head['model']}: each verdict "
+                     "in the headline cell, and over the grid", links=links)  # fmt: skip
+    lead = Section("The claims at a glance", tables=[verdicts], figures=inputs.figure("cells"),
+                   anchor="glance", lead=True)  # fmt: skip
     grid = head.get("grid", {})
     intro = (f"{PAPER_CITATION}: each claim judged by one primary test fixed before the run, on "
              f"{head['model']}, {head['passages']} passages of each corpus "
@@ -145,9 +194,11 @@ def build(inputs: ReportInputs) -> list[Section]:
     if head.get("partial"):  # shards merged with --partial: judged on the passages there are
         intro = f"Partial: {head['partial']}. " + intro
     words = "; ".join(f"{word}: {meaning}" for word, meaning in VERDICTS.items())
-    return [Section("The paper's claims at a glance", [intro, f"Verdicts. {words}."], [table],
-                    anchor=SECTION.anchor),
-            *(_detail(c, inputs.records, grids.get(int(c["claim"])), inputs) for c in claims)]
+    return [lead,
+            Section("The paper's claims and their primary tests",
+                    [intro, f"Verdicts. {words}."], [table], anchor=SECTION.anchor),
+            *(_detail(c, inputs.records, grids.get(int(c["claim"])), inputs) for c in claims),
+            ]  # fmt: skip
 
 
-SECTION = SectionSpec("claims", ("claims",), build, figures=("tolerance",))
+SECTION = SectionSpec("claims", ("claims",), build, figures=("cells", "tolerance"))

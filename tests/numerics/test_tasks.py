@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.tasks import MIN_DISTANCE, OFFSET, pairs_in, task_batch, task_vocab
 from ropesplit.numerics.emergence import weighted_slow_share
 from ropesplit.numerics.rope import to_pairs
 from ropesplit.numerics.spec import RopeSpec
 from ropesplit.numerics.stats import head_statistics
+from ropesplit.numerics.tasks import MIN_DISTANCE, OFFSET, pairs_in, task_batch, task_vocab
 
 L, V = 64, 32
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.perturb import (
+from ropesplit.numerics.schemes import (
     ORDER_SCHEMES,
     POSITION_SCHEMES,
     adjacent_transpositions,
