@@ -37,7 +37,7 @@ With ``--split-only`` each run also analyses the batch under
 ``Measure(split_only=True)``, what ``claims`` computes per passage (no bound
 check, FFT band sums or three-axis fit), and prints that capture plus
 statistics over the same run's forward pass: the part of ``total/fwd`` that
-``claims.json`` reads bit for bit.
+``claims.json`` reads.
 
     .venv/bin/python benchmarks/bench_empirical.py [--tokens 512 1024 2048] [--passages P]
         [--json PATH] [--allocator steady|default] [--split-only]
