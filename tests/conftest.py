@@ -106,9 +106,11 @@ TINY_TRAIN, TINY_RECALL = _tiny_train()
 def tiny_report_settings():
     """The tiny report's run settings: 48 tokens, one seed, 8 passages."""
     from ropesplit.claims.records import ClaimsSettings
+    from ropesplit.empirical.experiments.settings import ExperimentSettings
     from ropesplit.report import pipeline
 
-    return pipeline.RunSettings(tokens=N_TOKENS, draws=1, figure_tokens=24, bound_tokens=64,
+    return pipeline.RunSettings(tokens=N_TOKENS, experiments=ExperimentSettings(draws=1),
+                                figure_tokens=24, bound_tokens=64,
                                 claims=ClaimsSettings(passages=8, order_passages=8),
                                 intervention_tokens=N_TOKENS, claims_ids=tiny_passages(),
                                 intervention_ids=_tiny_intervention_passages())  # fmt: skip

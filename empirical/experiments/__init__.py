@@ -19,7 +19,7 @@ reason).
 :class:`~.base.Experiment`) and a line in :data:`EXPERIMENTS`.
 """
 
-from ropesplit.empirical.experiments.base import Context, Experiment, ExperimentSettings, Outcome
+from ropesplit.empirical.experiments.base import Context, Experiment, Outcome
 from ropesplit.empirical.experiments.registry import (
     EXPERIMENTS,
     INTERVENTIONS,
@@ -27,6 +27,7 @@ from ropesplit.empirical.experiments.registry import (
     forward_count,
     run_experiments,
 )
+from ropesplit.empirical.experiments.settings import ExperimentSettings
 
 __all__ = [
     "EXPERIMENTS",

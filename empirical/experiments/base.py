@@ -31,6 +31,7 @@ import torch
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.outcome import OUTCOMES, Outcome
 from ropesplit.empirical.capture import Capture, capture
+from ropesplit.empirical.experiments.settings import ExperimentSettings
 from ropesplit.empirical.models import LoadedModel
 
 __all__ = [
@@ -91,26 +92,6 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ou
     if large["ci_high"] < small["ci_low"]:
         return Outcome("disagrees", f"{text}: {fall}")
     return Outcome("inconclusive", f"{text}: the intervals overlap (more seeds would tell)")
-
-
-@dataclass(frozen=True)
-class ExperimentSettings:
-    """What a run may vary: the draws, the base seed, the fitted layers, the forward batch size.
-
-    ``draws`` is the number of perturbation draws per setting (the order
-    experiment's bootstrap resamples them); ``layers`` (default six evenly
-    spaced) are the layers the per-head fits of the distance experiment use.
-    """
-
-    draws: int = 5
-    seed: int = 0
-    layers: tuple[int, ...] | None = None
-    batch_size: int = 8
-
-    def __post_init__(self) -> None:
-        for name, value in (("draws", self.draws), ("batch_size", self.batch_size)):
-            if value < 1:
-                raise RopesplitError(f"{name} must be at least 1, got {value}")
 
 
 def default_layers(analysed: Sequence[int], count: int = DEFAULT_LAYER_COUNT) -> list[int]:

@@ -50,12 +50,14 @@ def prepare_out(path: str, what: str) -> Path:
 def settings_from(args: argparse.Namespace, **more: Any) -> RunSettings:
     """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags (and ``more``
     fields: the report's claims options), checked as it is built."""
+    from ropesplit.empirical.experiments.settings import ExperimentSettings
     from ropesplit.report.figure_data import parse_head
     from ropesplit.report.pipeline import RunSettings
 
+    experiments = built(ExperimentSettings, draws=args.draws, seed=args.seed)
     return built(RunSettings,
         model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
-        seed=args.seed, draws=args.draws, figure_tokens=args.figure_tokens,
+        seed=args.seed, experiments=experiments, figure_tokens=args.figure_tokens,
         head=parse_head(args.head) if args.head else None, device=args.device, dtype=args.dtype,
         **more,
     )  # fmt: skip

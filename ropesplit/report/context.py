@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropesplit.claims.records import ClaimsSettings
 from ropesplit.core.errors import RopesplitError
+
+if TYPE_CHECKING:
+    from ropesplit.empirical.experiments.settings import ExperimentSettings
 
 __all__ = ["RunContext", "RunSettings", "Stage"]
 
@@ -19,8 +22,9 @@ __all__ = ["RunContext", "RunSettings", "Stage"]
 class RunSettings:
     """What one run reads and how much it computes (defaults sized for 2 CPU cores), checked
     when built. The claims' options are one :class:`~ropesplit.claims.records.ClaimsSettings`
-    (``claims``), the same object ``ropesplit claims`` runs; its ``tokens`` and ``seed`` are
-    the run's."""
+    (``claims``), the same object ``ropesplit claims`` runs, and the experiments' one
+    ``ExperimentSettings`` (``experiments``), the same ``ropesplit perturb`` runs; their
+    ``tokens`` and ``seed`` are the run's."""
 
     # Hugging Face id or folder; None: the embedded SmolLM2-135M; or a causal LM
     # object in memory (transformers PreTrainedModel) with its ``tokenizer``
@@ -30,7 +34,6 @@ class RunSettings:
     text: str | None = None  # a UTF-8 file; None: Python's language reference
     tokens: int = 512  # tokens analysed and perturbed
     seed: int = 0  # control weights, pair sampling, perturbations
-    draws: int = 2  # perturbation draws per (scheme, rate)
     head: tuple[int, int] | None = None  # figure 1's (layer, head); None: median r_split
     # tokens of figure 1's heatmaps and figure 4's heads (None: 96, or tokens when fewer)
     figure_tokens: int | None = None
@@ -38,6 +41,10 @@ class RunSettings:
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
     # the claims run: corpora, grid, passage counts (its tokens and seed: the run's)
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
+    # the experiments' draws per (scheme, rate), fitted layers, batch (its seed: the run's)
+    # (left out: 2 draws, filled in when the settings are built, which loads the experiments'
+    # package: importing the report loads no torch)
+    experiments: ExperimentSettings = None  # type: ignore[assignment]
     claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table
     intervention_tokens: int = 128  # tokens per passage of the interventions
     device: str | None = None  # torch device of a model read from disk (None: cpu)
@@ -55,11 +62,13 @@ class RunSettings:
         if not 2 <= self.figure_tokens <= self.tokens:  # type: ignore[operator]
             raise RopesplitError(f"figure_tokens must lie in [2, tokens = {self.tokens}], "
                                  f"got {self.figure_tokens}")  # fmt: skip
-        if self.draws < 1:
-            raise RopesplitError(f"draws must be at least 1, got {self.draws}")
         if (self.claims.tokens, self.claims.seed) != (self.tokens, self.seed):
             object.__setattr__(self, "claims", replace(self.claims, tokens=self.tokens,
                                                        seed=self.seed))  # fmt: skip
+        from ropesplit.empirical.experiments.settings import ExperimentSettings
+
+        experiments = self.experiments or ExperimentSettings(draws=2)
+        object.__setattr__(self, "experiments", replace(experiments, seed=self.seed))
 
 
 @dataclass

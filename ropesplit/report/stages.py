@@ -192,7 +192,8 @@ def _figures_stage(ctx: RunContext) -> None:
                                 formats=ctx.formats)  # fmt: skip
     settings = ctx.settings
     source = {"model": getattr(ctx.loaded, "name", None), "tokens": settings.tokens,
-              "seed": settings.seed, "draws": settings.draws, "text": settings.text}  # fmt: skip
+              "seed": settings.seed, "draws": settings.experiments.draws,
+              "text": settings.text}  # fmt: skip
     write_records(ctx.figure_data, ctx.figure_folder / "records", source=source)
 
 
@@ -273,14 +274,13 @@ def _perturb(
     from ropesplit.empirical.experiments import (
         EXPERIMENTS,
         INTERVENTIONS,
-        ExperimentSettings,
         forward_count,
         run_experiments,
     )
 
     if names is None:
         names = [name for name in EXPERIMENTS if name not in INTERVENTIONS]
-    chosen = ExperimentSettings(draws=settings.draws, seed=settings.seed)
+    chosen = settings.experiments
     with tqdm(total=forward_count(names, chosen), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         return run_experiments(loaded, ids, experiments=names, settings=chosen,
@@ -302,5 +302,5 @@ def text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict
         ).hexdigest(),  # the same digest as the perturb header's
         "tokens": len(token_ids),
         "seed": settings.seed,
-        "perturbation_draws": settings.draws,
+        "perturbation_draws": settings.experiments.draws,
     }
