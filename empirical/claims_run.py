@@ -26,7 +26,6 @@ from ropesplit.claims.records import (
     Header,
     grid_tokens,
     judge_record,
-    passage_ranges,
     power_statement,
 )
 from ropesplit.claims.registry import (
@@ -63,7 +62,7 @@ def run_claims(
 
     s = settings or ClaimsSettings()
     say = on_stage or (lambda text: None)
-    measured, ordered = passage_ranges(s.passages, s.order_passages, s.shard)
+    measured, ordered = s.ranges()
     corpora, lengths, tokens = _corpora(loaded, s, passage_ids)
     if on_stage is not None:  # the plan, before the first forward pass
         say(_plan(loaded, lengths, len(corpora), (measured, ordered), s.batch_size))

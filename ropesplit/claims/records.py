@@ -63,23 +63,23 @@ def power_statement(n: int) -> str:
 
 
 def passage_ranges(
-    passages: int, order_passages: int, shard: tuple[int, int] | None = None, *, prefix: str = ""
+    passages: int, order_passages: int, shard: tuple[int, int] | None = None
 ) -> tuple[range, range]:
     """The passages of claims 2-5 and of the word-order test that ``shard`` (default: the
-    whole run) measures, the counts and the shard checked first (one-line errors naming the
-    options as ``prefix + name``: ``"--"`` for the command line)."""
-    for name, value in (("passages", passages), ("order-passages", order_passages)):
+    whole run) measures, the counts and the shard checked first (one-line errors naming
+    :class:`ClaimsSettings`' fields, which the CLI words as its flags)."""
+    for name, value in (("passages", passages), ("order_passages", order_passages)):
         if value < MIN_PASSAGES:
-            raise RopesplitError(f"{prefix}{name} must be at least {MIN_PASSAGES}, got {value}")
+            raise RopesplitError(f"{name} must be at least {MIN_PASSAGES}, got {value}")
     need = max(passages, order_passages)
     lo, hi = shard or (0, need)
     if not 0 <= lo < hi <= need:
-        raise RopesplitError(f"{prefix}shard must be A:B with 0 <= A < B <= {need}, got {lo}:{hi}")
+        raise RopesplitError(f"shard must be A:B with 0 <= A < B <= {need}, got {lo}:{hi}")
     return range(lo, min(hi, passages)), range(lo, min(hi, order_passages))
 
 
-def grid_tokens(tokens: int, values: Sequence[int] | None = None, *, limit: int | None = None,
-                prefix: str = "") -> list[int]:  # fmt: skip
+def grid_tokens(tokens: int, values: Sequence[int] | None = None, *,
+                limit: int | None = None) -> list[int]:  # fmt: skip
     """The ``tokens`` axis a run measures: ``values`` as given, or by default
     :data:`DEFAULT_GRID_TOKENS` up to the headline ``tokens`` (the axis never goes past what
     was asked for unless ``values`` say so); the headline ``tokens`` added, each checked,
@@ -88,10 +88,10 @@ def grid_tokens(tokens: int, values: Sequence[int] | None = None, *, limit: int 
     chosen = sorted({int(t) for t in base} | {int(tokens)})
     bad = [t for t in chosen if t < 16]
     if bad:
-        raise RopesplitError(f"{prefix}tokens must be at least 16, got {bad[0]}")
+        raise RopesplitError(f"tokens must be at least 16, got {bad[0]}")
     if limit is not None:
         if tokens > limit:
-            raise RopesplitError(f"{prefix}tokens {tokens} exceeds the {limit} available")
+            raise RopesplitError(f"tokens {tokens} exceeds the {limit} available")
         chosen = [t for t in chosen if t <= limit]
     return chosen
 
@@ -121,10 +121,15 @@ class ClaimsSettings:
     shard: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        passage_ranges(self.passages, self.order_passages, self.shard)
+        self.ranges()
         grid_tokens(self.tokens, self.grid)
         if self.batch_size < 1:
             raise RopesplitError(f"batch_size must be at least 1, got {self.batch_size}")
+
+    def ranges(self) -> tuple[range, range]:
+        """The passages of claims 2-5 and of the word order this run measures
+        (:func:`passage_ranges`)."""
+        return passage_ranges(self.passages, self.order_passages, self.shard)
 
 
 @dataclass(frozen=True)

@@ -106,23 +106,12 @@ def second_corpus(args: argparse.Namespace) -> str | None:
     return resolve_second_corpus(args.corpus or DEFAULT_CORPUS, None if value == "none" else value)
 
 
-def check_corpus_arguments(args: argparse.Namespace) -> tuple[range, range]:
-    """:func:`add_corpus_arguments`' counts and grid (and ``--shard`` where given) checked
-    before any model loads (the corpora were read once parsed, :func:`check_corpora`); the
-    passages the run measures (``claims_run.passage_ranges``)."""
-    from ropesplit.claims.records import grid_tokens, passage_ranges
-
-    ranges = passage_ranges(args.passages, args.order_passages,
-                            _shard(getattr(args, "shard", None)), prefix="--")  # fmt: skip
-    grid_tokens(args.tokens, grid_values(args), prefix="--")
-    return ranges
-
-
 def claims_settings(args: argparse.Namespace, *, shard: bool = True) -> ClaimsSettings:
     """The claims options (:func:`add_corpus_arguments`, ``--tokens``, ``--seed`` and, for
     ``ropesplit claims``, ``--batch-size`` and ``--shard``) as the one
     :class:`~ropesplit.claims.records.ClaimsSettings` that ``claims`` and ``report`` run,
-    checked as it is built."""
+    checked as it is built: the counts, the grid and the shard fail here, before any model
+    loads (the corpora were read once parsed, :func:`check_corpora`)."""
     from ropesplit.claims.records import ClaimsSettings
 
     grid = grid_values(args)
@@ -150,15 +139,11 @@ def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.core.errors import RopesplitError
     from ropesplit.empirical.claims_run import run_claims
     from ropesplit.empirical.models import load_model
 
-    # bad input fails now, before any model loads (about 20 s)
-    if args.tokens < 16:
-        raise RopesplitError(f"--tokens must be at least 16, got {args.tokens}")
-    measured, ordered = check_corpus_arguments(args)
-    run = claims_settings(args)
+    run = claims_settings(args)  # bad input fails now, before any model loads (about 20 s)
+    measured, ordered = run.ranges()
     models = _models(args)
     records = []
     for model, gguf in models:

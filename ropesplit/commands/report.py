@@ -32,15 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the flags, then the output folder, run every stage and print where the report is."""
     from ropesplit.claims.records import claims_records
-    from ropesplit.commands.claims import check_corpus_arguments, claims_settings
+    from ropesplit.commands.claims import claims_settings
     from ropesplit.commands.figures import settings_from
     from ropesplit.core.io import output_folder
     from ropesplit.report.pipeline import run_report
 
-    check_corpus_arguments(args)  # bad flags and corpora fail before anything is created
+    claims = claims_settings(args, shard=False)  # bad flags fail before anything is created
     claims_records(args.claims_record)  # so do records that are not claims records
-    settings = settings_from(args, claims=claims_settings(args, shard=False),
-                             claims_records=tuple(args.claims_record))  # fmt: skip
+    settings = settings_from(args, claims=claims, claims_records=tuple(args.claims_record))
     index = run_report(settings, output_folder(args.out, "the report"))
     print(f"report written to {index}")
     return 0
