@@ -16,7 +16,8 @@ from ropesplit.numerics.fit import band_gram
 from ropesplit.numerics.workers import one_blas_thread
 
 __all__ = ["BLOCK_ROWS", "DISTANCE_TABLE", "WORK_BYTES", "BoundCheck", "Factors", "Moments",
-           "pair_indices", "pair_plan", "prefix_moments", "row_blocks", "times", "whole_steps"]
+           "complex_pairs", "pair_indices", "pair_plan", "prefix_moments", "real_pairs",
+           "row_blocks", "times", "whole_steps"]
 
 DISTANCE_TABLE = 64  # whole-number positions: distance-table rows per token, at most
 WORK_BYTES = 2**29  # working memory of one chunk: bound ratios, or a span's prefix sums
@@ -89,12 +90,24 @@ class Moments:
         return (self.ww, self.we, self.ee, self.ww_before, self.we_before, self.ee_before)
 
 
+def real_pairs(z: torch.Tensor) -> torch.Tensor:
+    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)``, each pair's real and imaginary
+    part side by side (a view where ``z`` is contiguous: every feature is read only through
+    dot products, which any common order of the coordinates leaves unchanged)."""
+    return torch.view_as_real(z.resolve_conj()).flatten(-2)
+
+
+def complex_pairs(x: torch.Tensor) -> torch.Tensor:
+    """Real features ``(..., 2P)`` -> complex pairs ``(..., P)``, :func:`real_pairs` undone
+    (a view: ``x``'s last axis must be contiguous)."""
+    return torch.view_as_complex(x.unflatten(-1, (-1, 2)))
+
+
 def times(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     r"""Real pairs ``x (..., 2P)`` times complex ``m (P,)``, pair by pair: :math:`x\,T_m` for the
     block-diagonal :math:`T_m` of :math:`\begin{pmatrix}\Re m_l & \Im m_l\\ -\Im m_l & \Re
     m_l\end{pmatrix}` (each pair read as the complex number :math:`x_{2l} + i x_{2l+1}`)."""
-    z = torch.view_as_complex(x.unflatten(-1, (-1, 2)).contiguous())
-    return torch.view_as_real(z * m).flatten(-2)
+    return real_pairs(complex_pairs(x.contiguous()) * m)
 
 
 def pair_indices(n: int, window: int | None, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,16 +222,11 @@ def _inner(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (g * x).flatten(1).sum(-1)
 
 
-def _complex(x: torch.Tensor) -> torch.Tensor:
-    """``(..., 2P)`` real -> ``(..., P)`` complex, each pair ``x_{2l} + i x_{2l+1}`` (a view)."""
-    return torch.view_as_complex(x.unflatten(-1, (-1, 2)))
-
-
 def _paired(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     r"""``h (Hg, P)`` with :math:`\sum_t \langle G_t, X_t T_m\rangle = \Re \sum_l h_l m_l` for
     every :math:`m`: :math:`h_l = \sum_{t,k} \overline{g_{tkl}}\,x_{tkl}`, the columns of
     ``g (nb, c, c)`` and ``x (Hg, nb, c, c)`` read as complex pairs (:func:`times`)."""
-    return (_complex(g).conj() * _complex(x.contiguous())).sum((1, 2))
+    return (complex_pairs(g).conj() * complex_pairs(x.contiguous())).sum((1, 2))
 
 
 def _paired_blocks(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

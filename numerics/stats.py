@@ -88,6 +88,7 @@ from ropesplit.numerics.pairing import (
     pair_indices,
     pair_plan,
     prefix_moments,
+    real_pairs,
 )
 from ropesplit.numerics.reference import Reference, canonical, resolve_reference
 from ropesplit.numerics.rope import check_rotary_dim, low_half, pair_coordinates, to_pairs
@@ -383,13 +384,6 @@ def _pairs(x: Any, layout: str, rotary_dim: int | None) -> torch.Tensor:
     return torch.complex(x.index_select(-1, re), x.index_select(-1, im))
 
 
-def _real(z: torch.Tensor) -> torch.Tensor:
-    """Complex pairs ``(..., P)`` -> real features ``(..., 2P)``, each pair's real and imaginary
-    part side by side (a view where ``z`` is contiguous: every feature is read only through
-    dot products, which any common order of the coordinates leaves unchanged)."""
-    return torch.view_as_real(z.resolve_conj()).flatten(-2)
-
-
 def _turn(z: torch.Tensor, positions: np.ndarray, theta: np.ndarray) -> torch.Tensor:
     r"""``z (..., N, P)`` turned by :math:`e^{i p_n \theta_l}`, its table ``(N, P)`` built on the
     host in numpy and moved to ``z``'s device."""
@@ -513,12 +507,12 @@ def _features(layer: _Pairs, refs: list[np.ndarray | None]) -> Factors:
     ms = [np.ones(theta.size) if m is None else np.asarray(m) for m in refs]
     silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there, all m
     de = layer.dc.masked_fill(torch.from_numpy(silent).to(dev), 0.0)  # (Hkv, N, P) what E reads
-    a = _real(_turn(layer.qc, layer.pq, theta))  # (H, N, 2P)  R(p_i) q_i
-    y = _real(_turn(layer.kc, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) k_j
-    b = _real(_turn(de, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) delta_j
-    dp = _real(de)  # (Hkv, N, 2P)  delta_j
+    a = real_pairs(_turn(layer.qc, layer.pq, theta))  # (H, N, 2P)  R(p_i) q_i
+    y = real_pairs(_turn(layer.kc, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) k_j
+    b = real_pairs(_turn(de, layer.pk, theta))  # (Hkv, N, 2P)  R(p'_j) delta_j
+    dp = real_pairs(de)  # (Hkv, N, 2P)  delta_j
     m = torch.from_numpy(np.stack(ms).astype(np.complex128)).to(dev)  # (M, P)
-    return Factors(a, y, b, dp, _real(layer.qc), m, layer.kv)
+    return Factors(a, y, b, dp, real_pairs(layer.qc), m, layer.kv)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def factors(qc, kc, kv, theta, pq, pk, gaps):
     silent = (theta == 0) & np.logical_and.reduce([m == 1 for m in ms])  # E_m = 0 there
     de = np.where(silent, 0.0, dc)
     rot_k = np.exp(1j * pk[:, None] * theta)
-    real = lambda z: stats._real(torch.from_numpy(np.ascontiguousarray(z)))  # noqa: E731
+    real = lambda z: pairing.real_pairs(torch.from_numpy(np.ascontiguousarray(z)))  # noqa: E731
     a = real(qc * np.exp(1j * pq[:, None] * theta))
     feats = [real(v) for v in (kc * rot_k, de * rot_k, de)]
     m = torch.from_numpy(np.stack(ms).astype(np.complex128))
