@@ -186,10 +186,11 @@ def _attach_checks(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full argument parser (also used by the docs' CLI reference); with ``only`` (a
-    subcommand's name) every other subcommand is listed by its help alone, its options
+    """The full argument parser (also used by the docs' CLI reference); with ``only`` a
+    subcommand's name, every other subcommand is listed by its help alone, its options
     not built: what they import (``train`` and ``analyze`` read the model registry) is
-    not loaded, so ``ropesplit merge`` imports no torch."""
+    not loaded, so ``ropesplit merge`` imports no torch (a name that is no subcommand
+    builds them all, for argparse to refuse it)."""
     parser = _Parser(
         prog="ropesplit",
         description="Verify, end to end, why RoPE attention logits split into "
@@ -197,9 +198,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ropesplit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module in _command_modules().items():
+    modules = _command_modules()
+    for name, module in modules.items():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        if only is not None and name != only:
+        if only in modules and name != only:
             continue  # never parsed in this process
         module.add_arguments(p)
         _attach_checks(p)
@@ -211,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     named = [w for w in words if not w.startswith("-")][:1]  # the subcommand, when it leads
-    parser = build_parser(named[0] if named and named[0] in _command_modules() else None)
+    parser = build_parser(named[0] if named else None)
     steady_allocator()  # long runs of large tensors: no page faults per tensor (core.allocator)
     try:
         args = parser.parse_args(argv)
