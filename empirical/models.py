@@ -314,25 +314,34 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
     drawn from the config instead). Every failure is one line."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from ropesplit.empirical.adapter.configs import set_name_or_path
+    from ropesplit.empirical.converted import converted
+
     source, gguf, name = resolve_source(model, gguf_file)
     if model is not None and Path(source).exists():  # a local model: its own name
         name = self_name(Path(source) / gguf if gguf else Path(source)) or name
-    kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
     built = None
     try:
         with quiet_loading():  # the GGUF loader's own bars and advisory warnings
-            config = AutoConfig.from_pretrained(source, **kwargs)
+            # a GGUF is read through its de-quantised copy in the cache (empirical.converted)
+            native = converted(source, gguf) if gguf else None
+            kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf and native is None else {}
+            config = AutoConfig.from_pretrained(native or source, **kwargs)
             _check_head_dim(config)
-            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(native or source, **kwargs)
             if weights:
                 built = AutoModelForCausalLM.from_pretrained(
-                    source,
+                    native or source,
                     config=config,  # read above: a GGUF's metadata is parsed once less
                     attn_implementation="eager",
                     dtype=torch_dtype,
                     device_map=device_map,
                     **kwargs,
                 )
+            if native is not None:  # where it came from, as a direct load says
+                tokenizer.name_or_path = source
+                for one in (config, *([] if built is None else [built.config])):
+                    set_name_or_path(one, source)
     except RopesplitError:
         raise
     except Exception as exc:  # transformers/gguf raise many types; report one line

@@ -5,6 +5,26 @@ from __future__ import annotations
 import pytest
 
 TINY_VOCAB = 128  # vocabulary of every tiny model here
+_MADE_CACHE: list[str] = []  # the GGUF cache this session made (pytest_configure)
+
+
+def pytest_configure(config):
+    """The de-quantised GGUF cache (``empirical.converted``) in a folder of this session,
+    not the user's home, unless ``ROPESPLIT_CACHE`` names one; the CLI's child processes
+    inherit it."""
+    import os
+    import tempfile
+
+    if "ROPESPLIT_CACHE" not in os.environ:
+        _MADE_CACHE.append(tempfile.mkdtemp(prefix="ropesplit-cache-"))
+        os.environ["ROPESPLIT_CACHE"] = _MADE_CACHE[0]
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for folder in _MADE_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def llama_config(**fields):

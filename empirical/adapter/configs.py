@@ -18,7 +18,8 @@ so only this module breaks when transformers renames a field:
 - **lengths and tokens**: :func:`context_length`, :func:`original_context`,
   :func:`trained_length`, :func:`vocab_size`, :func:`bos_token_id`;
 - **the model's own record**: :func:`model_type`, :func:`name_or_path`,
-  :func:`lens_name`, :func:`lens_dtype`, :func:`attn_implementation` and :func:`set_eager`.
+  :func:`lens_name`, :func:`lens_dtype`, :func:`attn_implementation`, :func:`set_eager`,
+  :func:`set_name_or_path` and :func:`save_config`.
 
 Nothing here imports transformers: a config is any object with the fields read.
 """
@@ -51,8 +52,10 @@ __all__ = [
     "rope_base",
     "rope_parameters",
     "rope_spec",
+    "save_config",
     "scaling",
     "set_eager",
+    "set_name_or_path",
     "stated_head_dim",
     "trained_length",
     "vocab_size",
@@ -303,6 +306,16 @@ def model_type(config: Any) -> str:
 def name_or_path(config: Any) -> str:
     """Where the model was loaded from (``_name_or_path``), ``""`` when unknown."""
     return str(getattr(config, "_name_or_path", "") or "")
+
+
+def set_name_or_path(config: Any, source: str) -> None:
+    """Record ``source`` as where the model was loaded from (a copy read in its place)."""
+    config._name_or_path = str(source)
+
+
+def save_config(config: Any, folder: Any) -> None:
+    """Write the config into ``folder`` (its ``config.json``), as ``from_pretrained`` reads it."""
+    config.save_pretrained(folder)
 
 
 def lens_name(config: Any) -> str:
