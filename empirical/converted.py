@@ -35,7 +35,12 @@ def cache_root() -> Path | None:
     value = os.environ.get(CACHE_ENV)
     if value is not None and value.strip():
         return None if value.strip().lower() == "none" else Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (KeyError, RuntimeError):  # no home to resolve: no cache
+            return None
     return Path(base) / "ropesplit"
 
 
