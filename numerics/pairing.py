@@ -54,8 +54,9 @@ class Factors:
 
     @functools.cached_property
     def us(self) -> torch.Tensor:
-        r"""``(M, H, N, c)``: :math:`u^m_i = q_i\,m`, one per reference."""
-        return torch.stack([times(self.q, m) for m in self.m])
+        r"""``(M, H, N, c)``: :math:`u^m_i = q_i\,m`, one per reference (:func:`times`
+        of each, in one product)."""
+        return real_pairs(complex_pairs(self.q.contiguous()) * self.m[:, None, None, :])
 
     def to(self, device: torch.device) -> Factors:
         """The same features as float64 tensors on ``device``."""
