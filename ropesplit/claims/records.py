@@ -202,6 +202,7 @@ def judge_record(header: Header, rows: list[Any], order: list[Any],
     grid = [evaluate_grid(test, sources[test.source], values, rule=rule) for test in CLAIMS]
     for claim, cells in zip(claims, grid, strict=True):
         claim["robustness"], claim["robust_statement"] = cells["robustness"], cells["statement"]
+        claim["robust_line"] = cells["line"]
     headline = [r for r in rows if r.get("corpus") == header.corpus]
     pooled = {"r_split": pooled_over_passages(headline, header.tokens)}
     return {"header": header.as_dict(), "passages": rows, "order": order, "pooled": pooled,
@@ -296,7 +297,8 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             rows.append({
                 "model": name, "claim": claim["claim"], "statement": claim["statement"],
                 "verdict": claim["verdict"], "robustness": claim.get("robustness"),
-                "robust_statement": claim.get("robust_statement"), "cell": claim["cell"],
+                "robust_statement": claim.get("robust_statement"),
+                "robust_line": claim.get("robust_line"), "cell": claim["cell"],
                 "conditions": conditions, "paper": paper.get(claim["claim"]),
                 "null": None if null is None else {"measure": null["measure"],
                                                    "interval": null["interval"]},

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_VOCAB, tiny_llama
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ropesplit.claims.registry import (
     CLAIMS,
@@ -315,6 +317,26 @@ def test_robustness_counts_the_verdicts_by_axis_when_the_cells_are_no_product():
     assert robustness(cells)["statement"].startswith(
         "fragile: agrees in 6, disagrees in 2 of 8 cells; agrees wherever heads=pooled; by "
         "tokens 256/512: agrees 3/3, disagrees 1/1 of 4 each")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list(VERDICTS)), min_size=1, max_size=3).flatmap(
+    lambda kinds: st.lists(st.sampled_from(kinds), min_size=1, max_size=24)))
+def test_robust_line_is_what_the_statement_counts(verdicts):
+    """The record's one line (``robust_line``) is the statement's most common verdict, the
+    first of equals, as the report reads it back from a record written before the line was
+    kept; a robust statement is its own line."""
+    from ropesplit.report.sections.summary import grid_line
+
+    cells = [{"cell": {"tokens": 256 * (1 + i // 2), "heads": ("mean", "pooled")[i % 2]},
+              "verdict": v} for i, v in enumerate(verdicts)]  # fmt: skip
+    out = robustness(cells)
+    top = max((v for v in VERDICTS if v in verdicts), key=verdicts.count)
+    if out["robustness"] == "robust":
+        assert out["line"] == out["statement"] == f"robust: {top} in all {len(cells)} cells"
+        return
+    assert out["line"] == f"fragile: {top} in {verdicts.count(top)} of {len(cells)} cells"
+    assert grid_line({"robust_statement": out["statement"]}).summary == out["line"]
 
 
 # --------------------------------------------------------------------------- the run

@@ -24,7 +24,7 @@ def build(inputs: ReportInputs) -> list[Section]:
              "; ".join(f"{condition_label(c)} {interval_text(c['estimate'])}"
                        for c in row["conditions"]),
              "; ".join(f"{c['threshold']:g} ({c['origin']}'s)" for c in row["conditions"]),
-             grid_line(row["robust_statement"])]
+             grid_line(row)]
             for row in record["rows"]]  # fmt: skip
     table = Table(["model", "claim", "verdict", "every primary condition (95% interval)",
                    "thresholds", "over the grid"], rows,

@@ -54,31 +54,40 @@ _COUNTED = re.compile(r"\b(" + "|".join(sorted(map(re.escape, VERDICTS), key=len
 _OF = re.compile(r"\bof (\d+)\b")
 
 
-def grid_line(statement: str | None) -> Cell:
-    """A claim's robustness over the grid in one line, the record's statement folded under it.
+def grid_line(claim: Mapping[str, Any]) -> Cell:
+    """A claim's robustness over the grid in one line (the record's ``robust_line``), the
+    record's ``robust_statement`` folded under it.
 
     A robust statement is one line already; a fragile one reads as its most common verdict
     ("fragile: agrees in 22 of 32 cells"), its whole statement (each verdict's cells, the
-    counts by axis) the detail, one line per clause.
+    counts by axis) the detail, one line per clause. A record written before
+    ``robust_line`` has its line read back from the statement's counts.
 
-    >>> grid_line("robust: agrees in all 16 cells")
+    >>> grid_line({"robust_statement": "robust: agrees in all 16 cells"})
     'robust: agrees in all 16 cells'
-    >>> grid_line("fragile: agrees in 22, inconclusive in 10 of 32 cells; by heads mean/pooled: "
-    ...           "agrees 6/16, inconclusive 10/0 of 16 each")
+    >>> grid_line({"robust_statement": "fragile: agrees in 22, inconclusive in 10 of 32 cells; "
+    ...            "by heads mean/pooled: agrees 6/16, inconclusive 10/0 of 16 each",
+    ...            "robust_line": "fragile: agrees in 22 of 32 cells"})
     Folded(summary='fragile: agrees in 22 of 32 cells', detail=('agrees in 22, inconclusive in 10 of 32 cells', 'by heads mean/pooled: agrees 6/16, inconclusive 10/0 of 16 each'))
     """  # noqa: E501
+    statement = claim.get("robust_statement")
     if not statement:
         return "n/a"
     word, _, rest = statement.partition(": ")
     if word != "fragile" or not rest:
         return statement
+    return Folded(claim.get("robust_line") or _line_of(rest), tuple(rest.split("; ")))
+
+
+def _line_of(rest: str) -> str:
+    """The one line of a fragile statement written before records kept ``robust_line``:
+    its most common verdict's count, read from the words of ``verdicts.robustness``."""
     counted = [(verdict, int(n)) for verdict, n in _COUNTED.findall(rest)]
     total = _OF.search(rest)
-    line = "fragile"
-    if counted and total:
-        verdict, n = max(counted, key=lambda vn: vn[1])  # the first of the most common
-        line = f"fragile: {verdict} in {n} of {total.group(1)} cells"
-    return Folded(line, tuple(rest.split("; ")))
+    if not (counted and total):
+        return "fragile"
+    verdict, n = max(counted, key=lambda vn: vn[1])  # the first of the most common
+    return f"fragile: {verdict} in {n} of {total.group(1)} cells"
 
 
 def claim_cells(claim: Mapping[str, Any]) -> list[Cell]:
@@ -86,7 +95,7 @@ def claim_cells(claim: Mapping[str, Any]) -> list[Cell]:
     numbers = "; ".join(_condition_text(c) for c in claim["conditions"])
     return [f"{claim['claim']}. {claim['statement']}", claim["statistic"],
             f"{numbers}; n = {claim['n']} {claim['unit']}", claim["verdict"],
-            grid_line(claim.get("robust_statement"))]  # fmt: skip
+            grid_line(claim)]  # fmt: skip
 
 
 # the length experiment (one text, the model the report trains) is shown under the claim each of
@@ -155,7 +164,7 @@ def _detail(claim: Mapping[str, Any], records: Mapping[str, Any], grid: Mapping[
     details.insert(0, Details(f"the paper's words for claim {claim['claim']}",
                               _quotes(int(claim["claim"]))))  # fmt: skip
     figures = inputs.figure("tolerance") if int(claim["claim"]) == 1 else []
-    over = cell_text(grid_line(claim.get("robust_statement") or "not evaluated"))
+    over = cell_text(grid_line(claim)) if claim.get("robust_statement") else "not evaluated"
     return Section(f"Claim {claim['claim']}: {claim['statement']}",
                    [f"Prediction: {claim['prediction']}.",
                     f"Verdict: {claim['verdict']}. {claim['reason']} Over the grid: "
@@ -177,7 +186,7 @@ def build(inputs: ReportInputs) -> list[Section]:
                   links=links)  # fmt: skip
     verdicts = Table(["claim", "verdict", "over the grid"],
                      [[f"{c['claim']}. {c['statement']}", c["verdict"],
-                       grid_line(c.get("robust_statement"))] for c in claims],
+                       grid_line(c)] for c in claims],
                      f"The paper's claims ({PAPER_CITATION}) on {head['model']}: each verdict "
                      "in the headline cell, and over the grid", links=links)  # fmt: skip
     lead = Section("The claims at a glance", tables=[verdicts], figures=inputs.figure("cells"),
