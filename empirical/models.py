@@ -340,8 +340,9 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
                 )
             if native is not None:  # where it came from, as a direct load says
                 tokenizer.name_or_path = source
-                for one in (config, *([] if built is None else [built.config])):
-                    set_name_or_path(one, source)
+                set_name_or_path(config, source)
+                if built is not None:  # from_pretrained keeps its own copy of the config
+                    set_name_or_path(built.config, source)
     except RopesplitError:
         raise
     except Exception as exc:  # transformers/gguf raise many types; report one line
