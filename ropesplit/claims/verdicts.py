@@ -333,9 +333,9 @@ def robustness(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return {"robustness": "robust", "n_cells": len(cells), "statement": robust,
                 "line": robust}  # fmt: skip
     order = [v for v in VERDICTS if v in verdicts]
-    top = max(order, key=verdicts.count)  # the first of the most common
-    line = f"fragile: {top} in {verdicts.count(top)} of {len(cells)} cells"
     groups = {v: [c["cell"] for c in cells if c["verdict"] == v] for v in order}
+    top = max(order, key=lambda v: len(groups[v]))  # the first of the most common
+    line = f"fragile: {top} in {len(groups[top])} of {len(cells)} cells"
     words = _describe(groups, [c["cell"] for c in cells])
     if words is not None:
         statement = "; ".join(f"{v} in {len(groups[v])} of {len(cells)} ({words[v]})"
