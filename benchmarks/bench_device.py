@@ -64,9 +64,9 @@ def claims_row(loaded: Any, tokens: int, passages: int, sync: Callable[[], None]
 
     from ropesplit.claims.records import ClaimsSettings
     from ropesplit.claims.registry import CONTROL_SEEDS
-    from ropesplit.empirical.claims_run import run_claims
-    from ropesplit.empirical.corpus import PassageIds
-    from ropesplit.empirical.models import random_init_twin
+    from ropesplit.empirical.measurement.claims_run import run_claims
+    from ropesplit.empirical.model.corpus import PassageIds
+    from ropesplit.empirical.model.loading import random_init_twin
 
     ids = torch.randint(int(loaded.config.vocab_size), (passages, tokens),
                         generator=torch.Generator().manual_seed(0))  # fmt: skip
@@ -79,7 +79,7 @@ def claims_row(loaded: Any, tokens: int, passages: int, sync: Callable[[], None]
         sync()
         marks.append((text.splitlines()[0][:60], time.perf_counter()))
 
-    settings = ClaimsSettings(tokens=tokens, grid=(tokens,), passages=passages,
+    settings = ClaimsSettings(tokens=tokens, grid_tokens=(tokens,), passages=passages,
                               order_passages=passages, second_corpus=None)  # fmt: skip
     marks.append(("setup and the plan's timed warm-up", time.perf_counter()))
     record, wall = timed(lambda: run_claims(loaded, settings, controls=twins,
@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, forward, load_model, tokenize
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE
-    from ropesplit.empirical.analyze import analyze as analyze_one
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE
+    from ropesplit.empirical.analysis.analyze import analyze as analyze_one
+    from ropesplit.empirical.model.loading import Placement
 
     def sync() -> None:
         if cuda:
@@ -138,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         from geometry import geometry_config
 
         config = geometry_config(args.geometry, args.layers)  # drawn on the device itself
-        loaded = load_model(config, device=args.device, dtype=args.dtype)
+        loaded = load_model(config, placement=Placement(args.device, args.dtype))
     else:
-        loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
+        loaded = load_model(args.model, args.gguf_file,
+                            placement=Placement(args.device, args.dtype))  # fmt: skip
     gpu = torch.cuda.get_device_name(device) if cuda else "host"
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s on {device} ({gpu}), "
           f"{args.dtype}, {torch.get_num_threads()} host threads")  # fmt: skip

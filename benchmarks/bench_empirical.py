@@ -28,7 +28,7 @@ warmed up. The allocator is made steady first (``ropesplit.core.allocator``):
 with glibc's default the forward pass alone varied by 1.6x within one run.
 
 With ``--passages P`` each row is a batch: the first ``P`` passages of the
-default corpus (``empirical.corpus``) at ``N`` tokens each, one forward pass
+default corpus (``empirical.model.corpus``) at ``N`` tokens each, one forward pass
 of the batch against ``analyze_batch`` of it (one streamed capture, the
 statistics of every passage; the target: capture plus analysis
 within 2x the forward pass at ``--passages 16 --tokens 512``).
@@ -63,8 +63,8 @@ _PEAK = """
 import json, sys
 import torch
 from ropesplit.empirical import load_model
-from ropesplit.empirical.analyze import analyze_batch, memory_estimate
-from ropesplit.empirical.memory import peak_resident, resident
+from ropesplit.empirical.analysis.analyze import analyze_batch, memory_estimate
+from ropesplit.empirical.model.memory import peak_resident, resident
 loaded = load_model({model!r}, {gguf!r})
 ids = torch.load({ids!r})
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's
@@ -112,8 +112,8 @@ def analysis_peak(model: str | None, gguf: str | None, ids: object) -> dict[str,
 
 # what each share counts: (label, file suffix, function name) of cProfile's cumulative times;
 # the validation runs inside the forward pass's hooks, so "forward pass" is model_pass less it
-_CAPTURE_PARTS = (("forward pass", "empirical/models.py", "model_pass"),
-                  ("validation", "empirical/validate.py", "reconstruct"))
+_CAPTURE_PARTS = (("forward pass", "empirical/model/loading.py", "model_pass"),
+                  ("validation", "empirical/model/validate.py", "reconstruct"))
 _STATS_PARTS = (("logit sums", "numerics/stats.py", "_logit_sums"),
                 ("  prefix moments", "numerics/pairing.py", "prefix_moments"),
                 ("  band kernel", "numerics/stats.py", "kernel"),
@@ -133,8 +133,8 @@ def profile_shares(loaded: object, ids: object) -> dict[str, dict[str, float]]:
     import cProfile
     import pstats
 
-    from ropesplit.empirical.analyze import capture_rows
-    from ropesplit.empirical.capture import capture
+    from ropesplit.empirical.analysis.analyze import capture_rows
+    from ropesplit.empirical.model.capture import capture
 
     def shares(call: Any, parts: tuple[tuple[str, str, str], ...]) -> dict[str, float]:
         profile = cProfile.Profile()
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, load_model, tokenize
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_batch
-    from ropesplit.empirical.corpus import default_corpus, passage_ids
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, analyze_batch
+    from ropesplit.empirical.model.corpus import default_corpus, passage_ids
 
     split_measure = replace(DEFAULT_MEASURE, split_only=True)
 

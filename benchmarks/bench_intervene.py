@@ -1,7 +1,7 @@
 """One intervened forward pass over an unmodified one, on the default model.
 
 The target: attention from ``f + g`` (the remainder dropped, every
-layer and head; ``empirical.intervene``) costs at most 2x the model's own
+layer and head; ``empirical.experiments.intervene``) costs at most 2x the model's own
 forward pass at N = 512. For each edit: interleaved runs of the clean
 forward pass and the edited one on the same tokens (one sequence, the
 default text), medians, their ratio, all measured in this run.
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ropesplit.core.io import write_json
     from ropesplit.empirical import default_text, load_model, tokenize
-    from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
+    from ropesplit.empirical.experiments.intervene import Edit, calibrate_kbars, intervened_nll
 
     loaded = load_model(args.model)
     ids = tokenize(loaded, default_text(), args.tokens)[None]  # (1, N)

@@ -31,7 +31,7 @@ def child(kind: str, length: int, multiple: int, heads: int, dim: int, n_global:
     """One measurement: print ``{"peak_mib", "seconds"}`` as JSON."""
     import torch
 
-    from ropesplit.empirical.memory import peak_resident, resident
+    from ropesplit.empirical.model.memory import peak_resident, resident
     from ropesplit.numerics.lambda_attention import LambdaSpec, lambda_attention
 
     torch.set_num_threads(1)

@@ -42,8 +42,8 @@ steady_allocator()  # as the CLI runs
 import torch
 from geometry import geometry_config
 from ropesplit.empirical import load_model
-from ropesplit.empirical.analyze import analyze, memory_estimate
-from ropesplit.empirical.memory import peak_resident, resident
+from ropesplit.empirical.analysis.analyze import analyze, memory_estimate
+from ropesplit.empirical.model.memory import peak_resident, resident
 tick = time.perf_counter()
 loaded = load_model(geometry_config({geometry!r}, {layers}))
 built = time.perf_counter() - tick

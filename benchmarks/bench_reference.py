@@ -79,7 +79,7 @@ def _model(tokens: list[int], repeats: int, others: tuple[str, ...]) -> list[dic
     from dataclasses import replace
 
     from ropesplit.empirical import capture, default_text, load_model, tokenize
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_capture
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, analyze_capture
 
     loaded = load_model()
     out = []

@@ -24,8 +24,8 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ropesplit.empirical.train import TrainConfig, checkpoint_steps, train
-    from ropesplit.empirical.train_measure import Measurer
+    from ropesplit.empirical.training.train import TrainConfig, checkpoint_steps, train
+    from ropesplit.empirical.training.train_measure import Measurer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per repeat")

@@ -10,6 +10,7 @@ Modules, one idea each:
     fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
     stats       the section 5 statistics, batched over heads     (section 5)
+    statistics  their names, in the one registry every reader lists them from
     partial_rotary  a partial-rotary (MLA) head: the rotating slice's share of rc(W) (7)
     gains       learned gains after RoPE: a relative logit plus a term in i + j (8)
     spec        RopeSpec: one layer's RoPE geometry (no config read); pre/post-RoPE detection (1)
@@ -46,8 +47,9 @@ module (each public name loads its own on first use).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ropesplit.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from ropesplit.numerics.fit import three_axis_fit
@@ -71,11 +73,8 @@ _HOMES = {
 }  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
-    """``ropesplit.numerics.NAME``: the name from its module (PEP 562)."""
-    if name not in _HOMES:
-        raise AttributeError(f"module 'ropesplit.numerics' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"ropesplit.numerics.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_names(
+    __name__, {name: f"ropesplit.numerics.{home}" for name, home in _HOMES.items()})
 
 __all__ = [
     "EXACT",

@@ -34,9 +34,8 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.rope import to_pairs
 
-__all__ = ["causal_bound_weight", "pair_energy", "retrieval_score", "slow_pairs",
-           "unigram_entropy",
-           "weighted_slow_share"]
+__all__ = ["causal_bound_weight", "deviation_energy", "pair_energy", "retrieval_score",
+           "slow_pairs", "unigram_entropy", "weighted_slow_share"]
 
 
 def pair_energy(x: Any, *, layout: str = "half", rotary_dim: int | None = None) -> np.ndarray:
@@ -48,7 +47,17 @@ def pair_energy(x: Any, *, layout: str = "half", rotary_dim: int | None = None) 
     [[2.0]]
     """
     arr = _inputs.as_float64("x", x, 3)  # (H, N, d)
-    z = to_pairs(arr, layout, rotary_dim)  # (H, N, P) complex
+    return deviation_energy(to_pairs(arr, layout, rotary_dim))
+
+
+def deviation_energy(z: np.ndarray) -> np.ndarray:
+    r"""Deviation energy per head and pair ``(H, P)`` of complex pairs ``z (H, N, P)``.
+
+    .. math:: e_{h,l} = \sum_j |\tilde x_{h,j,l} - \bar{\tilde x}_{h,l}|^2
+
+    >>> deviation_energy(np.array([[[1.0 + 0j], [3.0 + 0j]]])).tolist()
+    [[2.0]]
+    """
     dev = z - z.mean(axis=1, keepdims=True)  # (H, N, P)
     return (np.abs(dev) ** 2).sum(axis=1)  # (H, P)
 

@@ -33,10 +33,9 @@ block) plus a ``(N, n_global)`` product, so memory grows as
 ``N (2 n_local + n_global)`` instead of ``N^2``. Without a local limit it
 is the dense causal attention (with the cap where one is given).
 
-The distance map the split is evaluated at under the cap is
-:func:`capped_distances`; the length experiment's statistics (the loss per
-position bucket, the trained ranges and the shares outside them) are
-:mod:`ropesplit.numerics.length`.
+The split under the cap is :func:`ropesplit.numerics.split.split_head` with ``cap=``;
+the length experiment's statistics (the loss per position bucket, the trained ranges
+and the shares outside them) are :mod:`ropesplit.numerics.length`.
 
 Shapes::
 
@@ -63,7 +62,6 @@ __all__ = [
     "N_GLOBAL",
     "LambdaSpec",
     "VANILLA",
-    "capped_distances",
     "far_query_key",
     "lambda_attention",
     "lambda_mask",
@@ -118,26 +116,6 @@ def lambda_mask(n_tokens: int, n_local: int | None = None, n_global: int = N_GLO
     if n_local is not None:
         mask &= (i - j < n_local) | (j < n_global)
     return mask
-
-
-def capped_distances(positions: Any, cap: int | None = None) -> np.ndarray:
-    r"""The distances the capped attention rotates by, ``(N, N)`` float64.
-
-    .. math:: \Delta^{\mathrm{cap}}_{ij} = \min(p_i - p_j, L)
-
-    (``cap=None``: :math:`p_i - p_j`). The map to hand to
-    :func:`ropesplit.numerics.split.split_head` (``distances=``) so that ``W``,
-    ``f`` and ``E`` are those of the capped attention.
-
-    >>> capped_distances([0, 1, 2, 3], 2)[3].tolist()
-    [2.0, 2.0, 1.0, 0.0]
-    """
-    _check_sizes(None, 0, cap)
-    p = np.asarray(positions, dtype=np.float64)
-    if p.ndim != 1:
-        raise RopesplitError(f"positions must be (N,), got shape {p.shape}")
-    delta = p[:, None] - p[None, :]  # (N, N)
-    return delta if cap is None else np.minimum(delta, float(cap))
 
 
 def far_query_key(

@@ -72,13 +72,12 @@ class Measure:
         if self.kbar_rule not in KBAR_RULES:
             raise RopesplitError(
                 f"kbar_rule must be one of {', '.join(KBAR_RULES)}, got {self.kbar_rule!r}")
-        if isinstance(self.references, str) or not all(
+        if not isinstance(self.references, tuple) or not all(
                 isinstance(r, str) for r in self.references):  # fmt: skip
             raise RopesplitError(f"references must be a tuple of names, got {self.references!r}")
         for name in (self.reference, *self.references):  # one line for a bad name, now
             if not isinstance(name, Reference):
                 parse_reference(name)
-        object.__setattr__(self, "references", tuple(self.references))
 
     def rule_kbar(self, k: np.ndarray) -> np.ndarray | None:
         """The reference key ``kbar_rule`` fixes for keys ``k (..., N, d)``: the mean over the

@@ -41,9 +41,23 @@ from ropesplit.numerics.rope import (
     to_pairs,
 )
 
-__all__ = ["LAYOUTS", "RopeSpec", "as_spec", "looks_rotated", "repeat_kv_map"]
+__all__ = ["LAYOUTS", "RopeSpec", "as_spec", "looks_rotated", "repeat_kv_map",
+           "spec_scale"]
 
 _FAST_TURNS = 4.0  # a pair is "fast" when it turns at least this many times over the positions
+
+
+def spec_scale(attn_scale: float, amplitude: float = 1.0) -> float:
+    r"""The scale ``s`` of the logits, :math:`s = \mathrm{attn\_scale}\; a^2`.
+
+    A RoPE table that carries an attention factor ``a`` (``cos = a cos(p theta)``, as
+    YaRN's does) scales both ``q`` and ``k``, so ``W = s Re sum_l ...`` (docs/theory.md
+    section 2) with the module's own ``attn_scale`` times ``a^2``.
+
+    >>> spec_scale(0.125, 2.0)
+    0.5
+    """
+    return float(attn_scale) * float(amplitude) ** 2
 
 
 def repeat_kv_map(n_heads: int, n_kv: int) -> np.ndarray:

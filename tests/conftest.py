@@ -9,7 +9,7 @@ _MADE_CACHE: list[str] = []  # the GGUF cache this session made (pytest_configur
 
 
 def pytest_configure(config):
-    """The de-quantised GGUF cache (``empirical.converted``) in a folder of this session,
+    """The de-quantised GGUF cache (``empirical.model.converted``) in a folder of this session,
     not the user's home, unless ``ROPESPLIT_CACHE`` names one; the CLI's child processes
     inherit it."""
     import os
@@ -110,7 +110,7 @@ N_TOKENS = 48
 
 
 def _tiny_train():
-    from ropesplit.empirical.train import TrainConfig
+    from ropesplit.empirical.training.train import TrainConfig
 
     train = TrainConfig(steps=2, seq_len=16, layers=1, d_model=16, heads=2, d_ff=16, batch=2,
                         warmup=1, checkpoints=2, val_windows=2, n_boot=50, threads=1)  # fmt: skip
@@ -140,7 +140,7 @@ def _tiny_load(settings):
     import torch
 
     from ropesplit.empirical import load_model
-    from ropesplit.empirical.models import random_init_twin
+    from ropesplit.empirical.model.loading import random_init_twin
 
     config = llama_config(
         hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=3,
@@ -155,7 +155,7 @@ def tiny_passages():
     """The claims' passages for a model without a tokenizer: seeded random token ids."""
     import torch
 
-    from ropesplit.empirical.corpus import PassageIds
+    from ropesplit.empirical.model.corpus import PassageIds
 
     ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(1))
     return PassageIds([f"passage {k}" for k in range(8)], ids, 96, 0, "tiny")

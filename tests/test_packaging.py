@@ -69,6 +69,46 @@ def test_numerics_never_imports_transformers():
     assert out.stdout.strip() == "False"
 
 
+def test_experiment_settings_import_without_torch():
+    """``ExperimentSettings`` is plain data: ``empirical/__init__`` and
+    ``empirical/experiments/__init__`` import their modules lazily (PEP 562), so importing it
+    (as ``ropesplit perturb --help`` and the report's settings do) loads no torch."""
+    import subprocess
+    import sys
+
+    code = ("import ropesplit.empirical.experiments.settings, sys; "
+            "assert 'torch' not in sys.modules, 'torch'; "
+            "import ropesplit.empirical as e, ropesplit.empirical.experiments as x; "
+            "assert 'torch' not in sys.modules, 'torch (package)'; "
+            "assert x.ExperimentSettings is x.settings.ExperimentSettings; "
+            "assert set(e.__all__) <= set(dir(e)) and set(x.__all__) <= set(dir(x)); "
+            "print('ok')")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr[-2000:]
+
+
+def test_the_lazy_packages_name_every_public_name():
+    """Each name of the lazy ``__all__`` resolves to the object its module defines."""
+    import importlib
+
+    for package in ("ropesplit.empirical", "ropesplit.empirical.experiments"):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            assert getattr(module, name) is not None, (package, name)
+
+
+def test_frozen_means_frozen_and_no_unpacked_keywords():
+    """No module of the package writes a frozen dataclass's field (``object.__setattr__``:
+    derived values are properties, or computed before construction) or types ``**kwargs``
+    as ``Unpack[...]`` (keywords that belong together are one small frozen dataclass)."""
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for folder in ("theory", "numerics", "empirical", "ropesplit")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "object.__setattr__" in line or "Unpack[" in line]  # fmt: skip
+    assert not found, "\n".join(found)
+
+
 # -------------------------------------------------------------------- import edges between layers
 
 LAYER_FOLDERS = {"theory": "ropesplit.theory", "numerics": "ropesplit.numerics",
@@ -290,7 +330,8 @@ def test_the_reach_check_sees_a_planted_patch(tmp_path):
 
 # Reads of a `.config` that is no model's config, each with its reason ("path: expression").
 NOT_A_MODEL_CONFIG = {
-    "empirical/train_setup.py: numba.config.NUMBA_NUM_THREADS": "numba's own settings module",
+    "empirical/training/train_setup.py: numba.config.NUMBA_NUM_THREADS":
+        "numba's own settings module",
 }
 
 
@@ -442,29 +483,72 @@ def test_the_size_check_sees_a_long_function(tmp_path):
 
 # ------------------------------------------------------------------------ the wings of empirical
 
-# empirical's modules by wing (docs/architecture.md): the model seam (loading, the adapter,
-# capture, validation, the per-head analysis), the experiments, the claims measurement
-# (passages, word order, shuffled null, the run) and training; each wing imports itself and
-# the wings named for it, the seam no other
-WINGS = {
-    "seam": {"adapter", "analyze", "capture", "converted", "corpus", "geometry", "lens", "memory",
-             "models", "protocol", "raw", "shuffled", "text", "tidy", "validate"},
-    "experiments": {"experiments", "intervene", "lminfinite"},
-    "claims": {"calibration", "claims_run", "passages", "plan"},
-    "training": {"emergence", "train", "train_measure", "train_setup"},
-}  # fmt: skip
-WING_ALLOWED = {"seam": {"seam"}, "experiments": {"seam", "experiments"},
-                "claims": {"seam", "experiments", "claims"}, "training": {"seam", "training"}}
+# empirical holds only wing folders (docs/architecture.md); each wing's ``__init__`` says in
+# its docstring what it holds and, on a paragraph opening "May import:", the other wings it
+# may import (itself always). The rules are read off the folders, never kept here.
 
 
-def _wing(module: str) -> str | None:
-    """``ropesplit.empirical.capture`` -> ``seam``; None for the package's own ``__init__``."""
-    parts = module.split(".")
-    if parts[:2] != ["ropesplit", "empirical"] or len(parts) < 3:
-        return None
-    wing = [name for name, members in WINGS.items() if parts[2] in members]
-    assert wing, f"{module} belongs to no wing: add it to WINGS (and docs/architecture.md)"
-    return wing[0]
+def _wing_rules(empirical: Path) -> dict[str, set[str]]:
+    """Each wing folder of ``empirical`` -> the wings it may import (itself included), read
+    from the "May import:" paragraph of its ``__init__`` docstring."""
+    import ast
+    import re
+
+    wings = sorted(p.name for p in empirical.iterdir()
+                   if p.is_dir() and (p / "__init__.py").is_file())  # fmt: skip
+    rules = {}
+    for wing in wings:
+        doc = ast.get_docstring(ast.parse((empirical / wing / "__init__.py").read_text())) or ""
+        rule = [para for para in doc.split("\n\n") if para.startswith("May import:")]
+        assert len(rule) == 1, f"empirical/{wing}/__init__.py states no 'May import:' paragraph"
+        rules[wing] = {w for w in wings if re.search(rf"\b{w}\b", rule[0])} | {wing}
+    return rules
+
+
+def _wing_violations(empirical: Path) -> list[str]:
+    """Every runtime import of one wing's module into a wing its rules do not allow."""
+    rules = _wing_rules(empirical)
+    bad = []
+    for wing, allowed in rules.items():
+        for path in sorted((empirical / wing).rglob("*.py")):
+            for line, target in _runtime_imports(path):
+                parts = target.split(".")
+                if parts[:2] == ["ropesplit", "empirical"] and len(parts) > 2 and (
+                        parts[2] in rules and parts[2] not in allowed):  # fmt: skip
+                    bad.append(f"{path.relative_to(empirical.parent)}:{line} ({wing}) imports "
+                               f"{target} ({parts[2]})")  # fmt: skip
+    return bad
+
+
+def test_empirical_holds_only_its_wing_folders():
+    loose = sorted(p.name for p in (ROOT / "empirical").iterdir()
+                   if p.name not in ("__init__.py", "__pycache__") and not p.is_dir())  # fmt: skip
+    assert not loose, f"modules outside a wing folder: {loose}"
+    assert set(_wing_rules(ROOT / "empirical")) == {
+        "adapter", "model", "analysis", "experiments", "measurement", "training"}
+
+
+def test_the_wings_of_empirical_import_only_what_their_place_allows():
+    rules = _wing_rules(ROOT / "empirical")
+    assert rules["adapter"] == {"adapter"}  # the seam with transformers stands on no wing
+    assert rules["model"] == {"adapter", "model"}
+    bad = _wing_violations(ROOT / "empirical")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_wing_check_sees_a_planted_import(tmp_path):
+    """The check can fail: a model-wing module that imports the analysis wing."""
+    for wing, rule in (("model", "the adapter and itself"), ("analysis", "the model wing")):
+        (tmp_path / wing).mkdir()
+        doc = f'"""The {wing} wing.\n\nMay import: {rule}.\n"""\n'
+        (tmp_path / wing / "__init__.py").write_text(doc)
+    (tmp_path / "model" / "planted.py").write_text(
+        "from ropesplit.empirical.analysis.analyze import analyze\n")
+    (tmp_path / "analysis" / "fine.py").write_text(
+        "from ropesplit.empirical.model.capture import capture\n")
+    assert _wing_violations(tmp_path) == [
+        f"{tmp_path.name}/model/planted.py:1 (model) imports "
+        "ropesplit.empirical.analysis.analyze (analysis)"]
 
 
 def _runtime_imports(path: Path) -> list[tuple[int, str]]:
@@ -512,17 +596,6 @@ def _graph() -> dict[str, set[str]]:
             module = ".".join([package, *rel.parts]).removesuffix(".__init__")
             graph[module] = {t for _, t in _runtime_imports(path) if _module_path(t)}
     return graph
-
-
-def test_the_wings_of_empirical_import_only_what_their_place_allows():
-    bad = []
-    for module, targets in _graph().items():
-        source = _wing(module)
-        for target in targets:
-            wing = _wing(target)
-            if source and wing and wing not in WING_ALLOWED[source]:
-                bad.append(f"{module} ({source}) imports {target} ({wing})")
-    assert not bad, "\n".join(bad)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

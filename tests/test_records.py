@@ -3,7 +3,7 @@
 ``ropesplit derive --check --json`` and the report's ``derive`` stage both return
 ``theory.derive_record``; ``ropesplit bound --json`` and the report's ``bound`` stage both
 return ``numerics.synthetic.bound_record``; ``ropesplit analyze --json`` and the report's
-``load`` and ``analyze`` stages both go through ``empirical.analyze.load_subject`` and
+``load`` and ``analyze`` stages both go through ``empirical.analysis.analyze.load_subject`` and
 ``analyze_pair``. Compared field by field, through the JSON
 each writes (timings excepted: only their presence and type are compared).
 """

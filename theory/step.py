@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import sympy as sp
@@ -105,16 +106,20 @@ class Step:
     uses: tuple[str, ...] = ()
     numeric_doc: str = ""
     symbol_kinds: dict[str, str] = field(default_factory=dict)
-    numeric: Callable[..., Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise RopesplitError(f"step kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "inequality" and not self.lemmas:
             raise RopesplitError(f"inequality step {self.id!r} must name the lemmas it uses")
+        self.numeric  # noqa: B018  # built now: a claim that cannot lambdify fails here
+
+    @cached_property
+    def numeric(self) -> Callable[..., Any]:
+        """``lambdify(numeric_args, claim)`` with ``modules="math"`` (derived from the fields,
+        built once, when the step is made)."""
         syms = [self.symbol(name) for name in self.numeric_args]
-        fn = sp.lambdify(syms, self.claim(*syms), modules="math")
-        object.__setattr__(self, "numeric", fn)
+        return sp.lambdify(syms, self.claim(*syms), modules="math")
 
     def symbol(self, name: str) -> Any:
         """The sympy object for argument ``name``: a real symbol unless

@@ -9,6 +9,8 @@
 
 No other module of ropesplit reads a transformers config field (a test checks it
 through the AST); ``numerics`` reads only :class:`~ropesplit.numerics.spec.RopeSpec`.
+
+May import: no other wing of empirical (transformers, numerics and core only).
 """
 
 from ropesplit.empirical.adapter.calls import *  # noqa: F403

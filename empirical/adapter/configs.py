@@ -15,7 +15,7 @@ so only this module breaks when transformers renames a field:
   constructors (``numerics`` reads only the spec);
 - **layers and heads**: :func:`layer_type_of`, :func:`n_layers`, :func:`head_shape`,
   :func:`widths`, :func:`stated_head_dim`;
-- **lengths and tokens**: :func:`context_length`, :func:`original_context`,
+- **lengths and tokens**: :func:`max_positions`, :func:`original_context`,
   :func:`trained_length`, :func:`vocab_size`, :func:`bos_token_id`;
 - **the model's own record**: :func:`model_type`, :func:`name_or_path`,
   :func:`lens_name`, :func:`lens_dtype`, :func:`attn_implementation`, :func:`set_eager`,
@@ -33,13 +33,13 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics.rope import SCALINGS, attention_factor, frequencies
-from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
+from ropesplit.numerics.spec import RopeSpec, repeat_kv_map, spec_scale
 
 __all__ = [
     "attn_implementation",
     "bos_token_id",
     "config_theta",
-    "context_length",
+    "max_positions",
     "head_shape",
     "is_lens_config",
     "layer_type_of",
@@ -163,7 +163,7 @@ def rope_spec(config: Any, layer_type: str | None = None) -> RopeSpec:
     window = getattr(config, "sliding_window", None)
     # a scaled RoPE's tables carry its attention factor a: W scales by a^2 (section 2)
     return RopeSpec.from_base(d, float(base), rotary_dim=rotary, scaling=scaled,
-                              scale=d**-0.5 * attention_factor(scaled) ** 2,
+                              scale=spec_scale(d**-0.5, attention_factor(scaled)),
                               window=int(window) if window else None,
                               kv_map=repeat_kv_map(n_heads, n_kv))  # fmt: skip
 
@@ -263,7 +263,7 @@ def stated_head_dim(config: Any) -> Any:
 # ------------------------------------------------------------------------- lengths and tokens
 
 
-def context_length(config: Any) -> int | None:
+def max_positions(config: Any) -> int | None:
     """The model's context (``max_position_embeddings``), if it states one."""
     value = getattr(config, "max_position_embeddings", None)
     return int(value) if value else None

@@ -2,10 +2,11 @@
 
 - :func:`key_projections`: every attention module's key projection (``k_proj``), the
   linear map whose rows the planted calibration models zero
-  (:func:`ropesplit.empirical.calibration.plant_slow_keys`);
+  (:func:`ropesplit.empirical.measurement.calibration.plant_slow_keys`);
 - :func:`frequency_tables`: every RoPE frequency table (``inv_freq``, or
   ``{layer_type}_inv_freq``, with its ``original_inv_freq`` twin), the buffers the
-  frequency-order null shuffles (:func:`ropesplit.empirical.shuffled.shuffled_frequencies`).
+  frequency-order null shuffles
+  (:func:`ropesplit.empirical.measurement.shuffled.shuffled_frequencies`).
 
 Only the names are transformers'; what is done with the tensors is the caller's.
 """

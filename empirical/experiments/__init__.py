@@ -16,18 +16,45 @@ reason).
 
 :func:`run_experiments` runs any of them and returns the JSON record
 (:mod:`.registry`). Adding one: a module defining ``EXPERIMENT`` (an
-:class:`~.base.Experiment`) and a line in :data:`EXPERIMENTS`.
+:class:`~.base.Experiment`) and a line in :data:`EXPERIMENTS`. Beside them sit what they
+share (``base``, ``registry``, ``settings``, ``continuation``, ``edits``) and the attention
+they run inside the model (``intervene``: the split edited; ``lminfinite``: LM-Infinite's).
+
+May import: the adapter, the model and analysis wings, and itself.
+
+Importing this package imports none of its modules: each name below is looked up in its
+module when first used (PEP 562), so :mod:`.settings` (plain data) imports without torch.
 """
 
-from ropesplit.empirical.experiments.base import Context, Experiment, Outcome
-from ropesplit.empirical.experiments.registry import (
-    EXPERIMENTS,
-    INTERVENTIONS,
-    PREDICTIONS,
-    forward_count,
-    run_experiments,
-)
-from ropesplit.empirical.experiments.settings import ExperimentSettings
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ropesplit.core.lazy import lazy_names
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time: __getattr__
+    from ropesplit.empirical.experiments.base import Context, Experiment, Outcome
+    from ropesplit.empirical.experiments.registry import (
+        EXPERIMENTS,
+        INTERVENTIONS,
+        PREDICTIONS,
+        forward_count,
+        run_experiments,
+    )
+    from ropesplit.empirical.experiments.settings import ExperimentSettings
+
+# each public name -> the module that defines it
+_HOMES = {
+    "Context": "ropesplit.empirical.experiments.base",
+    "Experiment": "ropesplit.empirical.experiments.base",
+    "Outcome": "ropesplit.empirical.experiments.base",
+    "EXPERIMENTS": "ropesplit.empirical.experiments.registry",
+    "INTERVENTIONS": "ropesplit.empirical.experiments.registry",
+    "PREDICTIONS": "ropesplit.empirical.experiments.registry",
+    "forward_count": "ropesplit.empirical.experiments.registry",
+    "run_experiments": "ropesplit.empirical.experiments.registry",
+    "ExperimentSettings": "ropesplit.empirical.experiments.settings",
+}
 
 __all__ = [
     "EXPERIMENTS",
@@ -40,3 +67,5 @@ __all__ = [
     "forward_count",
     "run_experiments",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -25,14 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.outcome import OUTCOMES, Outcome
-from ropesplit.empirical.capture import Capture, capture
 from ropesplit.empirical.experiments.settings import ExperimentSettings
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.model.capture import Capture, capture
+from ropesplit.empirical.model.loaded import LoadedModel, default_layers
 
 __all__ = [
     "OUTCOMES",
@@ -46,7 +45,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-DEFAULT_LAYER_COUNT = 6  # layers the distance fits use by default, evenly spaced
 
 
 def combine(verdicts: Sequence[Outcome], what: str) -> Outcome:
@@ -94,12 +92,6 @@ def interval_rise(small: Row, large: Row, what: str, rise: str, fall: str) -> Ou
     return Outcome("inconclusive", f"{text}: the intervals overlap (more seeds would tell)")
 
 
-def default_layers(analysed: Sequence[int], count: int = DEFAULT_LAYER_COUNT) -> list[int]:
-    """``count`` evenly spaced layers of the ``analysed`` ones, first to last (all when
-    fewer)."""
-    n = len(analysed)
-    return [analysed[i] for i in sorted({int(round(x)) for x in np.linspace(0, n - 1,
-                                                                          min(count, n))})]
 
 
 def check_layers(layers: Sequence[int], analysed: Sequence[int]) -> list[int]:
@@ -152,7 +144,7 @@ class Context:
         """The text's capture at ``position_ids`` (default ``0..N-1``, cached), recorded.
 
         Every call other than the cached default runs the model once and is
-        validated like any capture (``empirical.capture``).
+        validated like any capture (``empirical.model.capture``).
         """
         if position_ids is None and not keep_logits:
             if self._text is None:

@@ -36,9 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
-from ropesplit.empirical.experiments.pairs import layer_pairs
+from ropesplit.empirical.model.capture import Capture
 
 __all__ = ["DISTANCES", "EXPERIMENT", "THRESHOLD", "distance_rows", "judge", "verdict"]
 
@@ -68,7 +67,8 @@ def distance_rows(
     heads: list[Row] = []
     for index in layers:
         layer = cache.layer(index)  # the model's own index: a hybrid's layers are sparse
-        qc, kc = layer_pairs(layer)  # (H, N, P) each
+        view = layer.pairs()
+        qc, kc = view.qc, view.kc  # (H, N, P) each
         out = controlled_distance(qc, kc, layer.theta, layer.scale, distances,
                                   window=layer.window)  # fmt: skip  # name -> (H, K)
         for head in range(qc.shape[0]):

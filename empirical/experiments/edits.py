@@ -1,9 +1,9 @@
 r"""What the intervention experiments share: passages, calibration, paired tests, rows.
 
 Every intervention experiment (``remainder``, ``keys``, ``terms``,
-``shuffle``; :mod:`ropesplit.empirical.intervene`) measures a corpus, not
+``shuffle``; :mod:`ropesplit.empirical.experiments.intervene`) measures a corpus, not
 the one text: the first :data:`PASSAGES` passages of the default corpus
-(``empirical.corpus``) at the run's ``--tokens`` are the replicates, and the
+(``empirical.model.corpus``) at the run's ``--tokens`` are the replicates, and the
 next :data:`CALIBRATION` passages give each layer's reference key
 :math:`\bar k` (disjoint from the scored ones, so no query sees its own
 text's future through it). The unit of every interval is the passage; each
@@ -21,10 +21,10 @@ import torch
 
 from ropesplit.claims.registry import LEVEL, MIN_PASSAGES
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.corpus import default_corpus, passage_ids
 from ropesplit.empirical.experiments.base import Context, Outcome, Row
-from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.experiments.intervene import Edit, calibrate_kbars, intervened_nll
+from ropesplit.empirical.model.corpus import default_corpus, passage_ids
+from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.numerics.intervals import UnitInterval, decide, paired_interval, t_interval
 from ropesplit.numerics.intervention import log_ratio
 

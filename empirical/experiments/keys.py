@@ -29,8 +29,8 @@ import torch
 
 from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
-from ropesplit.empirical.experiments.forward import special_positions
-from ropesplit.empirical.intervene import Edit
+from ropesplit.empirical.experiments.intervene import Edit
+from ropesplit.empirical.model.inputs import special_positions
 from ropesplit.numerics.schemes import jitter_positions, movable_positions
 
 __all__ = ["EXPERIMENT", "PREDICTION"]

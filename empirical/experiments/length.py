@@ -8,7 +8,7 @@ trained range (:mod:`ropesplit.numerics.lambda_attention`).
 
 The first ``8 L`` tokens of the text (fewer if the text is shorter), at unit
 spacing, are run four times (plus the in-length yardstick below), each setting its own forward pass
-(:func:`ropesplit.empirical.lminfinite.run_setting`): vanilla, cap only,
+(:func:`ropesplit.empirical.experiments.lminfinite.run_setting`): vanilla, cap only,
 mask only, LM-Infinite. Attention is causal, so the losses of positions
 ``< m L`` of that one pass are those of a sequence ``m L`` long: one pass
 serves the lengths ``1x, 2x, 4x, 8x L``, read as the position buckets
@@ -18,7 +18,7 @@ Per setting and bucket (queries in the bucket, pairs the setting attends):
 
 - ``loss``: mean next-token loss; ``in_length``: the same tokens' loss read
   by the unmodified model inside windows of ``L`` tokens at positions
-  ``0..L-1`` (:func:`~ropesplit.empirical.lminfinite.windowed_nll`, one
+  ``0..L-1`` (:func:`~ropesplit.empirical.experiments.lminfinite.windowed_nll`, one
   batched forward pass: the loss the model has where it was trained, on the
   same content); ``ratio`` = loss / in_length (1 for vanilla in ``[0, L)``,
   where the two are the same computation); ``vs_vanilla`` = loss / vanilla's;
@@ -55,17 +55,16 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter.configs import trained_length
-from ropesplit.empirical.capture import LayerCapture
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row, combine
-from ropesplit.empirical.experiments.forward import model_context
-from ropesplit.empirical.lminfinite import (
-    SETTINGS,
+from ropesplit.empirical.experiments.lminfinite import (
+    LAMBDA_SETTINGS,
     SettingRun,
     run_setting,
     settings,
     windowed_nll,
 )
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.model.capture import LayerCapture
+from ropesplit.empirical.model.loaded import LoadedModel, stated_length
 from ropesplit.numerics.lambda_attention import N_GLOBAL, lambda_mask
 from ropesplit.numerics.length import (
     bucket_edges,
@@ -103,7 +102,7 @@ PREDICTION = (
 
 def training_length(loaded: LoadedModel) -> int | None:
     """``L``: the config's ``ropesplit_train_length`` (a model trained here), else its context."""
-    return trained_length(loaded.config) or model_context(loaded)
+    return trained_length(loaded.config) or stated_length(loaded)
 
 
 def _check(context: Context) -> None:
@@ -158,7 +157,7 @@ def _head_stats(
     vanilla: dict[str, np.ndarray] = {}
     i, j = np.indices((n_tokens, n_tokens))
     trained_distance = (i - j) <= length  # (N, N): distances the model met in training
-    for name, run in runs.items():  # vanilla first (SETTINGS order)
+    for name, run in runs.items():  # vanilla first (LAMBDA_SETTINGS order)
         lc = run.layers[layer]
         q, k = _head(lc, head)
         parts = _split(q, k, lc.spec, ref["kbar"], run.spec.cap)
@@ -228,7 +227,7 @@ def length_rows(
     yardstick = bucket_means(in_length, edges)
     in_curve = _curve(in_length, length)[1]
     rows: list[Row] = []
-    for name in SETTINGS:
+    for name in LAMBDA_SETTINGS:
         run = runs[name]
         losses = bucket_means(run.nll, edges)
         centres, curve = _curve(run.nll, length)
@@ -257,7 +256,7 @@ def _run(context: Context) -> list[Row]:
 
     def ran(name: str) -> None:
         context.forwarded(1)
-        if name in SETTINGS:  # a setting's own forward pass, captured
+        if name in LAMBDA_SETTINGS:  # a setting's own forward pass, captured
             context.captured.append(f"length: {name}")
 
     return length_rows(context.loaded, context.ids.numpy(), layers=context.layers, length=length,
@@ -295,14 +294,14 @@ def judge(row: Row) -> Outcome:
                    f"{g_text} (no loss prediction for this setting)")  # fmt: skip
 
 
-def claims(rows: list[Row]) -> dict[str, Outcome]:
-    """The four claims of the prediction, each judged from the rows."""
+def checks(rows: list[Row]) -> dict[str, Outcome]:
+    """The four checks of the prediction, each judged from the rows."""
     beyond = _beyond(rows)
     if not beyond:
         none = Outcome("inconclusive", "the text does not reach beyond the training length")
         return {c: none for c in ("vanilla rises", "LM-Infinite near", "f goes with the rise",
                                   "g in range")}  # fmt: skip
-    by = {name: [r for r in beyond if r["setting"] == name] for name in SETTINGS}
+    by = {name: [r for r in beyond if r["setting"] == name] for name in LAMBDA_SETTINGS}
     far = by["vanilla"][-1]
     rose = far["ratio"] > 1 + RISE
     rise = Outcome("agrees" if rose else "disagrees",
@@ -341,9 +340,9 @@ def claims(rows: list[Row]) -> dict[str, Outcome]:
 
 
 def verdict(rows: list[Row]) -> Outcome:
-    """The experiment's verdict: the four claims combined, each claim's reason quoted."""
-    judged = claims(rows)
-    overall = combine(list(judged.values()), "claims")
+    """The experiment's verdict: the four checks combined, each check's reason quoted."""
+    judged = checks(rows)
+    overall = combine(list(judged.values()), "checks")
     reason = "; ".join(f"[{name}: {v.outcome}] {v.reason}" for name, v in judged.items())
     return Outcome(overall.outcome, reason)
 
@@ -358,6 +357,6 @@ EXPERIMENT = Experiment(
     run=_run,
     judge=judge,
     verdict=verdict,
-    forward_count=lambda settings: len(SETTINGS) + 1,
+    forward_count=lambda settings: len(LAMBDA_SETTINGS) + 1,
     check=_check,
 )

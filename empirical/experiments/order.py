@@ -37,12 +37,9 @@ from ropesplit.empirical.experiments.base import (
     interval_rise,
     rows_then_schemes,
 )
-from ropesplit.empirical.experiments.forward import (
-    context_length,
-    continuation_losses,
-    draw_summary,
-    special_positions,
-)
+from ropesplit.empirical.experiments.continuation import context_tokens, draw_summary
+from ropesplit.empirical.model.inputs import special_positions
+from ropesplit.empirical.model.passes import continuation_losses
 from ropesplit.numerics.schemes import (
     ORDER_SCHEMES,
     all_draws,
@@ -91,7 +88,7 @@ def order_inputs(
             f"got {list(schemes)} and {list(rates)}"
         )
     ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)  # (N,)
-    context = context_length(ids.size)
+    context = context_tokens(ids.size)
     movable = movable_positions(context, [f for f in fixed if f < context])  # (c,)
     labels: list[dict[str, Any]] = []
     rows: list[np.ndarray] = []
@@ -111,7 +108,7 @@ def _run(context: Context) -> list[Row]:
     n = ids.size
     positions = np.broadcast_to(np.arange(n), (len(batch) + 1, n))  # (B + 1, N)
     losses = continuation_losses(
-        context.loaded, np.concatenate([ids[None], batch]), positions, context_length(n),
+        context.loaded, np.concatenate([ids[None], batch]), positions, context_tokens(n),
         batch_size=settings.batch_size, on_forward=context.forwarded,
     )  # fmt: skip  # (B + 1,): the baseline first
     rows = []

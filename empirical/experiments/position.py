@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments.base import (
     Context,
     Experiment,
@@ -45,14 +44,10 @@ from ropesplit.empirical.experiments.base import (
     interval_rise,
     rows_then_schemes,
 )
-from ropesplit.empirical.experiments.forward import (
-    context_length,
-    continuation_losses,
-    draw_summary,
-    logits_loss,
-    special_positions,
-)
-from ropesplit.empirical.experiments.pairs import layer_pairs
+from ropesplit.empirical.experiments.continuation import context_tokens, draw_summary
+from ropesplit.empirical.model.capture import Capture
+from ropesplit.empirical.model.inputs import special_positions
+from ropesplit.empirical.model.passes import continuation_losses, logits_loss
 from ropesplit.numerics.schemes import (
     POSITION_SCHEMES,
     all_draws,
@@ -100,7 +95,7 @@ def position_inputs(
             f"position schemes must be among {', '.join(POSITION_SCHEMES)} with at least one "
             f"shift, got {list(schemes)} and {list(shifts)}"
         )
-    context = context_length(n_tokens)
+    context = context_tokens(n_tokens)
     movable = movable_positions(context, [f for f in fixed if f < context])  # (c,)
     labels: list[dict[str, Any]] = []
     rows: list[np.ndarray] = []
@@ -129,7 +124,8 @@ def rotation_view(
     worst = 0.0
     for layer in text.layers:
         pairs = _layer_pairs(text.n_tokens, budget, seed, layer.layer)
-        qc, kc = layer_pairs(layer)  # (H, N, P) each
+        view = layer.pairs()
+        qc, kc = view.qc, view.kc  # (H, N, P) each
         out = shift_change(qc, kc, layer.theta, layer.scale, before, after, pairs)
         for name in ("W", "f", "E"):
             measured, bound = out[f"measured_{name}"], out[f"bound_{name}"]  # (H, M) each
@@ -161,7 +157,8 @@ def run_view(
         pairs = _layer_pairs(text.n_tokens, budget, seed, before.layer)
         parts = []
         for layer, cache in ((before, text), (after, own)):
-            qc, kc = layer_pairs(layer)  # (H, N, P) each
+            view = layer.pairs()
+            qc, kc = view.qc, view.kc  # (H, N, P) each
             parts.append(pair_logits(qc, kc, layer.theta, layer.scale,
                                      cache.positions.numpy(), pairs))  # fmt: skip
         dw = np.abs(parts[1]["W"] - parts[0]["W"])  # (H, M)
@@ -182,7 +179,7 @@ def _run(context: Context) -> list[Row]:
     settings = context.settings
     ids = context.ids.numpy()  # (N,)
     n = ids.size
-    start = context_length(n)
+    start = context_tokens(n)
     labels, positions = position_inputs(
         n, draws=settings.draws, seed=settings.seed,
         fixed=special_positions(context.loaded, ids).tolist(),

@@ -34,8 +34,9 @@ from ropesplit.empirical.experiments import (
     terms,
 )
 from ropesplit.empirical.experiments.base import Context, Experiment, ExperimentSettings
-from ropesplit.empirical.experiments.forward import context_length, model_context
-from ropesplit.empirical.models import LoadedModel, as_input_ids
+from ropesplit.empirical.experiments.continuation import context_tokens
+from ropesplit.empirical.model.inputs import as_input_ids
+from ropesplit.empirical.model.loaded import LoadedModel, stated_length
 
 __all__ = ["EXPERIMENTS", "INTERVENTIONS", "PREDICTIONS", "forward_count", "run_experiments"]
 
@@ -45,7 +46,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     "order": order.EXPERIMENT,
     "position": position.EXPERIMENT,
     "length": length.EXPERIMENT,
-    "remainder": remainder.EXPERIMENT,  # edits inside the forward pass: empirical.intervene
+    "remainder": remainder.EXPERIMENT,  # edits inside the forward pass: intervene
     "keys": keys.EXPERIMENT,
     "terms": terms.EXPERIMENT,
     "shuffle": shuffle.EXPERIMENT,
@@ -79,13 +80,13 @@ def _header(context: Context) -> dict[str, Any]:
     return {
         "model": loaded.name + (" (random init)" if loaded.random_init else ""),
         "tokens": len(token_ids),
-        "context_tokens": context_length(len(token_ids)),
+        "context_tokens": context_tokens(len(token_ids)),
         "token_ids_sha256": digest,
         "token_ids": token_ids,
         "seed": context.settings.seed,
         "draws": context.settings.draws,
         "layers": context.layers,
-        "training_length": model_context(loaded),
+        "training_length": stated_length(loaded),
     }
 
 
@@ -115,7 +116,7 @@ def run_experiments(
     settings = settings or ExperimentSettings()
     ids = as_input_ids(loaded, input_ids)[0].cpu()  # (N,)
     context = Context(loaded, ids, settings, on_forward, passages=passages)
-    context_length(context.n_tokens)  # enough tokens for a context and a continuation
+    context_tokens(context.n_tokens)  # enough tokens for a context and a continuation
     for experiment in chosen:
         experiment.check(context)
     context.layers  # noqa: B018 - the layers checked before any forward pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ropesplit.core.errors import RopesplitError
+from ropesplit.core.errors import SettingError
 
 __all__ = ["ExperimentSettings"]
 
@@ -16,7 +16,9 @@ class ExperimentSettings:
 
     ``draws`` is the number of perturbation draws per setting (the order
     experiment's bootstrap resamples them); ``layers`` (default six evenly
-    spaced) are the layers the per-head fits of the distance experiment use.
+    spaced) are the layers the per-head fits of the distance experiment use. Each field is
+    the option of ``ropesplit perturb`` of its name and holds its default; a failed check is
+    a :class:`~ropesplit.core.errors.SettingError` naming the field.
     """
 
     draws: int = 5
@@ -27,4 +29,4 @@ class ExperimentSettings:
     def __post_init__(self) -> None:
         for name, value in (("draws", self.draws), ("batch_size", self.batch_size)):
             if value < 1:
-                raise RopesplitError(f"{name} must be at least 1, got {value}")
+                raise SettingError(name, f"must be at least 1, got {value}")

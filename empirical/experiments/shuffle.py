@@ -18,8 +18,8 @@ import numpy as np
 
 from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
-from ropesplit.empirical.intervene import Edit
-from ropesplit.empirical.models import random_init_twin
+from ropesplit.empirical.experiments.intervene import Edit
+from ropesplit.empirical.model.loading import random_init_twin
 
 __all__ = ["EXPERIMENT", "PREDICTION"]
 

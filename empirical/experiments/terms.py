@@ -10,7 +10,7 @@ layer and head attends, at distances :math:`\Delta > L`, with
 - ``cap_all``: :math:`W(L)` (both: LM-Infinite's distance cap without its mask),
 
 beside the unedited model (``vanilla``) and LM-Infinite itself
-(``empirical.lminfinite``: the cap and the :math:`\Lambda` mask). Per passage, the
+(``empirical.experiments.lminfinite``: the cap and the :math:`\Lambda` mask). Per passage, the
 rise of the loss beyond ``L`` over the in-length loss of the same targets
 (``lminfinite.windowed_nll``: each target predicted inside a window of
 ``L`` tokens, the model's own regime):
@@ -24,9 +24,9 @@ import numpy as np
 
 from ropesplit.empirical.experiments import edits
 from ropesplit.empirical.experiments.base import Context, Experiment, Outcome, Row
+from ropesplit.empirical.experiments.intervene import Edit
 from ropesplit.empirical.experiments.length import training_length
-from ropesplit.empirical.intervene import Edit
-from ropesplit.empirical.lminfinite import run_setting, settings, windowed_nll
+from ropesplit.empirical.experiments.lminfinite import run_setting, settings, windowed_nll
 
 __all__ = ["EXPERIMENT", "PREDICTION"]
 
@@ -39,7 +39,7 @@ PREDICTION = (
     "loss of the same targets); first the vanilla rise must lie above 0. Cap g + E, cap all "
     "and LM-Infinite are judged by the same test, shown."
 )
-SETTINGS = ("vanilla", "cap_f", "cap_rest", "cap_all", "LM-Infinite")
+EDIT_SETTINGS = ("vanilla", "cap_f", "cap_rest", "cap_all", "LM-Infinite")
 
 
 def _length(context: Context) -> int | None:
@@ -64,11 +64,11 @@ def _run(context: Context) -> list[Row]:
     spec = settings(length)["LM-Infinite"]
     nll["LM-Infinite"] = np.stack([run_setting(loaded, ids, spec).nll for ids in data.ids])
     context.forwarded(1)
-    rise = {name: edits.ratios(nll[name], inside, start=length) for name in SETTINGS}
+    rise = {name: edits.ratios(nll[name], inside, start=length) for name in EDIT_SETTINGS}
     rows = [{"setting": "vanilla", "L": length, **edits.summary(rise["vanilla"], "rise"),
              "null": "in-length loss",
              **edits.paired(rise["vanilla"], np.zeros_like(rise["vanilla"]), "above")}]  # fmt: skip
-    for name in SETTINGS[1:]:
+    for name in EDIT_SETTINGS[1:]:
         rows.append({"setting": name, "L": length, **edits.summary(rise[name], "rise"),
                      "null": f"{SHARE:g} x vanilla rise",
                      **edits.paired(rise[name], SHARE * rise["vanilla"], "below")})  # fmt: skip

@@ -7,5 +7,5 @@ model and no torch (``ropesplit merge`` and ``ropesplit compare`` read only JSON
     text        the lines the CLI prints and the report shows
 
 It stands on ``ropesplit.core`` and the model-free parts of ``ropesplit.numerics``
-(intervals, pooling); ``ropesplit.empirical.claims_run`` measures the rows it judges.
+(intervals, pooling); ``ropesplit.empirical.measurement.claims_run`` measures the rows it judges.
 """

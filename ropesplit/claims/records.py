@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ropesplit.claims.registry import CLAIMS, GRID, LEVEL, MIN_PASSAGES, PAIRED
-from ropesplit.core.errors import RopesplitError
+from ropesplit.core.errors import RopesplitError, SettingError
 from ropesplit.core.io import read_json
 
 __all__ = [
@@ -34,6 +34,8 @@ __all__ = [
     "DEFAULT_GRID_TOKENS",
     "DEFAULT_ORDER_PASSAGES",
     "DEFAULT_PASSAGES",
+    "MIN_TOKENS",
+    "check_tokens",
     "claims_records",
     "compare_records",
     "grid_tokens",
@@ -51,6 +53,17 @@ DEFAULT_ORDER_PASSAGES = 8  # passages of the word-order test (claim 1)
 # registry's 256 and 512, never past the run's own tokens; its 1024 only when asked
 # (``--grid-tokens``): on 2 CPU cores that length alone doubles the run
 DEFAULT_GRID_TOKENS = (256, 512)
+# the fewest tokens any run reads (``--tokens`` of every command, each ``--grid-tokens``):
+# below it r_3axis is 1 by construction (nearly as many parameters as pairs)
+MIN_TOKENS = 16
+
+
+def check_tokens(value: int, field: str = "tokens") -> None:
+    """The one check of a length in tokens: at least :data:`MIN_TOKENS`, else a
+    :class:`~ropesplit.core.errors.SettingError` naming ``field`` (the setting, and option,
+    that gave it)."""
+    if value < MIN_TOKENS:
+        raise SettingError(field, f"must be at least {MIN_TOKENS}, got {value}")
 
 
 def power_statement(n: int) -> str:
@@ -67,14 +80,14 @@ def passage_ranges(
 ) -> tuple[range, range]:
     """The passages of claims 2-5 and of the word-order test that ``shard`` (default: the
     whole run) measures, the counts and the shard checked first (one-line errors naming
-    :class:`ClaimsSettings`' fields, which the CLI words as its flags)."""
+    :class:`ClaimsSettings`' fields, :class:`~ropesplit.core.errors.SettingError`)."""
     for name, value in (("passages", passages), ("order_passages", order_passages)):
         if value < MIN_PASSAGES:
-            raise RopesplitError(f"{name} must be at least {MIN_PASSAGES}, got {value}")
+            raise SettingError(name, f"must be at least {MIN_PASSAGES}, got {value}")
     need = max(passages, order_passages)
     lo, hi = shard or (0, need)
     if not 0 <= lo < hi <= need:
-        raise RopesplitError(f"shard must be A:B with 0 <= A < B <= {need}, got {lo}:{hi}")
+        raise SettingError("shard", f"must be A:B with 0 <= A < B <= {need}, got {lo}:{hi}")
     return range(lo, min(hi, passages)), range(lo, min(hi, order_passages))
 
 
@@ -82,13 +95,14 @@ def grid_tokens(tokens: int, values: Sequence[int] | None = None, *,
                 limit: int | None = None) -> list[int]:  # fmt: skip
     """The ``tokens`` axis a run measures: ``values`` as given, or by default
     :data:`DEFAULT_GRID_TOKENS` up to the headline ``tokens`` (the axis never goes past what
-    was asked for unless ``values`` say so); the headline ``tokens`` added, each checked,
-    those beyond ``limit`` (the passages' or the model's length) left out."""
+    was asked for unless ``values`` say so); the headline ``tokens`` added, each checked
+    (:func:`check_tokens`: ``tokens``, then ``values`` as ``grid_tokens``), those beyond
+    ``limit`` (the passages' or the model's length) left out."""
+    check_tokens(tokens)
+    if values:
+        check_tokens(min(values), "grid_tokens")
     base = values if values is not None else [t for t in DEFAULT_GRID_TOKENS if t <= tokens]
     chosen = sorted({int(t) for t in base} | {int(tokens)})
-    bad = [t for t in chosen if t < 16]
-    if bad:
-        raise RopesplitError(f"tokens must be at least 16, got {bad[0]}")
     if limit is not None:
         if tokens > limit:
             raise RopesplitError(f"tokens {tokens} exceeds the {limit} available")
@@ -99,21 +113,23 @@ def grid_tokens(tokens: int, values: Sequence[int] | None = None, *,
 @dataclass(frozen=True)
 class ClaimsSettings:
     """What one claims run measures (``ropesplit claims``' options and the report's), checked
-    when built: ``tokens`` is the headline cell's length; ``grid`` the ``tokens`` axis
+    when built: ``tokens`` is the headline cell's length; ``grid_tokens`` the ``tokens`` axis
     (default :data:`DEFAULT_GRID_TOKENS` up to ``tokens``; ``tokens`` added,
-    :func:`grid_tokens`); ``corpus`` the run's corpus (None: ``empirical.corpus``' default);
+    :func:`grid_tokens`); ``corpus`` the run's corpus (None: ``empirical.model.corpus``' default);
     ``second_corpus`` the corpus axis' other value (``claims.registry.PAIRED``: the one
     ``claims.registry.SECOND_CORPUS`` pairs with the run's corpus; None: the run's corpus
     only); ``passages`` and ``order_passages`` the counts of claims 2-5 and of the word
     order; ``seed`` every draw's; ``batch_size`` the word order's rows per forward pass;
     ``shard=(A, B)`` measures only the run's passages ``A..B-1`` of each corpus (a SLURM
     array task, an ``accelerate``/``torchrun`` process): :func:`merge_records` of shards
-    covering the run is the run's record."""
+    covering the run is the run's record. Each field is the option of ``ropesplit claims``
+    of its name (``grid_tokens``: ``--grid-tokens``) and holds its default; a failed check
+    is a :class:`~ropesplit.core.errors.SettingError` naming the field."""
 
     corpus: str | None = None
     second_corpus: str | None = PAIRED
     tokens: int = 512
-    grid: tuple[int, ...] | None = None
+    grid_tokens: tuple[int, ...] | None = None
     passages: int = DEFAULT_PASSAGES
     order_passages: int = DEFAULT_ORDER_PASSAGES
     seed: int = 0
@@ -122,9 +138,9 @@ class ClaimsSettings:
 
     def __post_init__(self) -> None:
         self.ranges()
-        grid_tokens(self.tokens, self.grid)
+        grid_tokens(self.tokens, self.grid_tokens)
         if self.batch_size < 1:
-            raise RopesplitError(f"batch_size must be at least 1, got {self.batch_size}")
+            raise SettingError("batch_size", f"must be at least 1, got {self.batch_size}")
 
     def ranges(self) -> tuple[range, range]:
         """The passages of claims 2-5 and of the word order this run measures

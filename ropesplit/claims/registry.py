@@ -67,31 +67,38 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropesplit.core.paper import PAPER_R_SPLIT, QUOTES
+from ropesplit.core.paper import (
+    PAPER_ORDER_HARMFUL,
+    PAPER_ORDER_HARMLESS,
+    PAPER_R_SPLIT,
+    QUOTES,
+)
 
 __all__ = [
+    "Axis",
     "CLAIMS",
     "CONTROL_SEEDS",
+    "Condition",
     "GRID",
     "LEVEL",
     "MEASURES",
+    "MEASURE_AXES",
     "MIN_PASSAGES",
     "MIN_SEEDS",
     "ORIGINS",
     "PAIRED",
-    "SECOND_CORPUS",
-    "resolve_second_corpus",
-    "ROBUSTNESS",
-    "VERDICTS",
-    "MEASURE_AXES",
-    "cell_key",
-    "unknown_measures",
-    "Axis",
-    "Condition",
     "PrimaryTest",
+    "ROBUSTNESS",
+    "SECOND_CORPUS",
+    "SWAP_RATES",
     "Secondary",
+    "VERDICTS",
     "axis",
+    "cell_key",
     "primary",
+    "rate_label",
+    "resolve_second_corpus",
+    "unknown_measures",
 ]
 
 LEVEL = 0.95  # every interval: two-sided 95% t interval over the units
@@ -113,16 +120,26 @@ ORIGINS = ("paper", "toolkit")
 COMPARES, DIRECTIONS, UNITS = ("level", "paired"), ("above", "below"), ("passages", "seeds")
 
 # The measure vocabulary: every statistic a source's rows carry, the only names a condition
-# may read. ``empirical.passages.PASSAGE_MEASURES`` computes exactly the passages' names (a
+# may read. ``measurement.passages.PASSAGE_MEASURES`` computes exactly the passages' names (a
 # check at its import), ``experiments.order_passages`` the order's (a test); each registry
 # entry below is checked against it when built, so a misspelt name fails at import.
-_ORDER_RATES = ("2.5", "5", "10", "20", "50")  # order_passages.RATES in percent
+# claim 1's shares of the tokens swapped (0 is the original passage), the paper's 5% and 10%
+# among them: the order rows' columns, one per rate (measurement.order_passages measures them)
+SWAP_RATES = (0.025, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.2, 0.5)
+
+
+def rate_label(rate: float) -> str:
+    """A rate in percent, as the record's keys write it: ``0.025 -> "2.5"``, ``0.1 -> "10"``."""
+    return format(round(100 * float(rate), 6), "g")
+
+
 MEASURES: dict[str, tuple[str, ...]] = {
     "passages": ("r_split", "r_split_control", "r_split_shuffled", "r_split_mean",
                  "lowfreq_share_k", "lowfreq_share_k_control", "lowfreq_share_k_shuffled",
                  "key_corr", "key_corr_control", "visible_change", "visible_change_control",
                  "g_share", "g_share_shuffled", "e_share", "n_heads"),
-    "order": (*(f"{kind}_{r}" for kind in ("damage", "dose", "ppl") for r in _ORDER_RATES),
+    "order": (*(f"{kind}_{rate_label(r)}" for kind in ("damage", "dose", "ppl")
+                for r in SWAP_RATES),
               "local_5", "scored", "curvature", "relative_5"),
 }  # fmt: skip
 

@@ -15,13 +15,22 @@ written, ``OutputFolder`` a folder written, ``InputFile`` a UTF-8 file read,
 ``InputRecord`` a JSON file read): the CLI checks it before ``run`` (``cli.PATHS``). A
 check over several options is registered with :func:`check_after_parsing`, as
 :func:`add_model_arguments` does; settings check themselves when built (:func:`built`).
+
+An option that a settings object (``ClaimsSettings``, ``RunSettings``, ``ExperimentSettings``,
+``Placement``) defaults has the default None here and the field's name as its ``dest``:
+:func:`given` passes on only the options given, so each default is stated once, on the
+settings object (``tests/commands/test_cli_defaults.py`` holds every subcommand to it).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ropesplit.empirical.model.loading import Placement
 
 ORDER = ["derive", "bound", "analyze", "claims", "merge", "compare", "perturb", "figures", "report"]
 
@@ -52,7 +61,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, many: bool = False) 
 def check_models(args: argparse.Namespace) -> None:
     """Every ``--model`` that names a local path, with its ``--gguf-file``, is one a model can
     load from, checked before any model loads (with several models, before the first): it
-    exists (``empirical.models`` tells a path from a Hugging Face id), and is a folder with a
+    exists (``empirical.model.loading`` tells a path from a Hugging Face id), and is a folder with a
     ``config.json`` that is JSON, a folder holding the ``--gguf-file``, or a ``.gguf`` file."""
     from pathlib import Path
 
@@ -63,7 +72,7 @@ def check_models(args: argparse.Namespace) -> None:
     files = args.gguf_file if isinstance(args.gguf_file, list) else [args.gguf_file] * len(models)
     if models == [None] or len(files) != len(models):
         return  # the embedded model; or claims' own message (once per --model)
-    from ropesplit.empirical.models import resolve_source  # the loader's own reading
+    from ropesplit.empirical.model.loading import resolve_source  # the loader's own reading
 
     for model, gguf in zip(models, files, strict=True):
         source, name, _ = resolve_source(model, gguf)  # a missing path or GGUF file fails
@@ -85,14 +94,22 @@ def check_models(args: argparse.Namespace) -> None:
 
 def add_device_arguments(parser: argparse.ArgumentParser, *, device_map: bool = False) -> None:
     """``--device`` and ``--dtype`` (checked by ``_types.device`` and ``_types.dtype``), and
-    ``--device-map`` where a command can spread a model over devices."""
+    ``--device-map`` where a command can spread a model over devices: the fields of
+    ``empirical.model.loading.Placement`` (:func:`placement`), whose loader defaults them."""
     from ropesplit.commands._types import device, dtype
 
-    parser.add_argument("--device", type=device, default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--dtype", type=dtype, default="float32",
-                        help="float32 (default), bfloat16, ...")  # fmt: skip
+    parser.add_argument("--device", type=device, help="torch device (default cpu)")
+    parser.add_argument("--dtype", type=dtype, help="float32 (default), bfloat16, ...")
     if device_map:
         parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
+
+
+def placement(args: argparse.Namespace) -> Placement:
+    """``--device``, ``--dtype`` and ``--device-map`` (:func:`add_device_arguments`) as the
+    ``Placement`` that ``load_model`` takes (those not given: its defaults)."""
+    from ropesplit.empirical.model.loading import Placement
+
+    return Placement(**given(args, "device", "dtype", "device_map"))
 
 
 def write_output(path: str | None, record: Any = None, *, text: str | None = None) -> None:
@@ -111,17 +128,30 @@ def write_output(path: str | None, record: Any = None, *, text: str | None = Non
     print(f"wrote {path}", file=sys.stderr)
 
 
-def built(make: Callable[..., Any], **fields: Any) -> Any:
-    """``make(**fields)``: a settings object that checks itself when built, its one-line
-    error worded in the command line's flags (``figure_tokens`` reads ``--figure-tokens``),
-    so each check lives once, in the settings, for the CLI and for Python alike."""
-    import re
+def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among ``names`` (settings fields, each its option's ``dest``) that the
+    command line gave: those not None. Built from these, a settings object keeps its own
+    default for every other field."""
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
-    from ropesplit.core.errors import RopesplitError
+
+@contextmanager
+def as_options() -> Iterator[None]:
+    """Inside it a failed setting check (:class:`~ropesplit.core.errors.SettingError`, which
+    names its field) is worded as the command line's option: ``grid_tokens must ...`` reads
+    ``--grid-tokens must ...``. A settings field's name is its option's name, so the option
+    named is the one that gave the bad value."""
+    from ropesplit.core.errors import RopesplitError, SettingError
 
     try:
+        yield
+    except SettingError as exc:
+        raise RopesplitError(exc.as_option()) from None
+
+
+def built(make: Callable[..., Any], **fields: Any) -> Any:
+    """``make(**fields)``: a settings object that checks itself when built, its one-line
+    error worded as the option that gave the bad value (:func:`as_options`), so each check
+    lives once, in the settings, for the CLI and for Python alike."""
+    with as_options():
         return make(**fields)
-    except RopesplitError as exc:
-        names = "|".join(sorted(fields, key=len, reverse=True))
-        text = re.sub(rf"\b({names})\b", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
-        raise RopesplitError(text) from None

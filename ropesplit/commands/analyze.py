@@ -20,7 +20,13 @@ import io
 import sys
 from typing import Any
 
-from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+from ropesplit.commands import (
+    add_device_arguments,
+    add_model_arguments,
+    as_options,
+    placement,
+    write_output,
+)
 from ropesplit.commands._types import SEED, InputFile, OutputPath
 
 HELP = "measure the split W = f + g + E and its conditions on every head of a real model"
@@ -34,9 +40,6 @@ _TABLE = (
     ("lowfreq_k", "lowfreq_share_k", True),
     ("lowfreq_q", "lowfreq_share_q", False),
 )
-
-
-MIN_TOKENS = 16  # below it r_3axis is 1 by construction (as many parameters as pairs, nearly)
 
 
 def check_reference_distance(spec: str) -> None:
@@ -96,27 +99,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.core.errors import RopesplitError
+    from ropesplit.claims.records import check_tokens
     from ropesplit.core.paper import PAPER_R_SPLIT
-    from ropesplit.empirical.analyze import STATISTICS, analyze_pair, load_subject
-    from ropesplit.empirical.models import random_init_twin
+    from ropesplit.empirical.analysis.analyze import STATISTICS, analyze_pair, load_subject
+    from ropesplit.empirical.model.loading import random_init_twin
 
-    if args.tokens < MIN_TOKENS:  # fewer pairs than the fits have parameters: trivially 1
-        raise RopesplitError(f"--tokens must be at least {MIN_TOKENS}, got {args.tokens}")
+    with as_options():
+        check_tokens(args.tokens)
     from dataclasses import replace
 
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE, DEFAULT_REFERENCE
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, DEFAULT_REFERENCE
     from ropesplit.numerics.reference import canonical
 
     reference = canonical(args.reference) if args.reference else DEFAULT_REFERENCE
     check_reference_distance(reference)
     loaded, ids, text = load_subject(
         args.model, args.gguf_file, text=args.text, tokens=args.tokens, seed=args.seed,
-        memory_tokens=args.tokens * (2 if args.protocol else 1), device=args.device,
-        dtype=args.dtype, device_map=args.device_map,
+        memory_tokens=args.tokens * (2 if args.protocol else 1), placement=placement(args),
     )  # fmt: skip
     if args.protocol:
-        from ropesplit.empirical.protocol import text_ids
+        from ropesplit.empirical.analysis.protocol import text_ids
 
         counts = (args.tokens // 2, args.tokens, 2 * args.tokens)
         long_ids, code_ids = text_ids(loaded, text, counts, args.tokens)  # refuses short texts
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         print(_subhead_lines(trained, control))
     print(_reference_table(record))
     if args.protocol:
-        from ropesplit.empirical.protocol import CONTROL_SEEDS, protocol, protocol_table
+        from ropesplit.empirical.analysis.protocol import CONTROL_SEEDS, protocol, protocol_table
 
         steps = len(counts) + len(CONTROL_SEEDS) + 1  # captures: counts, random inits, code
         with tqdm(total=steps, desc="protocol", unit="capture", file=sys.stderr,

@@ -13,7 +13,7 @@ nulls beside it, and whether the verdict is robust over the grid or fragile
 (naming the cells that differ). ``--json`` writes ``claims.json``.
 
 With several ``--model`` the run is repeated per model and ``--json`` writes one
-models x claims record (``empirical.claims_run.compare_records``, with every
+models x claims record (``claims.records.compare_records``, with every
 model's own record under ``records``); ``ropesplit compare`` builds the same from
 claims records written before. Exit codes: 2 bad input, 1 a failed validation.
 """
@@ -23,35 +23,41 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ropesplit.claims.registry import PAIRED, resolve_second_corpus
+from ropesplit.claims.records import DEFAULT_GRID_TOKENS, ClaimsSettings
+from ropesplit.claims.registry import MIN_PASSAGES, PAIRED, resolve_second_corpus
 from ropesplit.claims.text import compare_table, summary
 from ropesplit.commands import (
     add_device_arguments,
     add_model_arguments,
     built,
     check_after_parsing,
+    given,
+    placement,
     write_output,
 )
 from ropesplit.commands._types import SEED, ListOf, OutputPath
 
-if TYPE_CHECKING:
-    from ropesplit.claims.records import ClaimsSettings
+# the defaults of the claims options: ClaimsSettings' own (each option is None until given)
+_DEFAULT = ClaimsSettings()
+_GRID = ",".join(map(str, DEFAULT_GRID_TOKENS))
 
 HELP = "judge each claim of the paper by its pre-registered primary test over a grid of choices"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, many=True)
-    parser.add_argument("--tokens", type=int, default=512,
-                        help="tokens per passage of the headline cell (default 512)")  # fmt: skip
+    parser.add_argument("--tokens", type=int, help="tokens per passage of the headline cell "
+                        f"(default {_DEFAULT.tokens})")  # fmt: skip
     add_corpus_arguments(parser)
-    parser.add_argument("--seed", type=SEED, default=0, help="base seed of every draw (default 0)")
+    parser.add_argument("--seed", type=SEED,
+                        help=f"base seed of every draw (default {_DEFAULT.seed})")
     parser.add_argument("--shard", metavar="A:B",
                         help="measure only the run's passages A..B-1 (one job of a SLURM array "
                         "or one torchrun process); 'ropesplit merge' joins the shards")  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
+    parser.add_argument("--batch-size", type=int,
+                        help=f"inputs per forward pass (default {_DEFAULT.batch_size})")
     add_device_arguments(parser)
     parser.add_argument("--json", metavar="PATH", type=OutputPath,
                         help="write claims.json (rows and tests)")
@@ -64,17 +70,17 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pydoc (default: Python's language reference, a passage per "
                         "topic), prose (the King James Bible, a passage per book), a folder "
                         "of .txt files, a .jsonl file or a text file")  # fmt: skip
-    parser.add_argument("--second-corpus", metavar="CORPUS", default=PAIRED,
+    parser.add_argument("--second-corpus", metavar="CORPUS",
                         help=f"the grid's other corpus (default {PAIRED}: prose, or pydoc when "
                         "--corpus is prose; 'none' for the run's corpus alone)")  # fmt: skip
     parser.add_argument("--grid-tokens", metavar="N,N,...", type=ListOf(int, 1),
-                        help="the grid's passage lengths (default: 256,512 up to --tokens; "
+                        help=f"the grid's passage lengths (default: {_GRID} up to --tokens; "
                         "--tokens is added)")  # fmt: skip
-    parser.add_argument("--passages", type=int, default=12,
-                        help="passages per corpus for claims 2-5 (default 12, at least 8)")
-    parser.add_argument("--order-passages", type=int, default=8,
+    parser.add_argument("--passages", type=int, help="passages per corpus for claims 2-5 "
+                        f"(default {_DEFAULT.passages}, at least {MIN_PASSAGES})")  # fmt: skip
+    parser.add_argument("--order-passages", type=int,
                         help="passages per corpus for the word-order test, claim 1 "
-                        "(default 8, at least 8)")  # fmt: skip
+                        f"(default {_DEFAULT.order_passages}, at least {MIN_PASSAGES})")
     check_after_parsing(parser, check_corpora)
 
 
@@ -82,44 +88,42 @@ def check_corpora(args: argparse.Namespace) -> None:
     """``--corpus`` and ``--second-corpus`` read (``corpus_from_spec``) before any model loads:
     a missing path, a file that is not UTF-8, a folder without .txt files or a JSONL line
     without its text is a one-line error."""
-    from ropesplit.empirical.corpus import corpus_from_spec
+    from ropesplit.empirical.model.corpus import corpus_from_spec
 
     for spec in (args.corpus, second_corpus(args)):
         if spec:
             corpus_from_spec(spec)
 
 
-def grid_values(args: argparse.Namespace) -> list[int] | None:
-    """``--grid-tokens`` as a list of lengths (None: the default grid); ``_types.ListOf`` has
-    checked it (positive integers, none repeated)."""
-    values = getattr(args, "grid_tokens", None)
-    return None if values is None else list(values)
+def given_second_corpus(args: argparse.Namespace) -> dict[str, str | None]:
+    """``--second-corpus`` as the ``ClaimsSettings`` field, where given (``none``: None, the
+    run's corpus alone); empty where not (the settings' default, ``claims.registry.PAIRED``)."""
+    value = getattr(args, "second_corpus", None)
+    return {} if value is None else {"second_corpus": None if value == "none" else value}
 
 
 def second_corpus(args: argparse.Namespace) -> str | None:
     """``--second-corpus`` resolved (``claims.registry.resolve_second_corpus``): the corpus
     the default (``claims.registry.PAIRED``) pairs with ``--corpus``, a corpus given, or None
     (``none``, or the run's own corpus)."""
-    from ropesplit.empirical.corpus import DEFAULT_CORPUS
+    from ropesplit.empirical.model.corpus import DEFAULT_CORPUS
 
-    value = getattr(args, "second_corpus", PAIRED)
-    return resolve_second_corpus(args.corpus or DEFAULT_CORPUS, None if value == "none" else value)
+    chosen = given_second_corpus(args).get("second_corpus", _DEFAULT.second_corpus)
+    return resolve_second_corpus(args.corpus or DEFAULT_CORPUS, chosen)
 
 
 def claims_settings(args: argparse.Namespace, *, shard: bool = True) -> ClaimsSettings:
-    """The claims options (:func:`add_corpus_arguments`, ``--tokens``, ``--seed`` and, for
+    """The claims options given (:func:`add_corpus_arguments`, ``--tokens``, ``--seed`` and, for
     ``ropesplit claims``, ``--batch-size`` and ``--shard``) as the one
-    :class:`~ropesplit.claims.records.ClaimsSettings` that ``claims`` and ``report`` run,
-    checked as it is built: the counts, the grid and the shard fail here, before any model
-    loads (the corpora were read once parsed, :func:`check_corpora`)."""
-    from ropesplit.claims.records import ClaimsSettings
-
-    grid = grid_values(args)
-    extra = {"batch_size": args.batch_size, "shard": _shard(args.shard)} if shard else {}
-    return built(ClaimsSettings, corpus=args.corpus, second_corpus=second_corpus(args),
-                 tokens=args.tokens, grid=None if grid is None else tuple(grid),
-                 passages=args.passages, order_passages=args.order_passages, seed=args.seed,
-                 **extra)  # fmt: skip
+    :class:`~ropesplit.claims.records.ClaimsSettings` that ``claims`` and ``report`` run, the
+    rest at its defaults, checked as it is built: the counts, the grid and the shard fail
+    here, naming the option given, before any model loads (the corpora were read once
+    parsed, :func:`check_corpora`)."""
+    names = ("corpus", "tokens", "grid_tokens", "passages", "order_passages", "seed")
+    fields = given(args, *names, *(("batch_size",) if shard else ()))
+    if shard and args.shard is not None:
+        fields["shard"] = _shard(args.shard)
+    return built(ClaimsSettings, **fields, **given_second_corpus(args))
 
 
 def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
@@ -139,8 +143,8 @@ def _models(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ropesplit.empirical.claims_run import run_claims
-    from ropesplit.empirical.models import load_model
+    from ropesplit.empirical.measurement.claims_run import run_claims
+    from ropesplit.empirical.model.loading import load_model
 
     run = claims_settings(args)  # bad input fails now, before any model loads (about 20 s)
     measured, ordered = run.ranges()
@@ -150,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
             print(f"loading {model or 'the embedded model'} ...", file=sys.stderr, flush=True)
-        loaded = load_model(model, gguf, device=args.device, dtype=args.dtype)
+        loaded = load_model(model, gguf, placement=placement(args))
         corpora = 1 + bool(second_corpus(args) is not None)
         with tqdm(total=corpora * (len(measured) + len(ordered)), desc="passages",
                   unit="passage", file=sys.stderr, disable=None) as bar:  # fmt: skip

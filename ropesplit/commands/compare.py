@@ -3,7 +3,7 @@
 Each record is a ``ropesplit claims --json`` file (one model) or a compare record
 written before (its models are taken again). Prints one line per model and claim:
 the headline verdict, the estimate with its 95% interval and the robustness over
-the grid; ``--json`` writes the compare record (``empirical.claims_run.compare_records``,
+the grid; ``--json`` writes the compare record (``claims.records.compare_records``,
 every model's record under ``records``), which ``ropesplit report --claims-record``
 also takes and whose forest plot is figure 20.
 """

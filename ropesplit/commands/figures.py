@@ -13,28 +13,32 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ropesplit.commands import add_device_arguments, add_model_arguments, built
+from ropesplit.commands import add_device_arguments, add_model_arguments, built, given
 from ropesplit.commands._types import SEED, InputFile, OutputFolder
+from ropesplit.report.context import DRAWS, FIGURE_TOKENS, RunSettings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ropesplit.report.pipeline import RunSettings
+    from ropesplit.empirical.experiments.settings import ExperimentSettings
 
 HELP = "draw the figures of one model (PDF and PNG, 3.3 in and 6.9 in)"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> None:
-    """The flags ``figures`` and ``report`` share: model, text, sizes, seed, head, out."""
+    """The flags ``figures`` and ``report`` share: model, text, sizes, seed, head, out; each
+    :class:`~ropesplit.report.context.RunSettings`' field of its name, defaulted there."""
     add_model_arguments(parser)
     parser.add_argument("--text", metavar="FILE", type=InputFile,
                         help="UTF-8 text (default: Python's docs)")
-    parser.add_argument("--tokens", type=int, default=512, help="tokens analysed (default 512)")
-    parser.add_argument("--seed", type=SEED, default=0, help="control weights, sampling, draws")
-    parser.add_argument("--draws", dest="draws", type=int, default=2,
-                        help="perturbation draws per scheme and rate (default 2)")  # fmt: skip
+    parser.add_argument("--tokens", type=int,
+                        help=f"tokens analysed (default {RunSettings.tokens})")
+    parser.add_argument("--seed", type=SEED, help="control weights, sampling, draws "
+                        f"(default {RunSettings.seed})")  # fmt: skip
+    parser.add_argument("--draws", type=int, help="perturbation draws per scheme and rate "
+                        f"(default {DRAWS})")  # fmt: skip
     parser.add_argument("--head", metavar="LAYER.HEAD",
                         help="figure 1's head (default: the head with median r_split)")
-    parser.add_argument("--figure-tokens", type=int, default=96,
-                        help="tokens in figure 1's heatmaps (default 96)")  # fmt: skip
+    parser.add_argument("--figure-tokens", type=int, help="tokens in figure 1's heatmaps "
+                        f"(default {FIGURE_TOKENS}, or --tokens when fewer)")  # fmt: skip
     add_device_arguments(parser)
     parser.add_argument("--out", metavar="DIR", type=OutputFolder, default=out_default,
                         help=f"output folder (default {out_default})")
@@ -48,19 +52,25 @@ def prepare_out(path: str, what: str) -> Path:
 
 
 def settings_from(args: argparse.Namespace, **more: Any) -> RunSettings:
-    """:class:`~ropesplit.report.pipeline.RunSettings` from the shared flags (and ``more``
-    fields: the report's claims options), checked as it is built."""
-    from ropesplit.empirical.experiments.settings import ExperimentSettings
+    """:class:`~ropesplit.report.context.RunSettings` from the shared flags given (and ``more``
+    fields: the report's claims options), the rest at its defaults, checked as it is built
+    (an error names the option given)."""
     from ropesplit.report.figure_data import parse_head
-    from ropesplit.report.pipeline import RunSettings
 
-    experiments = built(ExperimentSettings, draws=args.draws, seed=args.seed)
-    return built(RunSettings,
-        model=args.model, gguf_file=args.gguf_file, text=args.text, tokens=args.tokens,
-        seed=args.seed, experiments=experiments, figure_tokens=args.figure_tokens,
-        head=parse_head(args.head) if args.head else None, device=args.device, dtype=args.dtype,
-        **more,
-    )  # fmt: skip
+    fields = given(args, "model", "gguf_file", "text", "tokens", "seed", "figure_tokens",
+                   "device", "dtype")  # fmt: skip
+    if args.head:
+        fields["head"] = parse_head(args.head)
+    if args.draws is not None:
+        fields["experiments"] = _experiments(args.draws)
+    return built(RunSettings, **fields, **more)
+
+
+def _experiments(draws: int) -> ExperimentSettings:
+    """``--draws`` as the run's :class:`ExperimentSettings` (its seed: the run's)."""
+    from ropesplit.empirical.experiments.settings import ExperimentSettings
+
+    return built(ExperimentSettings, draws=draws)
 
 
 def run_pipeline(args: argparse.Namespace, what: str, run: Any, **options: Any) -> Any:

@@ -19,8 +19,17 @@ import sys
 import time
 from typing import Any
 
-from ropesplit.commands import add_device_arguments, add_model_arguments, write_output
+from ropesplit.commands import (
+    add_device_arguments,
+    add_model_arguments,
+    as_options,
+    built,
+    given,
+    placement,
+    write_output,
+)
 from ropesplit.commands._types import SEED, InputFile, ListOf, OutputPath
+from ropesplit.empirical.experiments.settings import ExperimentSettings  # plain data, no torch
 
 HELP = "reproduce the paper's perturbation and extrapolation experiments on a real model"
 
@@ -40,16 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text", metavar="FILE", type=InputFile,
                         help="UTF-8 text (default: Python's docs)")
     parser.add_argument("--tokens", type=int, default=512, help="tokens of the text (default 512)")
-    parser.add_argument("--draws", dest="draws", type=int, default=5,
-                        help="perturbation draws per setting (default 5)")  # fmt: skip
-    parser.add_argument("--seed", type=SEED, default=0, help="base seed of every draw (default 0)")
+    parser.add_argument("--draws", type=int, help="perturbation draws per setting "
+                        f"(default {ExperimentSettings.draws})")  # fmt: skip
+    parser.add_argument("--seed", type=SEED,
+                        help=f"base seed of every draw (default {ExperimentSettings.seed})")
     parser.add_argument(
         "--layers",
         type=ListOf(int, 0),
         help="comma-separated layers the distance fits use "
         "(default: 6 evenly spaced; the position measures use every layer)",
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward pass")
+    parser.add_argument("--batch-size", type=int, help="inputs per forward pass "
+                        f"(default {ExperimentSettings.batch_size})")  # fmt: skip
     add_device_arguments(parser)
     parser.add_argument("--json", metavar="PATH", type=OutputPath,
                         help="write the record (rows and verdicts)")
@@ -60,28 +71,21 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from ropesplit.claims.records import check_tokens
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.empirical.experiments import (
-        EXPERIMENTS,
-        ExperimentSettings,
-        forward_count,
-        run_experiments,
-    )
-    from ropesplit.empirical.models import load_model
-    from ropesplit.empirical.plan import experiments_plan, warmup
-    from ropesplit.empirical.text import default_text, read_text, tokenize
+    from ropesplit.empirical.experiments import EXPERIMENTS, forward_count, run_experiments
+    from ropesplit.empirical.measurement.plan import experiments_plan, warmup
+    from ropesplit.empirical.model.loading import load_model
+    from ropesplit.empirical.model.text import default_text, read_text, tokenize
 
-    for flag, value, low in (("--tokens", args.tokens, 8), ("--draws", args.draws, 1),
-                             ("--batch-size", args.batch_size, 1)):  # fmt: skip
-        if value < low:
-            raise RopesplitError(f"{flag} must be at least {low}, got {value}")
-    settings = ExperimentSettings(draws=args.draws, seed=args.seed, layers=args.layers,
-                        batch_size=args.batch_size)  # fmt: skip
+    with as_options():
+        check_tokens(args.tokens)
+    settings = built(ExperimentSettings, **given(args, "draws", "seed", "layers", "batch_size"))
     text = read_text(args.text) if args.text else default_text()
     start = time.perf_counter()
     if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
         print("loading the model ...", file=sys.stderr, flush=True)
-    loaded = load_model(args.model, args.gguf_file, device=args.device, dtype=args.dtype)
+    loaded = load_model(args.model, args.gguf_file, placement=placement(args))
     if args.experiment in ("length", "terms"):  # refuse before its forward passes
         from ropesplit.empirical.experiments.length import training_length
 

@@ -23,7 +23,7 @@ HELP = "run every step on one model; write report/index.html, report.md and each
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, out_default="report")
     add_corpus_arguments(parser)
-    parser.add_argument("--claims-record", action="append", default=[], metavar="CLAIMS.json",
+    parser.add_argument("--claims-record", action="append", metavar="CLAIMS.json",
                         type=InputRecord,
                         help="another model's claims.json (ropesplit claims --json): the "
                         "report's models x claims table and forest plot show it")  # fmt: skip
@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.report.pipeline import run_report
 
     claims = claims_settings(args, shard=False)  # bad flags fail before anything is created
-    claims_records(args.claims_record)  # so do records that are not claims records
-    settings = settings_from(args, claims=claims, claims_records=tuple(args.claims_record))
+    records = tuple(args.claims_record or ())  # RunSettings.claims_records: none by default
+    claims_records(records)  # so do records that are not claims records
+    settings = settings_from(args, claims=claims, claims_records=records)
     index = run_report(settings, output_folder(args.out, "the report"))
     print(f"report written to {index}")
     return 0

@@ -32,7 +32,7 @@ TASK_DEFAULTS = {"steps": 800, "d_model": 64, "d_ff": 256, "batch": 32, "lr": 3e
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ropesplit.empirical.train import TrainConfig
+    from ropesplit.empirical.training.train import TrainConfig
     from ropesplit.numerics.tasks import TASKS
 
     d = TrainConfig()
@@ -84,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ropesplit.empirical.emergence import run_emergence
-    from ropesplit.empirical.train import TrainConfig
+    from ropesplit.empirical.training.emergence import run_emergence
+    from ropesplit.empirical.training.train import TrainConfig
 
     base = TASK_DEFAULTS if args.task != "lm" else TrainConfig().to_dict()
     sized = {name: getattr(args, name) if getattr(args, name) is not None else base[name]

@@ -13,7 +13,7 @@ above 32 MiB still go back when freed: with the threshold at 1 GiB as well (ever
 block from the heap) the run was no faster and the heap fragmented, so a streamed
 capture's peak grew with depth (2048 tokens of Llama-2-7B's geometry: 4.6 GiB above
 the weights with 2 layers, 5.7 GiB with 8; 3.6 and 3.8 GiB here). A streamed capture
-still hands its growth back (``empirical.memory.release_growth`` calls
+still hands its growth back (``empirical.model.memory.release_growth`` calls
 ``malloc_trim``).
 """
 

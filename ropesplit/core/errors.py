@@ -9,11 +9,44 @@ traceback for one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class RopesplitError(ValueError):
     """Bad input or an impossible request; the CLI exits with ``exit_code``."""
 
     exit_code: int = 2
+
+
+class SettingError(RopesplitError):
+    """A setting out of range, named by ``field``: a settings object's field, which is also its
+    command-line option (``grid_tokens`` is ``--grid-tokens``). ``problem`` says what is wrong
+    without the name (``must be at least 16, got 8``); where it names other fields, each is a
+    ``{}`` there and listed in ``mentions``. The message names the fields; the CLI names the
+    options instead (:meth:`as_option`).
+
+    >>> str(SettingError("grid_tokens", "must be at least 16, got 8"))
+    'grid_tokens must be at least 16, got 8'
+    >>> SettingError("grid_tokens", "must be at least 16, got 8").as_option()
+    '--grid-tokens must be at least 16, got 8'
+    >>> SettingError("figure_tokens", "must lie in [2, {} = 64], got 96", ("tokens",)).as_option()
+    '--figure-tokens must lie in [2, --tokens = 64], got 96'
+    """
+
+    def __init__(self, field: str, problem: str, mentions: tuple[str, ...] = ()) -> None:
+        self.field, self.problem, self.mentions = field, problem, mentions
+        super().__init__(self._worded(str))
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, tuple[str, ...]]]:  # a worker's error
+        return type(self), (self.field, self.problem, self.mentions)
+
+    def as_option(self) -> str:
+        """The message with each field spelt as the command line's option."""
+        return self._worded(lambda name: "--" + name.replace("_", "-"))
+
+    def _worded(self, spell: Callable[[str], str]) -> str:
+        problem = self.problem.format(*map(spell, self.mentions)) if self.mentions else self.problem
+        return f"{spell(self.field)} {problem}"
 
 
 class ValidationError(RopesplitError):

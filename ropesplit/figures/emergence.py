@@ -28,6 +28,7 @@ from matplotlib.ticker import NullLocator
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, panel_label, whole_numbers
+from ropesplit.figures.pairs import energy_shares
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
 __all__ = ["FIGURE_11", "FIGURE_12", "PANELS", "emergence_data", "emergence_figure",
@@ -175,12 +176,6 @@ def emergence_pairs_figure(
     return fig
 
 
-def _layer_shares(energy: Any) -> np.ndarray:
-    """``(layers, P)`` energies -> ``(P,)`` mean over layers of each layer's shares."""
-    e = np.asarray(energy, dtype=np.float64)  # (L, P)
-    return (e / e.sum(axis=1, keepdims=True)).mean(axis=0)
-
-
 def emergence_data(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Figures 11 and 12's keyword arguments (``emergence``, ``emergence_pairs``) from a
     ``ropesplit train --json`` record (figures 17 and 18 take the same of a recall record)."""
@@ -206,8 +201,8 @@ def emergence_data(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         controls[label] = {name: float(np.mean([_value(g["control"], name) for g in group]))
                            for name, _ in PANELS}  # fmt: skip
         picks = sorted({0, len(steps) // 2, len(steps) - 1})
-        shares = [np.mean([_layer_shares(g["checkpoints"][i]["energy_k"]) for g in group], axis=0)
-                  for i in picks]  # fmt: skip
+        shares = [np.mean([energy_shares("energy_k", g["checkpoints"][i]["energy_k"]).mean(axis=0)
+                           for g in group], axis=0) for i in picks]  # fmt: skip
         panels.append({"label": label, "theta": group[0]["checkpoints"][0]["theta"],
                        "seq_len": record["config"]["seq_len"],
                        "steps": [steps[i] for i in picks], "shares": np.stack(shares)})  # fmt: skip

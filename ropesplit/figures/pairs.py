@@ -28,7 +28,7 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
-__all__ = ["bound_weight", "pair_energy_figure"]
+__all__ = ["bound_weight", "energy_shares", "pair_energy_figure"]
 
 _TITLES = {
     "key": r"keys: $\sum_j |\tilde k_{j,l} - \bar{\tilde k}_l|^2$ per pair",
@@ -47,10 +47,11 @@ def bound_weight(theta: Any, distance: float) -> np.ndarray:
     return 2.0 * np.abs(np.sin(np.asarray(theta, dtype=np.float64) * distance / 2.0))
 
 
-def _shares(name: str, energy: Any, P: int) -> np.ndarray:
-    """Per-layer energy ``(L, P)`` normalised to shares summing to 1 over pairs."""
+def energy_shares(name: str, energy: Any, P: int | None = None) -> np.ndarray:
+    """Per-layer energy ``(L, P)`` normalised to shares summing to 1 over pairs (``P``, when
+    given, the pairs it must have); ``name`` words the errors."""
     e = as_array(name, energy, 2)
-    if e.shape[1] != P:
+    if P is not None and e.shape[1] != P:
         raise RopesplitError(f"{name} must have one column per pair ({P}), got shape {e.shape}")
     if not np.isfinite(e).all() or (e < 0).any():
         raise RopesplitError(f"{name} must be finite and non-negative")
@@ -103,9 +104,9 @@ def pair_energy_figure(
         fig = new_figure(inches, (2.0 * n + 0.4 if single else 2.9))
         axes = fig.subplots(n if single else 1, 1 if single else n, squeeze=False).ravel()
         for ax, (what, (trained, control)) in zip(axes, panels.items(), strict=False):
-            shares = {"trained": _shares(f"energy_{what[0]}", trained, P)}
+            shares = {"trained": energy_shares(f"energy_{what[0]}", trained, P)}
             if control is not None:
-                shares["random init"] = _shares(f"energy_{what[0]}_control", control, P)
+                shares["random init"] = energy_shares(f"energy_{what[0]}_control", control, P)
             _draw(ax, shares, colours)
             ax.set_yscale("log")
             ax.set_ylabel(f"share of {what}-deviation energy")

@@ -7,15 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ropesplit.claims.records import ClaimsSettings
-from ropesplit.core.errors import RopesplitError
+from ropesplit.claims.records import ClaimsSettings, check_tokens
+from ropesplit.core.errors import SettingError
+from ropesplit.empirical.experiments.settings import ExperimentSettings  # plain data, no torch
 
-if TYPE_CHECKING:
-    from ropesplit.empirical.experiments.settings import ExperimentSettings
+__all__ = ["DRAWS", "FIGURE_TOKENS", "RunContext", "RunSettings", "Stage"]
 
-__all__ = ["RunContext", "RunSettings", "Stage"]
+FIGURE_TOKENS = 96  # figure 1's heatmaps and figure 4's heads, when the run has as many tokens
+DRAWS = 2  # the experiments' draws per (scheme, rate) when none are given (2 CPU cores)
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,13 @@ class RunSettings:
     """What one run reads and how much it computes (defaults sized for 2 CPU cores), checked
     when built. The claims' options are one :class:`~ropesplit.claims.records.ClaimsSettings`
     (``claims``), the same object ``ropesplit claims`` runs, and the experiments' one
-    ``ExperimentSettings`` (``experiments``), the same ``ropesplit perturb`` runs; their
-    ``tokens`` and ``seed`` are the run's."""
+    ``ExperimentSettings`` (``experiments``), the same ``ropesplit perturb`` runs; the run
+    reads them with its own ``tokens`` and ``seed`` (:attr:`claims_run`,
+    :attr:`experiments_run`). A field given to ``ropesplit figures``/``report`` is the option
+    of its name (``figure_tokens``: ``--figure-tokens``) and holds its default; a failed check
+    is a :class:`~ropesplit.core.errors.SettingError` naming the field. Frozen: what derives
+    from the fields (:attr:`figure_length`, :attr:`claims_run`, :attr:`experiments_run`) is a
+    property, never written back."""
 
     # Hugging Face id or folder; None: the embedded SmolLM2-135M; or a causal LM
     # object in memory (transformers PreTrainedModel) with its ``tokenizer``
@@ -35,16 +41,16 @@ class RunSettings:
     tokens: int = 512  # tokens analysed and perturbed
     seed: int = 0  # control weights, pair sampling, perturbations
     head: tuple[int, int] | None = None  # figure 1's (layer, head); None: median r_split
-    # tokens of figure 1's heatmaps and figure 4's heads (None: 96, or tokens when fewer)
+    # tokens of figure 1's heatmaps and figure 4's heads (None: FIGURE_TOKENS, or tokens when
+    # fewer: figure_length)
     figure_tokens: int | None = None
     control: bool = True  # also analyse the random-init twin
     bound_tokens: int = 512  # tokens of the synthetic heads in the numerics table
     # the claims run: corpora, grid, passage counts (its tokens and seed: the run's)
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     # the experiments' draws per (scheme, rate), fitted layers, batch (its seed: the run's)
-    # (left out: 2 draws, filled in when the settings are built, which loads the experiments'
-    # package: importing the report loads no torch)
-    experiments: ExperimentSettings = None  # type: ignore[assignment]
+    experiments: ExperimentSettings = field(
+        default_factory=lambda: ExperimentSettings(draws=DRAWS))
     claims_records: tuple[str, ...] = ()  # other models' claims.json: the models x claims table
     intervention_tokens: int = 128  # tokens per passage of the interventions
     device: str | None = None  # torch device of a model read from disk (None: cpu)
@@ -55,20 +61,29 @@ class RunSettings:
     intervention_ids: Any = None
 
     def __post_init__(self) -> None:
-        if self.tokens < 16:
-            raise RopesplitError(f"tokens must be at least 16, got {self.tokens}")
-        if self.figure_tokens is None:
-            object.__setattr__(self, "figure_tokens", min(96, self.tokens))
-        if not 2 <= self.figure_tokens <= self.tokens:  # type: ignore[operator]
-            raise RopesplitError(f"figure_tokens must lie in [2, tokens = {self.tokens}], "
-                                 f"got {self.figure_tokens}")  # fmt: skip
-        if (self.claims.tokens, self.claims.seed) != (self.tokens, self.seed):
-            object.__setattr__(self, "claims", replace(self.claims, tokens=self.tokens,
-                                                       seed=self.seed))  # fmt: skip
-        from ropesplit.empirical.experiments.settings import ExperimentSettings
+        check_tokens(self.tokens)
+        given = self.figure_tokens  # None: figure_length, which fits any tokens
+        if given is not None and not 2 <= given <= self.tokens:
+            raise SettingError("figure_tokens", f"must lie in [2, {{}} = {self.tokens}], "
+                               f"got {given}", mentions=("tokens",))  # fmt: skip
 
-        experiments = self.experiments or ExperimentSettings(draws=2)
-        object.__setattr__(self, "experiments", replace(experiments, seed=self.seed))
+    @property
+    def figure_length(self) -> int:
+        """The tokens of figure 1's heatmaps and figure 4's heads: ``figure_tokens``, or
+        :data:`FIGURE_TOKENS` (the run's ``tokens`` when fewer)."""
+        return min(FIGURE_TOKENS, self.tokens) if self.figure_tokens is None else self.figure_tokens
+
+    @property
+    def claims_run(self) -> ClaimsSettings:
+        """The claims run's settings: ``claims`` at the run's ``tokens`` and ``seed``."""
+        if (self.claims.tokens, self.claims.seed) == (self.tokens, self.seed):
+            return self.claims
+        return replace(self.claims, tokens=self.tokens, seed=self.seed)
+
+    @property
+    def experiments_run(self) -> ExperimentSettings:
+        """The experiments' settings: ``experiments`` with the run's ``seed``."""
+        return replace(self.experiments, seed=self.seed)
 
 
 @dataclass

@@ -15,9 +15,10 @@ No compute stage writes figure data.
 
 Nothing here re-implements the maths: the split of one head is
 ``numerics.split.split_head`` (docs/theory.md section 3), the synthetic heads are
-``numerics.synthetic``, pairs are ``numerics.rope.to_pairs``. The one
-quantity computed here is figure 3's per-pair deviation energy (docs/theory.md
-section 5, the summand of ``lowfreq_share``):
+``numerics.synthetic``, pairs are a capture's pairs view
+(``LayerCapture.pairs``) and figure 3's per-pair deviation energy (docs/theory.md
+section 5, the summand of ``lowfreq_share``) is ``numerics.emergence.deviation_energy``
+summed over heads:
 
 .. math::
 
@@ -86,7 +87,7 @@ class FigureSources:
     ``control`` and ``ids`` are the ``load`` stage's model, its random-init
     twin (or None) and the token ids ``(N,)``; ``settings`` the run's
     :class:`~ropesplit.report.pipeline.RunSettings` (seed, head,
-    ``figure_tokens``). Captures are taken once, when a figure first asks.
+    ``figure_length``). Captures are taken once, when a figure first asks.
     """
 
     records: Mapping[str, Mapping[str, Any]]
@@ -102,9 +103,9 @@ class FigureSources:
 
     def capture(self, which: str) -> Any:
         """``"text"`` (every token), ``"control"`` (the twin, or None) or ``"short"`` (the
-        first ``figure_tokens`` tokens): one capture each, kept for the other figures."""
+        first ``figure_length`` tokens): one capture each, kept for the other figures."""
         if which not in self._captures:
-            from ropesplit.empirical.capture import capture
+            from ropesplit.empirical.model.capture import capture
 
             if which == "text":
                 self._captures[which] = capture(self.loaded, self.ids, keep_probs=False)
@@ -112,7 +113,7 @@ class FigureSources:
                 self._captures[which] = (None if self.control is None else
                                          capture(self.control, self.ids, keep_probs=False))
             elif which == "short":
-                short = self.ids[: self.settings.figure_tokens]
+                short = self.ids[: self.settings.figure_length]
                 self._captures[which] = capture(self.loaded, short, keep_probs=False)
             else:
                 raise RopesplitError(f"capture must be text, control or short, got {which!r}")
@@ -231,18 +232,17 @@ def pair_energy(cache: Any, which: str = "k") -> np.ndarray:
     r"""Per-layer, per-pair deviation energy ``(L, P)``: :math:`\sum_h\sum_j|\tilde x_{h,j,l} - \bar{\tilde x}_{h,l}|^2`.
 
     ``which`` is ``"k"`` (keys, deviation from the mean key of each KV head)
-    or ``"q"`` (queries, from the mean query of each head).
+    or ``"q"`` (queries, from the mean query of each head); each layer read through its
+    pairs view (:meth:`~ropesplit.empirical.model.capture.LayerCapture.pairs`).
     """  # noqa: E501
-    from ropesplit.numerics.rope import to_pairs
+    from ropesplit.numerics.emergence import deviation_energy
 
     if which not in ("k", "q"):
         raise RopesplitError(f"which must be 'k' or 'q', got {which!r}")
     rows = []
     for lc in cache.layers:
-        x = getattr(lc, which).double().numpy()  # (heads, N, d)
-        z = to_pairs(x, layout=lc.layout, rotary_dim=lc.rotary_dim)  # (heads, N, P) complex
-        dev = z - z.mean(axis=1, keepdims=True)  # (heads, N, P)
-        rows.append((np.abs(dev) ** 2).sum(axis=(0, 1)))  # (P,)
+        view = lc.pairs()
+        rows.append(deviation_energy(view.qc if which == "q" else view.kc_kv).sum(axis=0))  # (P,)
     return np.stack(rows)  # (L, P)
 
 
@@ -367,7 +367,7 @@ def length_data(perturb: Mapping[str, Any]) -> dict[str, Any]:
 def tolerance_data(claims: Mapping[str, Any]) -> dict[str, Any]:
     """Figure 19: claim 1's damage per rate with its 95% t interval over passages, one curve
     per corpus at the headline length (``claims.json``'s ``order`` rows)."""
-    from ropesplit.empirical.experiments.order_passages import RATES, rate_label
+    from ropesplit.claims.registry import SWAP_RATES, rate_label
     from ropesplit.numerics.intervals import t_interval
 
     head = claims["header"]
@@ -378,14 +378,14 @@ def tolerance_data(claims: Mapping[str, Any]) -> dict[str, Any]:
         if len(rows) < 2:
             continue
         means, lows, highs = [], [], []
-        for rate in RATES:
+        for rate in SWAP_RATES:
             values = [r["cells"][key][f"damage_{rate_label(rate)}"] for r in rows]
             ci = t_interval(np.asarray(values, dtype=float), unit="passages")
             means.append(ci.mean)
             lows.append(ci.low)
             highs.append(ci.high)
         curves.append({"label": f"{corpus}, {head['tokens']} tokens", "n": len(rows),
-                       "rates": [100 * r for r in RATES], "mean": means, "low": lows,
+                       "rates": [100 * r for r in SWAP_RATES], "mean": means, "low": lows,
                        "high": highs})  # fmt: skip
     if not curves:
         raise RopesplitError("the claims record has fewer than 2 word-order passages")

@@ -45,7 +45,7 @@ def _analyze_stage(ctx: RunContext) -> dict[str, Any]:
 
 def _protocol_stage(ctx: RunContext) -> dict[str, Any]:
     """The protocol table at N/2, N, 2N tokens and its controls at N (``analyze --protocol``)."""
-    from ropesplit.empirical.protocol import protocol, text_ids
+    from ropesplit.empirical.analysis.protocol import protocol, text_ids
 
     n, limit = ctx.settings.tokens, ctx.loaded.max_positions
     counts = [c for c in (n // 2, n, 2 * n) if limit is None or c <= limit]  # within the context
@@ -62,16 +62,16 @@ def _claims_stage(ctx: RunContext) -> dict[str, Any]:
     from tqdm import tqdm
 
     from ropesplit.claims.registry import CONTROL_SEEDS
-    from ropesplit.empirical.claims_run import run_claims
-    from ropesplit.empirical.models import random_init_twin
+    from ropesplit.empirical.measurement.claims_run import run_claims
+    from ropesplit.empirical.model.loading import random_init_twin
 
-    s = ctx.settings
+    s, claims = ctx.settings, ctx.settings.claims_run
     # the load stage's control is the twin of seed s.seed: built once, shared
     controls = {seed: ctx.control if ctx.control is not None and seed == s.seed
                 else random_init_twin(ctx.loaded, seed) for seed in CONTROL_SEEDS}  # fmt: skip
-    with tqdm(total=s.claims.passages + s.claims.order_passages, desc="passages",
+    with tqdm(total=claims.passages + claims.order_passages, desc="passages",
               unit="passage", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-        return run_claims(ctx.loaded, s.claims, controls=controls, passage_ids=s.claims_ids,
+        return run_claims(ctx.loaded, claims, controls=controls, passage_ids=s.claims_ids,
                           on_passage=bar.update,
                           on_stage=lambda text: bar.write(text, file=sys.stderr))  # fmt: skip
 
@@ -96,10 +96,10 @@ def _perturb_stage(ctx: RunContext) -> dict[str, Any]:
 def _with_checks(record: dict[str, Any]) -> dict[str, Any]:
     """The length record with each of its four checks judged (``checks``: name -> outcome,
     reason), so the claims' sections read them from the record."""
-    from ropesplit.empirical.experiments.length import claims
+    from ropesplit.empirical.experiments.length import checks
 
     record["checks"] = {name: {"outcome": v.outcome, "reason": v.reason}
-                        for name, v in claims(record["length"]).items()}  # fmt: skip
+                        for name, v in checks(record["length"]).items()}  # fmt: skip
     return record
 
 
@@ -113,7 +113,7 @@ def _length_stage(ctx: RunContext) -> dict[str, Any]:
     """
     from ropesplit.empirical import tokenize
     from ropesplit.empirical.experiments import ExperimentSettings, run_experiments
-    from ropesplit.empirical.train import split_text
+    from ropesplit.empirical.training.train import split_text
 
     trained = ctx.trained
     loaded, cfg = trained.model(), trained.cfg
@@ -159,8 +159,8 @@ def _terms_stage(ctx: RunContext) -> dict[str, Any]:
     """The ``terms`` intervention on the model the ``train`` stage trained: corpus passages
     of ``4 L_train`` tokens, beyond its training length."""
     from ropesplit.empirical.experiments import ExperimentSettings, run_experiments
-    from ropesplit.empirical.text import tokenize
-    from ropesplit.empirical.train import split_text
+    from ropesplit.empirical.model.text import tokenize
+    from ropesplit.empirical.training.train import split_text
 
     trained = ctx.trained
     loaded, cfg = trained.model(), trained.cfg
@@ -192,7 +192,7 @@ def _figures_stage(ctx: RunContext) -> None:
                                 formats=ctx.formats)  # fmt: skip
     settings = ctx.settings
     source = {"model": getattr(ctx.loaded, "name", None), "tokens": settings.tokens,
-              "seed": settings.seed, "draws": settings.experiments.draws,
+              "seed": settings.seed, "draws": settings.experiments_run.draws,
               "text": settings.text}  # fmt: skip
     write_records(ctx.figure_data, ctx.figure_folder / "records", source=source)
 
@@ -236,26 +236,26 @@ MAKERS = frozenset(stage.name for stage in (*STAGES, *FIGURE_STAGES))
 
 def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
     """The model, its random-init twin (or None), the token ids ``(N,)`` and the text
-    (``empirical.analyze.load_subject``, as ``ropesplit analyze`` reads them)."""
-    from ropesplit.empirical.analyze import load_subject
-    from ropesplit.empirical.models import random_init_twin
+    (``empirical.analysis.analyze.load_subject``, as ``ropesplit analyze`` reads them)."""
+    from ropesplit.empirical.analysis.analyze import load_subject
+    from ropesplit.empirical.model.loading import Placement, random_init_twin
 
     loaded, ids, text = load_subject(settings.model, settings.gguf_file, text=settings.text,
                                      tokens=settings.tokens, seed=settings.seed,
-                                     tokenizer=settings.tokenizer, device=settings.device,
-                                     dtype=settings.dtype)  # fmt: skip
+                                     tokenizer=settings.tokenizer,
+                                     placement=Placement(settings.device, settings.dtype))
     control = random_init_twin(loaded, settings.seed) if settings.control else None
     return loaded, control, ids, text
 
 
 def _analyze(loaded: Any, control: Any | None, ids: Any, seed: int) -> dict[str, Any]:
     """The ``ropesplit analyze --json`` record: trained heads, summary, and the control
-    (``empirical.analyze.analyze_pair``)."""
+    (``empirical.analysis.analyze.analyze_pair``)."""
     from dataclasses import replace
 
     from tqdm import tqdm
 
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_pair
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, analyze_pair
 
     with tqdm(total=loaded.n_layers * (1 + (control is not None)), desc="layers",
               unit="layer", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
@@ -280,7 +280,7 @@ def _perturb(
 
     if names is None:
         names = [name for name in EXPERIMENTS if name not in INTERVENTIONS]
-    chosen = settings.experiments
+    chosen = settings.experiments_run
     with tqdm(total=forward_count(names, chosen), desc="forward passes",
               unit="input", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
         return run_experiments(loaded, ids, experiments=names, settings=chosen,
@@ -302,5 +302,5 @@ def text_header(settings: RunSettings, loaded: Any, ids: Any, text: str) -> dict
         ).hexdigest(),  # the same digest as the perturb header's
         "tokens": len(token_ids),
         "seed": settings.seed,
-        "perturbation_draws": settings.experiments.draws,
+        "perturbation_draws": settings.experiments_run.draws,
     }

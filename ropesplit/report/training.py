@@ -1,7 +1,7 @@
 r"""The report's ``train`` stage: a small Llama trained here (``ropesplit train``).
 
 :func:`train_stage` trains :data:`REPORT_TRAIN` (the default model of
-:mod:`ropesplit.empirical.train`, fewer steps than ``ropesplit train``) at the
+:mod:`ropesplit.empirical.training.train`, fewer steps than ``ropesplit train``) at the
 RoPE bases :data:`REPORT_BASES` into ``REPORT/train/`` (a rerun resumes the
 finished runs: the same numbers) and returns the ``ropesplit train --json``
 record, written as ``train.json``; figures 11 and 12 are drawn from it by the
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.train import TrainConfig
+from ropesplit.empirical.training.train import TrainConfig
 
 __all__ = ["REPORT_BASES", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS", "TrainedSubject",
            "recall_stage", "train_stage"]
@@ -65,8 +65,8 @@ def train_stage(ctx: Any) -> dict[str, Any]:
     sets ``ctx.trained`` and returns the record."""
     import tempfile
 
-    from ropesplit.empirical.emergence import run_emergence
-    from ropesplit.empirical.train import checkpoints
+    from ropesplit.empirical.training.emergence import run_emergence
+    from ropesplit.empirical.training.train import checkpoints
 
     root = Path(ctx.folder or tempfile.mkdtemp(prefix="ropesplit-train-"))
     cfg = dataclasses.replace(REPORT_TRAIN, out=str(root / "train"), seed=ctx.settings.seed)
@@ -88,7 +88,7 @@ def recall_stage(ctx: Any) -> dict[str, Any]:
     recall --json`` record, with the predictions and their verdicts over seeds."""
     import tempfile
 
-    from ropesplit.empirical.emergence import run_emergence
+    from ropesplit.empirical.training.emergence import run_emergence
 
     root = Path(ctx.folder or tempfile.mkdtemp(prefix="ropesplit-recall-"))
     cfg = dataclasses.replace(REPORT_RECALL, out=str(root / "recall"))

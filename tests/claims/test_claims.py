@@ -346,8 +346,8 @@ def test_robust_line_is_what_the_statement_counts(verdicts):
 def tiny_run():
     """A tiny model, its control twins and 8 given passages: ``run(shard=None)`` runs them."""
     from ropesplit.claims.records import ClaimsSettings
-    from ropesplit.empirical.claims_run import run_claims
-    from ropesplit.empirical.corpus import PassageIds
+    from ropesplit.empirical.measurement.claims_run import run_claims
+    from ropesplit.empirical.model.corpus import PassageIds
 
     loaded = tiny_llama(2, seed=1)
     controls = {s: tiny_llama(2, seed=100 + s) for s in CONTROL_SEEDS}
@@ -357,7 +357,7 @@ def tiny_run():
                        sha256="test")  # fmt: skip
 
     def run(shard=None):
-        settings = ClaimsSettings(tokens=96, grid=(48, 96), passages=8, order_passages=8,
+        settings = ClaimsSettings(tokens=96, grid_tokens=(48, 96), passages=8, order_passages=8,
                                   shard=shard)  # fmt: skip
         return run_claims(loaded, settings, controls=controls, passage_ids=given)
 
@@ -462,7 +462,7 @@ def test_the_run_judges_every_cell_and_recomputes_from_its_rows(tiny_claims):
 
 def test_the_run_refuses_too_few_passages():
     from ropesplit.claims.records import ClaimsSettings
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.measurement.claims_run import run_claims
 
     with pytest.raises(RopesplitError, match="^passages must be at least 8, got 4"):
         run_claims(tiny_llama(1), ClaimsSettings(tokens=32, passages=4))
@@ -545,10 +545,10 @@ def test_merge_and_compare_read_records_without_torch(tiny_run, tmp_path):
 def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     """A Llama and a Qwen2 judged by the same tests, one record, one forest plot."""
     from ropesplit.claims.records import ClaimsSettings, compare_records
-    from ropesplit.empirical.calibration import tiny_config
-    from ropesplit.empirical.claims_run import run_claims
-    from ropesplit.empirical.corpus import PassageIds
-    from ropesplit.empirical.models import load_model
+    from ropesplit.empirical.measurement.calibration import tiny_config
+    from ropesplit.empirical.measurement.claims_run import run_claims
+    from ropesplit.empirical.model.corpus import PassageIds
+    from ropesplit.empirical.model.loading import load_model
     from ropesplit.figures import draw
     from ropesplit.report.figure_data import forest_data
 
@@ -556,7 +556,7 @@ def test_two_tiny_architectures_make_one_models_by_claims_table(tiny_claims):
     qwen = load_model(cfg, seed=1)
     ids = torch.randint(0, 128, (8, 96), generator=torch.Generator().manual_seed(0))
     given = PassageIds([f"p{k}" for k in range(8)], ids, 96, 0, "test")
-    record = run_claims(qwen, ClaimsSettings(tokens=96, grid=(96,), passages=8,
+    record = run_claims(qwen, ClaimsSettings(tokens=96, grid_tokens=(96,), passages=8,
                                              order_passages=8),
                         controls={s: load_model(cfg, seed=200 + s) for s in CONTROL_SEEDS},
                         passage_ids=given)  # fmt: skip
@@ -656,7 +656,7 @@ def test_a_name_the_rows_lack_is_an_error_not_an_inconclusive_claim():
 
 def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
     from ropesplit.claims.registry import MEASURES
-    from ropesplit.empirical.experiments.order_passages import order_passage
+    from ropesplit.empirical.measurement.order_passages import order_passage
 
     ids = np.random.default_rng(1).integers(1, TINY_VOCAB, size=64)
     got = order_passage(None, ids, seed=0, losses=lambda x: np.random.default_rng(
@@ -666,7 +666,7 @@ def test_the_word_order_rows_carry_exactly_the_order_vocabulary():
 
 def test_the_passages_compute_exactly_the_passages_vocabulary():
     from ropesplit.claims.registry import MEASURES
-    from ropesplit.empirical.passages import measure_names
+    from ropesplit.empirical.measurement.passages import measure_names
 
     assert measure_names() == list(MEASURES["passages"])
 

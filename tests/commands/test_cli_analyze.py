@@ -135,7 +135,7 @@ def test_bad_input_is_a_one_line_error(folders, capsys, name, argv, code, messag
 
 
 def test_beyond_memory_is_a_one_line_error(folders, capsys, monkeypatch):
-    analyze_module = importlib.import_module("ropesplit.empirical.analyze")
+    analyze_module = importlib.import_module("ropesplit.empirical.analysis.analyze")
     monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: 1000)
     code, _, err = run_cli(capsys, "--model", folders["llama"], "--tokens", "32")
     assert code == 2
@@ -143,7 +143,7 @@ def test_beyond_memory_is_a_one_line_error(folders, capsys, monkeypatch):
 
 
 def test_failed_validation_exits_1(folders, capsys, monkeypatch):
-    validate = importlib.import_module("ropesplit.empirical.validate")
+    validate = importlib.import_module("ropesplit.empirical.model.validate")
     original = validate.rebuild_logits
 
     def wrong_scale(attention, **kw):

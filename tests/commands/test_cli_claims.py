@@ -69,7 +69,7 @@ def test_a_claim_line_shows_the_gate_and_the_secondaries_as_the_report_does():
     [
         (["--grid-tokens", "256,x"], "argument --grid-tokens: each value must be an integer"),
         (["--grid-tokens", "256,256"], "argument --grid-tokens: repeats 256"),
-        (["--grid-tokens", "8,256"], "--tokens must be at least 16, got 8"),
+        (["--grid-tokens", "8,256"], "--grid-tokens must be at least 16, got 8"),
         (["--second-corpus", "/nonexistent/more"], "corpus path /nonexistent/more does not"),
         (["--model", "a", "--model", "a"], "--model repeats a model"),
         (["--model", "a", "--model", "b", "--gguf-file", "x.gguf"],

@@ -39,7 +39,7 @@ def tiny_loader(monkeypatch):
         loaded.tokenizer = CharTokenizer()
         return loaded
 
-    monkeypatch.setattr("ropesplit.empirical.models.load_model", fake_load_model)
+    monkeypatch.setattr("ropesplit.empirical.model.loading.load_model", fake_load_model)
     return calls
 
 
@@ -101,7 +101,7 @@ def test_same_seed_same_json(tiny_loader, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--tokens", "4"], "--tokens must be at least 8, got 4"),
+        (["--tokens", "4"], "--tokens must be at least 16, got 4"),
         (["--draws", "0"], "argument --draws: must be at least 1, got 0"),
         (["--layers", "1,x"], "argument --layers: each value must be an integer, got 'x'"),
         (["--layers", "5", "--tokens", "24"], "layers must lie in [0, 2), got [5]"),

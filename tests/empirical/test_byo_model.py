@@ -18,9 +18,9 @@ from conftest import TEXT, TINY, llama_config, save_model
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
-from ropesplit.empirical.analyze import DEFAULT_MEASURE, STATISTICS
+from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, STATISTICS
 from ropesplit.empirical.experiments import ExperimentSettings
-from ropesplit.empirical.models import from_model, random_init_twin
+from ropesplit.empirical.model.loading import Placement, from_model, random_init_twin
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,8 @@ def test_object_keeps_its_dtype_unless_told_and_runs_the_experiments(folder):
     model, tok = objects(folder, dtype=torch.float64)
     loaded = load_model(model, tokenizer=tok, name="my-fine-tune")
     assert loaded.name == "my-fine-tune" and loaded.model.dtype == torch.float64
-    moved = load_model(model, tokenizer=tok, dtype="float32", name="my-fine-tune")
+    moved = load_model(model, tokenizer=tok, name="my-fine-tune",
+                       placement=Placement(dtype="float32"))
     assert moved.model.dtype == torch.float32
     ids = tokenize(moved, TEXT, 48)
     record = run_experiments(moved, ids, experiments=["distance"],
@@ -136,7 +137,7 @@ def test_a_model_is_named_by_the_name_it_gives_itself(tmp_path):
 
     from conftest import TINY, llama_config, save_model
 
-    from ropesplit.empirical.models import resolve_source, self_name
+    from ropesplit.empirical.model.loading import resolve_source, self_name
 
     named = save_model(tmp_path / "named", llama_config(**TINY))
     config = json.loads((tmp_path / "named" / "config.json").read_text())

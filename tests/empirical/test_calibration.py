@@ -14,7 +14,12 @@ from __future__ import annotations
 import pytest
 
 from ropesplit.claims.verdicts import any_condition_verdict
-from ropesplit.empirical.calibration import agree_rates, calibration, plant_slow_keys, tiny_config
+from ropesplit.empirical.measurement.calibration import (
+    agree_rates,
+    calibration,
+    plant_slow_keys,
+    tiny_config,
+)
 
 pytestmark = pytest.mark.slow  # the calibration: 43 claims runs (make test-fast leaves it out)
 

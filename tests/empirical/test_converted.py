@@ -1,4 +1,4 @@
-"""The de-quantised GGUF cache (empirical.converted): where it lives, that a folder appears
+"""The de-quantised GGUF cache (empirical.model.converted): where it lives, that a folder appears
 whole or not at all, and that a model read from it is the GGUF's own, weight for weight."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.converted import CACHE_ENV, cache_root, converted, gguf_key
-from ropesplit.empirical.models import default_model_path, load_model
+from ropesplit.empirical.model.converted import CACHE_ENV, cache_root, converted, gguf_key
+from ropesplit.empirical.model.loading import default_model_path, load_model
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):

@@ -1,8 +1,8 @@
-"""A corpus of passages (``empirical.corpus``): reading, splitting, token ids.
+"""A corpus of passages (``empirical.model.corpus``): reading, splitting, token ids.
 
 Folders, JSONL and plain text files are written in ``tmp_path``; the token ids
 come from a tiny Llama built from a config with the byte-level tokenizer of
-``empirical.train`` (id = byte, BOS 256 prepended), so nothing is downloaded.
+``empirical.training.train`` (id = byte, BOS 256 prepended), so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import transformers as T
 from conftest import llama_config
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.corpus import (
+from ropesplit.empirical.model.corpus import (
     DEFAULT_CORPUS,
     Passage,
     PassageIds,
@@ -24,9 +24,9 @@ from ropesplit.empirical.corpus import (
     passage_ids,
     read_corpus,
 )
-from ropesplit.empirical.models import load_model
-from ropesplit.empirical.text import tokenize
-from ropesplit.empirical.train_setup import BOS, VOCAB, byte_tokenizer
+from ropesplit.empirical.model.loading import load_model
+from ropesplit.empirical.model.text import tokenize
+from ropesplit.empirical.training.train_setup import BOS, VOCAB, byte_tokenizer
 
 CONTEXT = 64
 
@@ -231,7 +231,7 @@ def test_the_prose_corpus_is_prose_and_the_measure_tells_code_apart():
 
     import numpy as np
 
-    from ropesplit.empirical.corpus import corpus_from_spec, default_corpus, prose_measures
+    from ropesplit.empirical.model.corpus import corpus_from_spec, default_corpus, prose_measures
 
     label, prose = corpus_from_spec("prose")
     assert label == "prose" and len(prose) == 66 and prose[0].name == "Genesis"

@@ -19,7 +19,7 @@ from conftest import llama_config
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical import capture, default_text, load_model, tokenize
-from ropesplit.empirical.analyze import (
+from ropesplit.empirical.analysis.analyze import (
     DEFAULT_MEASURE,
     STATISTICS,
     analysis_record,
@@ -30,7 +30,7 @@ from ropesplit.empirical.analyze import (
     memory_estimate,
     paired_difference,
 )
-from ropesplit.empirical.models import random_init_twin
+from ropesplit.empirical.model.loading import random_init_twin
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
@@ -170,7 +170,7 @@ def test_second_default_text_is_python_source():
 
 def test_a_batch_is_its_sequences_one_by_one(tiny_model):
     """Many passages in one streamed forward pass give each passage's own run."""
-    from ropesplit.empirical.capture import capture_batch
+    from ropesplit.empirical.model.capture import capture_batch
 
     ids = torch.randint(0, 128, (3, 40), generator=torch.Generator().manual_seed(1))
     every = replace(DEFAULT_MEASURE, pair_budget=None)  # every pair's bound checked
@@ -208,7 +208,7 @@ def test_memory_check_names_both_numbers(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert memory_estimate(loaded, 1024) - fixed > 3 * (one - fixed)  # the N^2 term
-    analyze_module = importlib.import_module("ropesplit.empirical.analyze")
+    analyze_module = importlib.import_module("ropesplit.empirical.analysis.analyze")
     monkeypatch.setattr(analyze_module, "_available_bytes", lambda device: 2**30)
     check_memory(loaded, 512)
     with pytest.raises(RopesplitError,
@@ -230,8 +230,8 @@ import json, sys
 sys.path.insert(0, {tests!r})
 import torch
 from conftest import tiny_llama
-from ropesplit.empirical.analyze import analyze_batch, memory_estimate
-from ropesplit.empirical.memory import peak_resident, resident
+from ropesplit.empirical.analysis.analyze import analyze_batch, memory_estimate
+from ropesplit.empirical.model.memory import peak_resident, resident
 loaded = tiny_llama(context=4096)
 ids = torch.randint(0, 128, ({batch}, {tokens}), generator=torch.Generator().manual_seed(0))
 analyze_batch(loaded, ids[:1, :64])  # compiles the kernels first: their peak is not the run's
@@ -315,7 +315,7 @@ def test_shuffled_frequencies_permute_every_table_and_restore(arch):
     """Every RoPE table (Gemma 3: one per layer type, with their ``original_`` twins) is
     permuted within the block, a permutation of itself, and given back exactly on exit; the
     capture inside checks theta rank-matched, so it succeeds and sees other frequencies."""
-    from ropesplit.empirical.shuffled import shuffled_frequencies
+    from ropesplit.empirical.measurement.shuffled import shuffled_frequencies
 
     loaded = load_model(CONFIGS[arch], seed=2)
     tables = {f"{m}.{n}": b.clone() for m, mod in loaded.model.named_modules()

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError, ValidationError
-from ropesplit.empirical import capture, load_model
-from ropesplit.empirical.geometry import derive_theta
-from ropesplit.empirical.validate import (
+from ropesplit.empirical import Placement, capture, load_model
+from ropesplit.empirical.model.geometry import derive_theta
+from ropesplit.empirical.model.validate import (
     ModelAttention,
     RotatedAttention,
     allowed_pairs,
@@ -192,7 +192,7 @@ def test_a_wrong_mask_or_scale_fails_the_reconstruction():
 def test_validation_in_row_blocks_gives_the_same_numbers(name, monkeypatch):
     """Blocks of 3 query rows (against only the keys they may attend) = one block of all,
     up to float32 rounding (the matmul sums in another order)."""
-    val = importlib.import_module("ropesplit.empirical.validate")
+    val = importlib.import_module("ropesplit.empirical.model.validate")
     loaded = load_model(ARCHS[name][0], seed=0)
     whole = capture(loaded, token_ids()).validation()
     monkeypatch.setattr(val, "BLOCK_ELEMENTS", 4 * N_TOKENS * 3)
@@ -205,11 +205,12 @@ def test_attention_beyond_the_captured_mask_fails_the_probability_check(monkeypa
     """The blocks hold only the pairs the capture thinks attended; a model that
     puts mass beyond them (a window read too narrow) is caught by row mass, by the
     compiled comparisons (float32) and by their torch twin (half precision)."""
-    cap = importlib.import_module("ropesplit.empirical.capture")
+    cap = importlib.import_module("ropesplit.empirical.model.capture")
     original = cap.reconstruct
     monkeypatch.setattr(cap, "reconstruct", lambda attention, *args: original(
         replace(attention, window=(attention.window or N_TOKENS) - 3), *args))  # 3 too narrow
-    loaded = load_model(ARCHS["mistral"][0], seed=0, dtype=str(dtype).removeprefix("torch."))
+    where = Placement(dtype=str(dtype).removeprefix("torch."))
+    loaded = load_model(ARCHS["mistral"][0], seed=0, placement=where)
     with pytest.raises(ValidationError, match=r"^reconstruction_max_abs_diff .* exceeds"):
         capture(loaded, token_ids())
 
@@ -363,7 +364,7 @@ def test_positions_beyond_the_context_are_refused():
 
 def test_a_failed_reconstruction_is_a_validation_error(monkeypatch):
     """A capture that misreads the scale must be refused at the real tolerance, 1e-4."""
-    val = importlib.import_module("ropesplit.empirical.validate")  # where the capture rebuilds
+    val = importlib.import_module("ropesplit.empirical.model.validate")  # rebuilds the capture
     original = val.rebuild_logits
 
     def wrong_scale(attention, **kw):
@@ -383,7 +384,7 @@ def test_the_logit_check_catches_what_the_probability_check_lets_through(monkeyp
     on logits. Rebuilt logits lowered by 30 wherever they already sit 20 below
     their row's largest (p < e^-20) pass the probability check and fail the
     logit check."""
-    val = importlib.import_module("ropesplit.empirical.validate")  # where the capture rebuilds
+    val = importlib.import_module("ropesplit.empirical.model.validate")  # rebuilds the capture
     original = val.rebuild_logits
 
     def low_pairs_wrong(*args, rows=None, cols=None, **kw):
@@ -417,7 +418,7 @@ def test_jumping_position_ids_keep_the_mask_causal_by_index():
     transformers reads position ids that do not step by +1 as packed
     sequences and masks across each jump; capture and forward must keep the
     causal mask by index, as the rebuilt attention assumes."""
-    from ropesplit.empirical.models import forward
+    from ropesplit.empirical.model.passes import forward
 
     loaded = load_model(ARCHS["llama"][0], seed=0)
     jumpy = torch.arange(N_TOKENS) * 3  # every step is +3
@@ -438,7 +439,7 @@ def test_jumping_position_ids_keep_the_mask_causal_by_index():
 
 def test_tokenize_refuses_more_tokens_than_the_context():
     """One check, where the token count is asked for: analyze, perturb and report share it."""
-    from ropesplit.empirical.text import tokenize
+    from ropesplit.empirical.model.text import tokenize
 
     loaded = load_model(ARCHS["llama"][0], seed=0)  # max_position_embeddings = 96
     with pytest.raises(RopesplitError, match="^--tokens 97 exceeds the model's context of 96"):
@@ -452,8 +453,8 @@ def test_half_precision_models_capture_and_match_their_float32_twin(dtype):
     the dtype (measured: 5e-4 for bf16, 6e-5 for fp16, where eps is 7.8e-3 and 9.8e-4)."""
     import copy
 
-    from ropesplit.empirical.analyze import analyze
-    from ropesplit.empirical.validate import THETA_TOL, tolerances
+    from ropesplit.empirical.analysis.analyze import analyze
+    from ropesplit.empirical.model.validate import THETA_TOL, tolerances
 
     config = llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                            num_hidden_layers=2, intermediate_size=64, vocab_size=128,
@@ -520,7 +521,7 @@ def test_the_compiled_comparisons_are_the_maxima_over_the_attended_pairs(block, 
     pairs afterwards; a NaN read anywhere attended gives NaN."""
     n, r0, width, model, probs, rebuilt = block
     c0 = max(0, r0 - width + 1)
-    val = importlib.import_module("ropesplit.empirical.validate")
+    val = importlib.import_module("ropesplit.empirical.model.validate")
     logits, compare = val._compare_kernels(parallel)
     i, j = np.arange(r0, n)[:, None], np.arange(c0, n)[None, :]
     attended = (j <= i) & (i - j < width)  # (rows, cols)
@@ -559,10 +560,10 @@ def test_later_sequences_of_a_pass_are_validated_on_their_seeded_rows(monkeypatc
     a seeded sample (``validate.sampled_rows``), and the record says how many: a
     probability corrupted on a sampled row of the second sequence fails the capture; one
     on a row outside the sample is not seen (what a sample promises, and no more)."""
-    from ropesplit.empirical.capture import capture_batch
-    from ropesplit.empirical.validate import VALIDATED_ROWS, sampled_rows
+    from ropesplit.empirical.model.capture import capture_batch
+    from ropesplit.empirical.model.validate import VALIDATED_ROWS, sampled_rows
 
-    cap = importlib.import_module("ropesplit.empirical.capture")
+    cap = importlib.import_module("ropesplit.empirical.model.capture")
     n = 64
     loaded = load_model(ARCHS["llama"][0], seed=0)
     ids = torch.stack([token_ids(n, seed=0), token_ids(n, seed=1)])

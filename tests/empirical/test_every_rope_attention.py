@@ -21,9 +21,9 @@ import transformers as T
 
 from ropesplit.core.errors import ValidationError
 from ropesplit.empirical import capture
-from ropesplit.empirical.analyze import analyze, analyze_capture
-from ropesplit.empirical.models import from_model
-from ropesplit.empirical.validate import mask_window
+from ropesplit.empirical.analysis.analyze import analyze, analyze_capture
+from ropesplit.empirical.model.loading import from_model
+from ropesplit.empirical.model.validate import mask_window
 
 pytestmark = pytest.mark.slow  # a dozen tiny models built and captured (make test runs them)
 
@@ -153,7 +153,7 @@ def test_planted_mla_makes_the_rope_subhead_split_exact_and_a_varying_k_pe_break
 def test_each_sequence_of_a_batch_gets_the_table_of_its_own_positions():
     """claims measures each passage at positions 0..N-1 and at jittered ones in one batch:
     the table is read per sequence (a regression: the first sequence's served all)."""
-    from ropesplit.empirical.capture import capture_batch
+    from ropesplit.empirical.model.capture import capture_batch
 
     loaded = tiny("qwen3_5_text")
     batch = torch.stack([ids(), ids(), ids()])

@@ -24,7 +24,6 @@ from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import capture, continuation_loss
-from ropesplit.empirical.capture import Capture
 from ropesplit.empirical.experiments import (
     EXPERIMENTS,
     ExperimentSettings,
@@ -41,13 +40,10 @@ from ropesplit.empirical.experiments.base import (
     interval_rise,
     rows_then_schemes,
 )
-from ropesplit.empirical.experiments.forward import (
-    context_length,
-    continuation_losses,
-    draw_summary,
-    forward_batch,
-    model_context,
-)
+from ropesplit.empirical.experiments.continuation import context_tokens, draw_summary
+from ropesplit.empirical.model.capture import Capture
+from ropesplit.empirical.model.loaded import stated_length
+from ropesplit.empirical.model.passes import continuation_losses, forward_batch
 
 VOCAB = TINY_VOCAB
 N_TOKENS = 48
@@ -106,7 +102,7 @@ def seen_position_ids(loaded) -> Seen:
 
 
 def test_batched_losses_match_the_empirical_layers_single_pass(tiny, distinct_ids):
-    start = context_length(N_TOKENS)
+    start = context_tokens(N_TOKENS)
     ids = distinct_ids.numpy()
     ours = continuation_losses(tiny, ids[None], np.arange(N_TOKENS)[None], start)
     reference = continuation_loss(tiny, distinct_ids, start=start)
@@ -120,19 +116,19 @@ def test_batched_losses_match_the_empirical_layers_single_pass(tiny, distinct_id
                      elements=st.floats(-30, 30, width=32)),  # fmt: skip
        chunk=st.integers(1, 200), data=st.data())
 def test_token_nll_is_the_float64_log_softmax_bit_for_bit_in_any_chunks(logits, chunk, data):
-    """Chunking the rows (models.NLL_CHUNK logits at a time) changes no loss by one bit."""
-    from ropesplit.empirical import models
+    """Chunking the rows (passes.NLL_CHUNK logits at a time) changes no loss by one bit."""
+    from ropesplit.empirical.model import passes
 
     z = torch.from_numpy(logits)
     targets = torch.from_numpy(data.draw(arrays(np.int64, logits.shape[:-1],
                                                 elements=st.integers(0, logits.shape[-1] - 1))))
     reference = -torch.log_softmax(z.double(), -1).gather(-1, targets[..., None])[..., 0]
-    old = models.NLL_CHUNK
-    models.NLL_CHUNK = chunk
+    old = passes.NLL_CHUNK
+    passes.NLL_CHUNK = chunk
     try:
-        got = models.token_nll(z, targets)
+        got = passes.token_nll(z, targets)
     finally:
-        models.NLL_CHUNK = old
+        passes.NLL_CHUNK = old
     assert got.dtype == torch.float64 and got.shape == targets.shape
     assert torch.equal(got, reference)
 
@@ -195,12 +191,12 @@ def test_one_draw_has_no_interval_and_decides_nothing():
 
 def test_model_context_prefers_the_original_length_of_scaled_rope():
     plain = tiny_llama(1, context=96)
-    assert model_context(plain) == 96
+    assert stated_length(plain) == 96
     plain.config.rope_parameters = {
         "rope_type": "yarn", "rope_theta": BASE, "factor": 4.0,
         "original_max_position_embeddings": 24,
     }  # fmt: skip
-    assert model_context(plain) == 24
+    assert stated_length(plain) == 24
 
 
 @pytest.mark.parametrize(
@@ -226,7 +222,7 @@ D_HEAD = 2 * P
 
 def fake_layer(q, k, theta, *, scale=0.25, layout="half", rotary_dim=None):
     """A LayerCapture from synthetic pre-RoPE q (H, N, d) and k (Hkv, N, d), float64 kept."""
-    from ropesplit.empirical.capture import LayerCapture
+    from ropesplit.empirical.model.capture import LayerCapture
 
     n_heads, n_kv = q.shape[0], k.shape[0]
     n_tokens, d = q.shape[1], q.shape[2]
@@ -249,12 +245,15 @@ def _rotate(x, p, theta):
 
 
 def test_pairs_reproduce_the_models_rotation(tiny, distinct_ids):
-    """W from the complex pairs equals the model's own rotated q . k (float64 loop twin)."""
-    from ropesplit.empirical.experiments.pairs import layer_pairs
-
+    """W from the capture's pairs view equals the model's own rotated q . k (float64 loop
+    twin); a view of the first n positions is the whole view cut at n."""
     cache = capture(tiny, distinct_ids[:12])
     layer = cache.layers[1]
-    qc, kc = layer_pairs(layer)  # (H, N, P)
+    view = layer.pairs()
+    qc, kc = view.qc, view.kc  # (H, N, P)
+    short = layer.pairs(5)
+    assert short.n == 5 and np.array_equal(short.qc, qc[:, :5])
+    assert np.array_equal(short.kc_kv[layer.kv_map], kc[:, :5])
     d = layer.head_dim
     theta = BASE ** (-np.arange(d // 2) * 2.0 / d)
     q, k = layer.q.double().numpy(), layer.k.double().numpy()
@@ -439,7 +438,7 @@ def test_order_inputs_reach_the_model_and_never_move_the_first_token(order_run, 
     rows, seen = order_run
     labels, batch = order.order_inputs(distinct_ids, draws=3, seed=5)
     original = tuple(distinct_ids.tolist())
-    context = context_length(N_TOKENS)
+    context = context_tokens(N_TOKENS)
     assert set(seen) == {tuple(r) for r in batch.tolist()} | {original}  # each input, run once
     for label, row in zip(labels, batch.tolist(), strict=True):
         assert row[0] == original[0]  # the first token (BOS / attention sink) stays
@@ -491,7 +490,7 @@ def test_position_inputs_reach_the_rotary_embedding(position_run):
     rows, seen, _ = position_run
     labels, positions = position.position_inputs(N_TOKENS, draws=2, seed=1)
     assert {tuple(p) for p in positions.tolist()} <= set(seen)
-    context = context_length(N_TOKENS)
+    context = context_tokens(N_TOKENS)
     for label, row in zip(labels, positions.tolist(), strict=True):
         t = label["t"]
         assert row[0] == t  # the first token keeps its id (plus the common offset)
@@ -518,7 +517,7 @@ def test_position_loss_from_the_own_capture_equals_a_plain_forward_pass(tiny, di
                                                                          position_run):  # fmt: skip
     rows, _, _ = position_run
     labels, positions = position.position_inputs(N_TOKENS, draws=2, seed=1)
-    start = context_length(N_TOKENS)
+    start = context_tokens(N_TOKENS)
     losses = continuation_losses(tiny, np.broadcast_to(distinct_ids.numpy(), positions.shape),
                                  positions, start)  # fmt: skip
     base = continuation_losses(tiny, distinct_ids.numpy()[None], np.arange(N_TOKENS)[None], start)

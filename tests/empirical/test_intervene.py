@@ -6,7 +6,7 @@ import torch
 from conftest import TINY_VOCAB, tiny_llama
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.intervene import Edit, calibrate_kbars, intervened_nll
+from ropesplit.empirical.experiments.intervene import Edit, calibrate_kbars, intervened_nll
 
 GEN = torch.Generator().manual_seed(0)
 IDS = torch.randint(0, TINY_VOCAB, (2, 48), generator=GEN)

@@ -22,14 +22,14 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.experiments import EXPERIMENTS, ExperimentSettings, run_experiments
 from ropesplit.empirical.experiments.length import (
     EXPERIMENT,
-    claims,
+    checks,
     judge,
     length_rows,
     training_length,
     verdict,
 )
-from ropesplit.empirical.lminfinite import SETTINGS
-from ropesplit.empirical.models import load_model
+from ropesplit.empirical.experiments.lminfinite import LAMBDA_SETTINGS
+from ropesplit.empirical.model.loading import load_model
 from ropesplit.figures.length import length_figure
 
 L = 16
@@ -52,13 +52,13 @@ def by(rows, setting, bucket):
 
 def test_rows_cover_every_setting_and_length(rows):
     assert [(r["setting"], r["bucket"]) for r in rows] == [
-        (s, b) for s in SETTINGS for b in ("1x", "2x", "4x", "8x")
+        (s, b) for s in LAMBDA_SETTINGS for b in ("1x", "2x", "4x", "8x")
     ]
     assert by(rows, "vanilla", "8x")["stop"] == 8 * L - 1  # N - 1 predicting positions
     for r in rows:  # the curve lies inside its bucket; the row's loss is the bucket mean
         assert all(r["start"] <= c < r["stop"] for c in r["curve_position"])
         assert len(r["curve_loss"]) == len(r["curve_position"]) == len(r["curve_in_length"])
-    for s in SETTINGS:  # every setting is the same computation inside L (causal)
+    for s in LAMBDA_SETTINGS:  # every setting is the same computation inside L (causal)
         assert by(rows, s, "1x")["loss"] == pytest.approx(by(rows, "vanilla", "1x")["loss"])
     json.dumps(rows)  # JSON-ready
 
@@ -74,7 +74,7 @@ def test_the_periodic_model_rises_only_without_the_cap(rows):
 
 
 def test_the_verdict_reports_what_happened(rows):
-    judged = claims(rows)
+    judged = checks(rows)
     assert judged["vanilla rises"].outcome == "agrees"
     assert judged["LM-Infinite near"].outcome == "agrees"
     assert judged["f goes with the rise"].outcome == "disagrees"  # the rise came with f in range
@@ -115,8 +115,8 @@ def _table(vanilla, lminf, mask=(1.0, 0.2), cap=(1.0, 0.0), g_out=0.0, g_null=0.
         (_table((2.0, 0.5), (1.0, 0.0), g_out=0.2, g_null=0.195), {"g in range": "agrees"}),
     ],
 )  # fmt: skip
-def test_each_claim_can_go_either_way(table, expected):
-    judged = claims(table)
+def test_each_check_can_go_either_way(table, expected):
+    judged = checks(table)
     for name, outcome in expected.items():
         assert judged[name].outcome == outcome, (name, judged[name].reason)
 
@@ -147,7 +147,7 @@ def test_registry_runs_it_each_setting_from_its_own_pass(periodic):
     record = run_experiments(periodic, torch.as_tensor(sticky_tokens(8 * L)),
                              experiments=["length"], settings=ExperimentSettings(layers=(0,)))
     about = record["experiments"]["length"]
-    assert about["own_capture"] == [f"length: {s}" for s in SETTINGS]
+    assert about["own_capture"] == [f"length: {s}" for s in LAMBDA_SETTINGS]
     assert about["verdict"] == "disagrees"
     assert all(r["verdict"] in ("agrees", "disagrees", "inconclusive") for r in record["length"])
     text = tables(record)
@@ -160,7 +160,7 @@ def test_figure_8_draws_from_the_rows(rows, width):
     fig = length_figure(rows, width=width)
     assert len(fig.axes) == 3
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert legend == [*SETTINGS, "in-length (windows of L)"]
+    assert legend == [*LAMBDA_SETTINGS, "in-length (windows of L)"]
 
 
 def test_figure_8_refuses_rows_without_curves(rows):

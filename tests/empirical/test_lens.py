@@ -12,8 +12,8 @@ from transformer_lens.pretrained.weight_conversions import convert_llama_weights
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import load_model
 from ropesplit.empirical.adapter.configs import rope_spec
-from ropesplit.empirical.analyze import analyze
-from ropesplit.empirical.lens import analyze_lens
+from ropesplit.empirical.analysis.analyze import analyze
+from ropesplit.empirical.analysis.lens import analyze_lens
 
 STATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
          "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip

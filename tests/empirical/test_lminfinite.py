@@ -24,20 +24,17 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.lminfinite import (
-    SETTINGS,
+from ropesplit.empirical.experiments.lminfinite import (
+    LAMBDA_SETTINGS,
     LambdaSpec,
     install,
     run_setting,
     window_starts,
     windowed_nll,
 )
-from ropesplit.empirical.lminfinite import (
-    settings as lm_settings,
-)
-from ropesplit.empirical.models import load_model
+from ropesplit.empirical.experiments.lminfinite import settings as lm_settings
+from ropesplit.empirical.model.loading import Placement, load_model
 from ropesplit.numerics.lambda_attention import (
-    capped_distances,
     far_query_key,
     lambda_attention,
     lambda_mask,
@@ -200,6 +197,13 @@ def test_a_cap_is_a_distance_and_not_a_second_map(kwargs):
         split_head(q, q, RopeSpec.from_arrays([1.0], 1.0), **kwargs)
 
 
+def capped_distances(positions, cap=None) -> np.ndarray:
+    """The float64 twin of the capped attention's distances, min(p_i - p_j, cap), (N, N)."""
+    p = np.asarray(positions, dtype=np.float64)
+    delta = p[:, None] - p[None, :]
+    return delta if cap is None else np.minimum(delta, float(cap))
+
+
 def test_capped_distances_and_buckets():
     assert capped_distances([0, 2, 5], 3).tolist() == [[0, -2, -5], [2, 0, -3], [3, 3, 0]]
     assert bucket_edges(8, (1, 2, 4, 8), 40) == [(0, 8), (8, 16), (16, 32), (32, 40)]
@@ -237,7 +241,7 @@ def test_rank_correlation_ignores_monotone_maps(ints):
     "call, message",
     [
         (lambda: lambda_mask(4, 0), "n_local must be at least 1"),
-        (lambda: capped_distances([0, 1], -1), "distance cap must be >= 0"),
+        (lambda: LambdaSpec(cap=-1), "distance cap must be >= 0"),
         (lambda: lambda_attention(torch.zeros(1, 2, 4, 2), torch.zeros(1, 2, 4, 2),
                                   torch.zeros(1, 2, 4, 2), 1.0, LambdaSpec(cap=3)),
          r"a distance cap needs far=\(query_far, key_far\)"),
@@ -259,7 +263,7 @@ def tiny(dtype: str = "float64", *, kv: int = 2, layers: int = 2):
     config = llama_config(hidden_size=32, num_attention_heads=4, num_key_value_heads=kv,
                            num_hidden_layers=layers, intermediate_size=48, vocab_size=64,
                            max_position_embeddings=256, head_dim=8)  # fmt: skip
-    return load_model(config, seed=0, dtype=dtype)
+    return load_model(config, seed=0, placement=Placement(dtype=dtype))
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +274,7 @@ def tiny64():
 IDS = torch.as_tensor(np.random.default_rng(5).integers(0, 64, 90))
 
 
-@pytest.mark.parametrize("name", SETTINGS)
+@pytest.mark.parametrize("name", LAMBDA_SETTINGS)
 def test_each_layer_in_the_model_matches_the_float64_loop(tiny64, name):
     spec = lm_settings(16, 4)[name]
     with install(tiny64, spec, keep=[0, 1]) as state, torch.no_grad():
@@ -487,7 +491,7 @@ def test_positional_range_is_each_querys_own_range_over_trained_distances():
 def test_lm_infinite_reads_the_rope_geometry_as_the_capture_does():
     """Regression: lminfinite copied capture's table helpers and drifted (another eps); both
     now call capture.table_geometry, so layout, theta and scale agree exactly."""
-    from ropesplit.empirical.capture import capture
+    from ropesplit.empirical.model.capture import capture
 
     loaded = tiny("float32")
     run = run_setting(loaded, IDS[:32], LambdaSpec(), layers=[0, 1])

@@ -24,18 +24,17 @@ from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from ropesplit.claims.registry import SWAP_RATES, rate_label
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import load_model
-from ropesplit.empirical.experiments.order_passages import (
+from ropesplit.empirical.measurement.order_passages import (
     DRAWS,
-    RATES,
     OrderDesign,
     order_passage,
-    rate_label,
     scored_targets,
     token_losses,
 )
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.numerics.schemes import (
     adjacent_transpositions,
     movable_positions,
@@ -204,7 +203,7 @@ def fake(vocab: int = 512, **kwargs) -> LoadedModel:
 
 
 N_PASSAGE = 400
-KEYS = [rate_label(r) for r in RATES]
+KEYS = [rate_label(r) for r in SWAP_RATES]
 
 
 def _successor_damage(clean: np.ndarray, y: np.ndarray, start: int, vocab: int, c: float):
@@ -228,8 +227,8 @@ def test_successor_model_gives_the_closed_form_and_the_positive_control_hurts():
     movable = movable_positions(N_PASSAGE)
     for entry in out["draws"]:
         rng = np.random.default_rng([7, entry["draw"]])
-        first = nested_adjacent_swaps(200, RATES, rng, movable[:200], ids=ids[:200])
-        second = nested_adjacent_swaps(200, RATES, rng, movable[200:], ids=ids[200:])
+        first = nested_adjacent_swaps(200, SWAP_RATES, rng, movable[:200], ids=ids[:200])
+        second = nested_adjacent_swaps(200, SWAP_RATES, rng, movable[200:], ids=ids[200:])
         for length in (200, N_PASSAGE):
             cell = entry[f"tokens={length}"]
             perms = [np.concatenate([p, q + 200]) for p, q in zip(first, second, strict=True)]
@@ -239,7 +238,7 @@ def test_successor_model_gives_the_closed_form_and_the_positive_control_hurts():
                 want = _successor_damage(ids[:length], y, start, 512, 6.0)
                 assert math.isclose(cell[f"damage_{key}"], want, rel_tol=1e-9, abs_tol=1e-12)
                 assert cell[f"dose_{key}"] == float(np.mean(y != ids[:length]))
-            for key, rate in zip(KEYS, RATES, strict=True):
+            for key, rate in zip(KEYS, SWAP_RATES, strict=True):
                 assert abs(cell[f"dose_{key}"] - rate) <= 4 / length
             damages = [cell[f"damage_{k}"] for k in KEYS]
             assert all(np.diff(damages) > 0) and damages[0] > 0  # more swaps, more damage
@@ -252,7 +251,7 @@ def test_successor_model_gives_the_closed_form_and_the_positive_control_hurts():
     # one forward pass of the longest length: rows at positions 0..N-1, all-ones mask
     calls = loaded.model.calls
     rows = torch.cat([c["ids"] for c in calls])
-    assert rows.shape == (1 + len(RATES) * DRAWS, N_PASSAGE)
+    assert rows.shape == (1 + len(SWAP_RATES) * DRAWS, N_PASSAGE)
     assert all(torch.equal(c["positions"], torch.arange(N_PASSAGE).expand_as(c["ids"]))
                and bool(c["mask"].eq(1).all()) for c in calls)  # fmt: skip
     assert bool((rows[:, 0] == 0).all())  # the first token never moves

@@ -1,4 +1,4 @@
-"""The run's plan (empirical/plan.py) and the tokens axis that never outgrows the run.
+"""The run's plan (empirical/measurement/plan.py) and the tokens axis that never outgrows the run.
 
 The plan counts the forward passes before the first one runs; on a tiny model the count
 is the number of passes the claims run then makes, kind by kind.
@@ -14,10 +14,10 @@ from conftest import tiny_llama
 
 from ropesplit.claims.records import DEFAULT_GRID_TOKENS, ClaimsSettings, grid_tokens
 from ropesplit.claims.registry import CONTROL_SEEDS
-from ropesplit.empirical.claims_run import run_claims
-from ropesplit.empirical.corpus import PassageIds
-from ropesplit.empirical.models import random_init_twin
-from ropesplit.empirical.plan import Kind, Plan, claims_plan, warmup
+from ropesplit.empirical.measurement.claims_run import run_claims
+from ropesplit.empirical.measurement.plan import Kind, Plan, claims_plan, warmup
+from ropesplit.empirical.model.corpus import PassageIds
+from ropesplit.empirical.model.loading import random_init_twin
 
 
 @pytest.mark.parametrize(("tokens", "given", "axis"), [
@@ -44,7 +44,7 @@ def test_the_plan_counts_the_passes_the_claims_run_makes(capsys):
     for name, model in [("trained", loaded), *((f"twin {s}", t) for s, t in twins.items())]:
         model.model.base_model.register_forward_pre_hook(lambda m, a, name=name: seen.append(name))
     said: list[str] = []
-    run_claims(loaded, ClaimsSettings(tokens=80, grid=(80,), passages=8, order_passages=8),
+    run_claims(loaded, ClaimsSettings(tokens=80, grid_tokens=(80,), passages=8, order_passages=8),
                controls=twins, passage_ids=passages, on_stage=said.append)  # fmt: skip
     plan = claims_plan([80], 1, range(8), range(8), 8)
     warm = 6  # the warm-up: an untimed and two timed plain passes, and as many captures

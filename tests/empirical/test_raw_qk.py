@@ -14,9 +14,9 @@ from conftest import llama_config, tiny_llama
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter.configs import rope_spec
-from ropesplit.empirical.analyze import DEFAULT_MEASURE, analyze_capture
-from ropesplit.empirical.capture import capture
-from ropesplit.empirical.raw import analyze_qk
+from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, analyze_capture
+from ropesplit.empirical.analysis.raw import RowLabels, analyze_qk
+from ropesplit.empirical.model.capture import capture
 from ropesplit.numerics.rope import from_pairs, rotate, to_pairs
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
 from ropesplit.numerics.stats import layer_statistics
@@ -99,7 +99,7 @@ def test_a_captured_layer_through_analyze_qk_is_the_same_analysis_as_analyze():
     layer = cache.layers[1]
     spec = RopeSpec.from_arrays(layer.theta, layer.scale, layer.layout, layer.rotary_dim,
                                 layer.window, layer.kv_map)  # fmt: skip
-    got = analyze_qk(layer.q, layer.k, spec, layer=1).heads
+    got = analyze_qk(layer.q, layer.k, spec, labels=RowLabels(layer=1)).heads
     for a, b in zip(got, want, strict=True):
         assert (a["layer"], a["head"], a["kv_head"]) == (b["layer"], b["head"], b["kv_head"])
         for stat in STATS:

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.io import write_json
 from ropesplit.empirical import analyze, load_model, run_experiments, tokenize
-from ropesplit.empirical import tidy as tidy_module
-from ropesplit.empirical.analyze import STATISTICS, analysis_record
+from ropesplit.empirical.analysis import tidy as tidy_module
+from ropesplit.empirical.analysis.analyze import STATISTICS, analysis_record
+from ropesplit.empirical.analysis.tidy import Records, from_json, tidy, to_json, untidy
 from ropesplit.empirical.experiments import ExperimentSettings
-from ropesplit.empirical.models import random_init_twin
-from ropesplit.empirical.tidy import Records, from_json, tidy, to_json, untidy
+from ropesplit.empirical.model.loading import random_init_twin
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_experiment_records_round_trip(rows, seed):
 def test_by_reference_is_flat_columns_and_the_long_table_has_one_row_per_statistic(records):
     """Regression: tidy() kept by_reference as a column of nested dicts while the CSV flattened
     it; the long table is one row per (run, layer, head, reference, statistic)."""
-    from ropesplit.empirical.tidy import _LONG_STATISTICS, long
+    from ropesplit.empirical.analysis.tidy import long
 
     record = records["analysis"]
     table = tidy(record)
@@ -142,7 +142,6 @@ def test_by_reference_is_flat_columns_and_the_long_table_has_one_row_per_statist
     for spec, stats in first["by_reference"].items():
         assert table.loc[0, f"r_split[{spec}]"] == stats["r_split"]
     assert untidy(table)["heads"][0]["by_reference"] == first["by_reference"]  # round trip
-    assert _LONG_STATISTICS == STATISTICS
     rows = long(record)
     key = ["run", "layer", "head", "reference", "statistic"]
     assert not rows.duplicated(key).any()  # each value once

@@ -21,9 +21,14 @@ import pytest
 
 from ropesplit.cli import main
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.emergence import prediction, run_emergence, step0_vs_control, verdict
-from ropesplit.empirical.models import load_model
-from ropesplit.empirical.train import (
+from ropesplit.empirical.model.loading import load_model
+from ropesplit.empirical.training.emergence import (
+    prediction,
+    run_emergence,
+    step0_vs_control,
+    verdict,
+)
+from ropesplit.empirical.training.train import (
     BOS,
     TrainConfig,
     byte_tokenizer,
@@ -34,7 +39,7 @@ from ropesplit.empirical.train import (
     torch_threads,
     train,
 )
-from ropesplit.empirical.train_measure import Measurer, held_out_ids, measure_loaded
+from ropesplit.empirical.training.train_measure import Measurer, held_out_ids, measure_loaded
 
 pytestmark = pytest.mark.slow  # training (make test-fast leaves it out)
 
@@ -192,7 +197,7 @@ def test_checkpoint_round_trips_through_analyze(reference, tmp_path, capsys) -> 
     assert json.loads(js.read_text())["token_ids"] == held_out_ids(cfg)[0].tolist()
     # the record: each head's mean over every held-out window, kbar without BOS
     from ropesplit.empirical import analyze, load_model
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE
 
     loaded = load_model(str(out / "step-000004"))
     measure = dataclasses.replace(DEFAULT_MEASURE, kbar_rule="mean-skip-first", pair_budget=None)
@@ -309,7 +314,7 @@ def test_remeasure_rewrites_only_the_metrics(reference, tmp_path) -> None:
     """A changed measure replaces metrics.json (seconds_train kept); the real one restores it."""
     import shutil
 
-    from ropesplit.empirical.train import remeasure
+    from ropesplit.empirical.training.train import remeasure
 
     out = tmp_path / "copy"
     shutil.copytree(reference[0], out)

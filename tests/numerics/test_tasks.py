@@ -150,8 +150,8 @@ def test_task_scores_through_the_fast_attention_are_eagers_to_float32_rounding()
     from conftest import llama_config
 
     from ropesplit.empirical import load_model
-    from ropesplit.empirical.models import model_pass
-    from ropesplit.empirical.train_measure import task_scores
+    from ropesplit.empirical.model.passes import model_pass
+    from ropesplit.empirical.training.train_measure import task_scores
 
     loaded = load_model(llama_config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                                      num_hidden_layers=2, intermediate_size=64,

@@ -12,7 +12,8 @@ import transformers as T
 from conftest import llama_config
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from ropesplit.empirical import capture, load_model
+from ropesplit.empirical import load_model
+from ropesplit.empirical import capture
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.report import figure_data

@@ -53,12 +53,12 @@ def _qwen_record(folder):
     from ropesplit.claims.records import ClaimsSettings
     from ropesplit.claims.registry import CONTROL_SEEDS
     from ropesplit.core.io import write_json
-    from ropesplit.empirical.calibration import tiny_config
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.measurement.calibration import tiny_config
+    from ropesplit.empirical.measurement.claims_run import run_claims
 
     cfg = tiny_config("qwen2")
     record = run_claims(load_model(cfg, seed=1),
-                        ClaimsSettings(tokens=96, grid=(96,), passages=8, order_passages=8),
+                        ClaimsSettings(tokens=96, grid_tokens=(96,), passages=8, order_passages=8),
                         passage_ids=tiny_passages(),
                         controls={s: load_model(cfg, seed=50 + s) for s in CONTROL_SEEDS})
     write_json(folder / "qwen2.json", record)

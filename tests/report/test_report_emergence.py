@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from ropesplit.empirical.train import TrainConfig, checkpoints
+from ropesplit.empirical.training.train import TrainConfig, checkpoints
 
 from ropesplit.report import training
 from ropesplit.report.sections import emergence

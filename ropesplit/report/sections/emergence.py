@@ -2,7 +2,7 @@ r"""Training: the split's pattern watched as it forms (``ropesplit train``).
 
 Reads ``train.json``, the record of the report's ``train`` stage
 (:mod:`ropesplit.report.training`: the small Llama of
-:mod:`ropesplit.empirical.train` trained at two RoPE bases), and shows
+:mod:`ropesplit.empirical.training.train` trained at two RoPE bases), and shows
 figures 11 and 12, drawn from the same record. This section states the
 theory's prediction, then per base the random init, its control and the last
 checkpoint with bootstrap intervals over heads, then the verdicts.
@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropesplit.numerics.statistics import names
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
 
 __all__ = ["SECTION", "verdict_table"]
 
-_STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k", "lowfreq_share_q")
+_STATS = names("training")  # the statistics training watches (numerics.statistics)
 
 
 def _ci(summary: Mapping[str, Any], name: str) -> str:

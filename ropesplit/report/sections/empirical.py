@@ -12,11 +12,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ropesplit.numerics.statistics import names
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
 
-STATS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tightness_max",
-         "lowfreq_share_k", "lowfreq_share_q")  # fmt: skip
+STATS = names("table")  # the per-layer table's statistics (numerics.statistics)
 
 
 def _mean(values: Sequence[Any]) -> float:

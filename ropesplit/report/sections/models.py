@@ -1,7 +1,7 @@
 r"""Many models, one table: every claim's headline verdict and robustness per model.
 
 Reads the ``compare`` stage's record (``compare.json``: the run's own claims
-record and any given with ``--claims-record``; ``empirical.claims_run.compare_records``):
+record and any given with ``--claims-record``; ``claims.records.compare_records``):
 one row per model and claim with the verdict, every primary condition's estimate
 and its 95% interval, whose threshold each is read against, and the robustness
 over the grid in one line (the detail folded under it); figure 20 draws the same

@@ -1,6 +1,6 @@
 r"""The protocol table: which measurement choices move ``r_split`` (docs/theory.md 6).
 
-Reads ``protocol.json`` (``empirical.protocol.protocol``): per token count,
+Reads ``protocol.json`` (``empirical.analysis.protocol.protocol``): per token count,
 reference key, layer set and reference rotation, the per-head mean and the
 pooled ``r_split`` with bootstrap 95% intervals over heads; the controls as
 trained minus control per reference; the verdicts computed from the intervals.

@@ -30,19 +30,24 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.core.paper import PAPER_R_SPLIT
-from ropesplit.empirical.capture import LayerCapture, capture_batch
-from ropesplit.empirical.memory import GROWTH
-from ropesplit.empirical.models import LoadedModel, as_position_ids
+from ropesplit.empirical.model.capture import LayerCapture, capture_batch
+from ropesplit.empirical.model.inputs import as_position_ids
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.memory import GROWTH
 from ropesplit.numerics.measure import KBAR_RULES, Measure
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
+from ropesplit.numerics.statistics import names
 from ropesplit.numerics.workers import map_each, side_by_side
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ropesplit.empirical.model.loading import Placement
 
 __all__ = [
     "DEFAULT_MEASURE",
@@ -73,16 +78,7 @@ KBARS = KBAR_RULES  # the reference key: mean key, or without the first token
 # reference beside it, the bound on every causal pair
 DEFAULT_MEASURE = Measure(reference=DEFAULT_REFERENCE, references=COMPARED)
 
-STATISTICS = (
-    "r_split",
-    "r_split_rowcentred",
-    "r_3axis",
-    "remainder_share",
-    "tightness_max",
-    "tightness_median",
-    "lowfreq_share_k",
-    "lowfreq_share_q",
-)
+STATISTICS = names()  # every per-head statistic, in order (numerics.statistics)
 
 
 @dataclass
@@ -123,8 +119,9 @@ class Analysis:
         ]
 
     def tidy(self, *, frame: bool | None = None) -> Any:
-        """One row per head, the run's metadata attached (:func:`ropesplit.empirical.tidy.tidy`)."""
-        from ropesplit.empirical.tidy import tidy
+        """One row per head, the run's metadata attached
+        (:func:`ropesplit.empirical.analysis.tidy.tidy`)."""
+        from ropesplit.empirical.analysis.tidy import tidy
 
         return tidy(self.to_dict(), frame=frame)
 
@@ -191,8 +188,8 @@ def memory_estimate(loaded: LoadedModel, n_tokens: int, sequences: int = 1) -> i
       64 MiB of state.
 
     ``G``: the growth past the first layer that a streamed run allows before
-    the C heap's free pages go back (:data:`~ropesplit.empirical.memory.GROWTH`,
-    :func:`~ropesplit.empirical.capture.release_growth`): without that,
+    the C heap's free pages go back (:data:`~ropesplit.empirical.model.memory.GROWTH`,
+    :func:`~ropesplit.empirical.model.capture.release_growth`): without that,
     glibc's per-thread arenas grew the process layer after layer, past this
     count.
     ``tests/empirical/test_empirical_analyze.py`` measures the peak of a run against it.
@@ -286,7 +283,7 @@ def analyze_batch(
     in numerics, ``kbar_rule`` ``"mean"`` or ``"mean-skip-first"`` (the mean
     key without the first token).
 
-    Streamed (:func:`~ropesplit.empirical.capture.capture_batch`): as each
+    Streamed (:func:`~ropesplit.empirical.model.capture.capture_batch`): as each
     layer finishes, every sequence's heads are measured (on a CPU side by
     side, one thread each: :func:`ropesplit.numerics.workers.map_each`; the
     numbers are those of each sequence measured alone in a worker) and the
@@ -543,22 +540,24 @@ def _check_bound(rows: list[dict[str, Any]]) -> None:
 
 
 def load_subject(model: Any, gguf_file: str | None = None, *, text: str | None, tokens: int,
-                 seed: int = 0, memory_tokens: int | None = None, **load: Any,
-                 ) -> tuple[LoadedModel, Any, str]:  # fmt: skip
+                 seed: int = 0, memory_tokens: int | None = None, tokenizer: Any = None,
+                 placement: Placement | None = None) -> tuple[LoadedModel, Any, str]:  # fmt: skip
     """What ``ropesplit analyze`` and the report's ``load`` stage read: the model
-    (:func:`~ropesplit.empirical.models.load_model` with ``load``: tokenizer, device, dtype,
-    device_map), the first ``tokens`` token ids ``(N,)`` of the text file ``text`` (None:
+    (:func:`~ropesplit.empirical.model.loading.load_model` with ``tokenizer`` and
+    ``placement``: device, dtype, device_map), the first ``tokens`` token ids ``(N,)`` of
+    the text file ``text`` (None:
     Python's language reference) and the text; refuses a text or context too short, and
     a sequence of ``memory_tokens`` (default ``tokens``) beyond memory (:func:`check_memory`)."""
     import sys
 
-    from ropesplit.empirical.models import load_model
-    from ropesplit.empirical.text import default_text, read_text, tokenize
+    from ropesplit.empirical.model.loading import Placement, load_model
+    from ropesplit.empirical.model.text import default_text, read_text, tokenize
 
     body = read_text(text) if text else default_text()
     if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
         print("loading the model ...", file=sys.stderr, flush=True)
-    loaded = load_model(model, gguf_file, seed=seed, **load)
+    loaded = load_model(model, gguf_file, tokenizer=tokenizer, seed=seed,
+                        placement=placement or Placement())  # fmt: skip
     ids = tokenize(loaded, body, tokens)  # (N,); refuses more than the context
     check_memory(loaded, memory_tokens or tokens)
     return loaded, ids, body

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.statistics import names
 
 __all__ = ["Records", "experiment_names", "from_json", "long", "tidy", "to_json", "untidy"]
 
@@ -194,7 +195,7 @@ def long(result: Any, *, frame: bool | None = None) -> Any:
                    "kv_head": head.get("kv_head")}  # fmt: skip
             by = head.get("by_reference") or {}
             split = set().union(*(stats.keys() for stats in by.values())) if by else set()
-            for name in _LONG_STATISTICS:
+            for name in names():
                 if name in head and name not in split:
                     ref = head.get("reference") if name.startswith("tightness") else None
                     rows.append({**key, "reference": ref, "statistic": name, "value": head[name]})
@@ -203,12 +204,6 @@ def long(result: Any, *, frame: bool | None = None) -> Any:
                          for name, value in stats.items()]  # fmt: skip
     attrs = {k: v for k, v in record.items() if k not in ("heads", "control")}
     return _table(rows, {"result": "long", **attrs}, frame)
-
-
-# analyze.STATISTICS (a test pins it), without importing torch
-_LONG_STATISTICS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share",
-                    "tightness_max", "tightness_median", "lowfreq_share_k",
-                    "lowfreq_share_q")  # fmt: skip
 
 
 def _plain(value: Any) -> Any:

@@ -22,7 +22,7 @@ nothing was learned and usually where the split holds by construction:
 :func:`calibration` runs them on tiny models (and the embedded model's
 architecture at random init) and returns every run's rows, so each rule can be
 judged on the same measurements (:func:`agree_rates`). ``python -m
-ropesplit.empirical.calibration`` prints the rates (``docs/calibration.md``).
+ropesplit.empirical.measurement.calibration`` prints the rates (``docs/calibration.md``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ import torch
 from ropesplit.claims.registry import CLAIMS, CONTROL_SEEDS
 from ropesplit.empirical.adapter.configs import rope_spec, vocab_size
 from ropesplit.empirical.adapter.weights import key_projections
-from ropesplit.empirical.models import LoadedModel, load_model
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.loading import load_model
 
 __all__ = ["ARMS", "agree_rates", "calibration", "plant_slow_keys", "tiny_config"]
 
@@ -86,7 +87,7 @@ def plant_slow_keys(loaded: LoadedModel, seed: int) -> LoadedModel:
 
 
 def _passages(vocab: int, seed: int) -> Any:
-    from ropesplit.empirical.corpus import PassageIds
+    from ropesplit.empirical.model.corpus import PassageIds
 
     ids = torch.randint(0, vocab, (PASSAGES, TOKENS), generator=torch.Generator().manual_seed(seed))
     return PassageIds([f"p{k}" for k in range(PASSAGES)], ids, TOKENS, 0, f"seed {seed}")
@@ -94,9 +95,9 @@ def _passages(vocab: int, seed: int) -> Any:
 
 def _run(model: LoadedModel, twins: dict[int, LoadedModel], seed: int) -> dict[str, Any]:
     from ropesplit.claims.records import ClaimsSettings
-    from ropesplit.empirical.claims_run import run_claims
+    from ropesplit.empirical.measurement.claims_run import run_claims
 
-    settings = ClaimsSettings(tokens=TOKENS, grid=(TOKENS,), passages=PASSAGES,
+    settings = ClaimsSettings(tokens=TOKENS, grid_tokens=(TOKENS,), passages=PASSAGES,
                               order_passages=PASSAGES)  # fmt: skip
     return run_claims(model, settings, controls=twins,
                       passage_ids=_passages(vocab_size(model.config), seed))
@@ -141,7 +142,7 @@ def calibration(
     if embedded:
         from transformers import AutoConfig
 
-        from ropesplit.empirical.models import default_model_path
+        from ropesplit.empirical.model.loading import default_model_path
 
         folder, name = default_model_path()
         cfg = AutoConfig.from_pretrained(folder, gguf_file=name)

@@ -38,12 +38,13 @@ from typing import Any
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.train import TrainConfig, train
-from ropesplit.empirical.train import remeasure as remeasure_run
-from ropesplit.empirical.train_measure import FIGURE_STATS, control_record, corpus_entropy
+from ropesplit.empirical.training.train import TrainConfig, train
+from ropesplit.empirical.training.train import remeasure as remeasure_run
+from ropesplit.empirical.training.train_measure import control_record, corpus_entropy
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import causal_bound_weight, slow_pairs
 from ropesplit.numerics.rope import frequencies
+from ropesplit.numerics.statistics import names
 from ropesplit.numerics.tasks import OFFSET
 
 __all__ = ["CONTROL_SEED_OFFSET", "MIN_SEEDS", "prediction", "run_emergence", "step0_vs_control",
@@ -90,7 +91,7 @@ def prediction(cfg: TrainConfig, bases: list[float]) -> dict[str, Any]:
 def step0_vs_control(step0: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
     """Per figure statistic: step 0's and the control's means and intervals, and whether they overlap."""  # noqa: E501
     out = {}
-    for name in FIGURE_STATS:
+    for name in names("training"):
         a, b = step0["summary"][name], control["summary"][name]
         bounded = "low" in a and "low" in b  # no interval where every head is undefined
         overlap = bool(a["low"] <= b["high"] and b["low"] <= a["high"]) if bounded else False
@@ -239,7 +240,7 @@ def run_emergence(
 
     ``say`` receives the lines meant for the terminal (prediction first).
     ``remeasure`` measures every finished checkpoint again with the current
-    code (:func:`ropesplit.empirical.train.remeasure`) before reporting.
+    code (:func:`ropesplit.empirical.training.train.remeasure`) before reporting.
     One run folder per run: ``OUT/base-B-seed-S`` (the run itself when one
     base and one seed: ``OUT``).
     """

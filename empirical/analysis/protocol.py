@@ -39,10 +39,16 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_R_SPLIT
-from ropesplit.empirical.analyze import DEFAULT_MEASURE, KBARS, analyze_capture, paired_difference
-from ropesplit.empirical.capture import capture
-from ropesplit.empirical.models import LoadedModel, random_init_twin
-from ropesplit.empirical.text import default_text, tokenize
+from ropesplit.empirical.analysis.analyze import (
+    DEFAULT_MEASURE,
+    KBARS,
+    analyze_capture,
+    paired_difference,
+)
+from ropesplit.empirical.model.capture import capture
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.loading import random_init_twin
+from ropesplit.empirical.model.text import default_text, tokenize
 from ropesplit.numerics.reference import COMPARED
 
 __all__ = ["CONTROL_SEEDS", "TOKENS", "protocol", "protocol_cells",

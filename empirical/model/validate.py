@@ -35,7 +35,7 @@ from ropesplit.core.errors import ValidationError
 from ropesplit.numerics.workers import serial
 
 if TYPE_CHECKING:
-    from ropesplit.empirical.capture import Capture
+    from ropesplit.empirical.model.capture import Capture
 
 __all__ = [
     "BLOCK_ELEMENTS",

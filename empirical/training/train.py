@@ -7,7 +7,7 @@ module trains a ``transformers`` ``LlamaForCausalLM`` whose training length
 ``L_train`` and RoPE base ``b`` (:math:`\theta_l = b^{-2l/d}`) we choose, on
 a byte-level tokenisation of a text, and writes checkpoints that every other
 part of ropesplit loads like any Hugging Face model. Each checkpoint is
-measured by :mod:`ropesplit.empirical.train_measure` as it is written.
+measured by :mod:`ropesplit.empirical.training.train_measure` as it is written.
 
 Run folder layout (``TrainConfig.out``)::
 
@@ -46,7 +46,7 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.io import read_json, write_json
-from ropesplit.empirical.train_setup import (
+from ropesplit.empirical.training.train_setup import (
     BOS,
     EOS,
     TrainConfig,
@@ -200,7 +200,7 @@ def remeasure(
     cfg.check()
     out = _prepare(cfg)
     if measure is None:
-        from ropesplit.empirical.train_measure import Measurer
+        from ropesplit.empirical.training.train_measure import Measurer
 
         measure = Measurer(cfg)
     records = []
@@ -225,18 +225,18 @@ def train(
     Minimises the next-token cross-entropy
     :math:`-\frac{1}{B(L-1)}\sum_{b,n}\log p(x_{b,n} \mid x_{b,<n})` with AdamW.
     ``measure(folder, step)`` turns a just-saved checkpoint folder into its
-    record (default: a :class:`ropesplit.empirical.train_measure.Measurer` of this config).
+    record (default: a :class:`ropesplit.empirical.training.train_measure.Measurer` of this config).
     ``stop_after`` ends the process's work after that step's
     checkpoint (tests: an interruption at a known point).
     """
     from tqdm import tqdm
 
-    from ropesplit.empirical.models import quiet_loading
+    from ropesplit.empirical.model.loading import quiet_loading
 
     cfg.check()
     out = _prepare(cfg)
     if measure is None:
-        from ropesplit.empirical.train_measure import Measurer
+        from ropesplit.empirical.training.train_measure import Measurer
 
         measure = Measurer(cfg)
     train_bytes = split_text(cfg)[0] if cfg.task == "lm" else np.zeros(0, dtype=np.uint8)
@@ -284,7 +284,7 @@ class _Run:
         init), or the run resumed from its ``last`` checkpoint (weights, optimizer, RNGs)."""
         import torch
 
-        from ropesplit.empirical.models import load_model
+        from ropesplit.empirical.model.loading import load_model
 
         if last is not None:
             from transformers import AutoModelForCausalLM

@@ -1,6 +1,6 @@
 r"""The claims' statistics per passage in every cell of the grid, from one capture per model.
 
-The unit of replication is the passage (``empirical.corpus``). Passage ``p``
+The unit of replication is the passage (``empirical.model.corpus``). Passage ``p``
 is read at the longest length of the grid's ``tokens`` axis, once by each
 model; a causal model's queries and keys at positions ``< L`` do not depend
 on later tokens, so the first ``L`` positions of that capture *are* the
@@ -49,12 +49,11 @@ import numpy as np
 import torch
 
 from ropesplit.claims.registry import CONTROL_SEEDS, axis
-from ropesplit.empirical.capture import LayerCapture, capture_batch
-from ropesplit.empirical.corpus import PassageIds
-from ropesplit.empirical.experiments.base import default_layers
-from ropesplit.empirical.experiments.forward import special_positions
-from ropesplit.empirical.models import LoadedModel
-from ropesplit.empirical.shuffled import ShuffledFrequencies, shuffled_frequencies
+from ropesplit.empirical.measurement.shuffled import ShuffledFrequencies, shuffled_frequencies
+from ropesplit.empirical.model.capture import LayerCapture, Pairs, capture_batch
+from ropesplit.empirical.model.corpus import PassageIds
+from ropesplit.empirical.model.inputs import special_positions
+from ropesplit.empirical.model.loaded import LoadedModel, default_layers
 from ropesplit.numerics.pooling import MOMENTS
 from ropesplit.numerics.schemes import movable_positions, perturbed_positions
 from ropesplit.numerics.workers import map_each, side_by_side
@@ -113,25 +112,16 @@ def _jittered(loaded: LoadedModel, ids: np.ndarray, seed: int) -> np.ndarray:
     return perturbed_positions("jitter", n, JITTER, rng, movable).astype(np.int64) + JITTER
 
 
-@dataclass
+@dataclass(frozen=True)
 class _View:
-    """The first ``n`` positions of a captured layer: float64 q, k and their complex pairs."""
+    """A captured layer beside its first ``n`` positions as pairs (:meth:`LayerCapture.pairs`)."""
 
     layer: LayerCapture
-    n: int
-    q: np.ndarray = field(init=False)  # (H, n, d)
-    k: np.ndarray = field(init=False)  # (Hkv, n, d)
-    qc: np.ndarray = field(init=False)  # (H, n, P)
-    kc: np.ndarray = field(init=False)  # (H, n, P): the KV head each query head reads
+    pairs: Pairs
 
-    def __post_init__(self) -> None:
-        from ropesplit.numerics.rope import to_pairs
-
-        lay, n = self.layer, self.n
-        self.q = lay.q[:, :n].double().numpy()
-        self.k = lay.k[:, :n].double().numpy()
-        self.qc = to_pairs(self.q, lay.layout, lay.rotary_dim)
-        self.kc = to_pairs(self.k, lay.layout, lay.rotary_dim)[lay.kv_map]
+    @classmethod
+    def of(cls, layer: LayerCapture, n: int) -> _View:
+        return cls(layer, layer.pairs(n))
 
 
 def _split_heads(v: _View, refs: Sequence[str], order: np.ndarray | None = None
@@ -140,7 +130,7 @@ def _split_heads(v: _View, refs: Sequence[str], order: np.ndarray | None = None
     slow and total key-deviation energy, per query head (frequencies reassigned to the
     pairs by ``order`` when given); the split alone (``Measure.split_only``: no claim reads
     the bound's tightness or the three-axis fit)."""
-    from ropesplit.numerics.emergence import pair_energy
+    from ropesplit.numerics.emergence import deviation_energy
     from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.rope import low_half
     from ropesplit.numerics.stats import layer_statistics
@@ -149,9 +139,9 @@ def _split_heads(v: _View, refs: Sequence[str], order: np.ndarray | None = None
     if order is not None:
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
     measure = Measure(reference=refs[0], references=tuple(refs), split_only=True)
-    stats = layer_statistics(v.q, v.k, spec, measure, positions=np.arange(v.n))
-    kv = spec.kv_heads(v.q.shape[0], v.k.shape[0])
-    energy = pair_energy(v.k, layout=spec.layout, rotary_dim=spec.rotary_dim)[kv]  # (H, P)
+    stats = layer_statistics(v.pairs.q, v.pairs.k, spec, measure, positions=np.arange(v.pairs.n))
+    kv = spec.kv_heads(v.pairs.q.shape[0], v.pairs.k.shape[0])
+    energy = deviation_energy(v.pairs.kc_kv)[kv]  # (H, P)
     out = {"lowfreq": np.array([s.lowfreq_share_k for s in stats]),
            "slow": energy @ low_half(spec.theta), "energy": energy.sum(-1),
            "n_pairs": np.array([s.n_pairs for s in stats], dtype=np.float64)}  # fmt: skip
@@ -166,8 +156,8 @@ def _distance_heads(v: _View) -> dict[str, np.ndarray]:
     """Key correlation, its weight and the visible change at ``D = n/2``, per query head."""
     from ropesplit.numerics.perturbation import controlled_distance
 
-    lay = v.layer
-    out = controlled_distance(v.qc, v.kc, lay.theta, lay.scale, (v.n // 2,), window=lay.window,
+    lay, z = v.layer, v.pairs
+    out = controlled_distance(z.qc, z.kc, lay.theta, lay.scale, (z.n // 2,), window=lay.window,
                               measures=("key_corr", "visible_change"))  # fmt: skip
     return {"key_corr": out["key_corr"][:, 0], "key_var": out["key_var"][:, 0],
             "visible": out["visible_change"][:, 0]}  # fmt: skip
@@ -176,16 +166,16 @@ def _distance_heads(v: _View) -> dict[str, np.ndarray]:
 def _layer_pairs(v: _View, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from ropesplit.numerics.perturbation import causal_pairs
 
-    return causal_pairs(v.n, PAIR_BUDGET, np.random.default_rng([seed, v.layer.layer]))
+    return causal_pairs(v.pairs.n, PAIR_BUDGET, np.random.default_rng([seed, v.layer.layer]))
 
 
 def _e_share_heads(v: _View, after: np.ndarray, seed: int) -> np.ndarray:
     """``||dE|| / ||dW||`` per query head under the jitter ``after``, same q and k."""
     from ropesplit.numerics.perturbation import remainder_change_share
 
-    lay = v.layer
-    return remainder_change_share(v.qc, v.kc, lay.theta, lay.scale, np.arange(v.n, dtype=float),
-                                  after[: v.n].astype(float), _layer_pairs(v, seed))  # fmt: skip
+    lay, z = v.layer, v.pairs
+    return remainder_change_share(z.qc, z.kc, lay.theta, lay.scale, np.arange(z.n, dtype=float),
+                                  after[: z.n].astype(float), _layer_pairs(v, seed))  # fmt: skip
 
 
 def _g_heads(v: _View, moved: _View, after: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -194,9 +184,9 @@ def _g_heads(v: _View, moved: _View, after: np.ndarray, seed: int) -> dict[str, 
     from ropesplit.numerics.perturbation import run_changes
     from ropesplit.numerics.reference import resolve_reference
 
-    lay = v.layer
-    ms = np.stack([resolve_reference(ref, lay.theta, n=v.n).m for ref in SPLITS])  # (K, P)
-    dw, dg = run_changes((v.qc, v.kc, np.arange(v.n)), (moved.qc, moved.kc, after[: v.n]),
+    lay, z, w = v.layer, v.pairs, moved.pairs
+    ms = np.stack([resolve_reference(ref, lay.theta, n=z.n).m for ref in SPLITS])  # (K, P)
+    dw, dg = run_changes((z.qc, z.kc, np.arange(z.n)), (w.qc, w.kc, after[: z.n]),
                          lay.theta, lay.scale, _layer_pairs(v, seed), ms=ms)  # fmt: skip
     return {"dw": dw, **{f"dg@{ref}": dg[r] for r, ref in enumerate(SPLITS)}}
 
@@ -217,7 +207,7 @@ class _Passage:
 def _trained_layer(p: _Passage, text: LayerCapture, moved: LayerCapture, n: int,
                    fitted: set[int]) -> None:  # fmt: skip
     order = np.random.default_rng([p.seed, text.layer]).permutation(len(text.theta))
-    v, w = _View(text, n), _View(moved, n)
+    v, w = _View.of(text, n), _View.of(moved, n)
     heads = p.at("trained", n)
     heads.add(text.layer, **_split_heads(v, (*SPLITS, TOOLKIT_SPLIT)))
     p.at("analysis_shuffled", n).add(text.layer, **_split_heads(v, SPLITS, order))
@@ -228,12 +218,12 @@ def _trained_layer(p: _Passage, text: LayerCapture, moved: LayerCapture, n: int,
 
 
 def _shuffled_layer(p: _Passage, text: LayerCapture, moved: LayerCapture, n: int) -> None:
-    g = _g_heads(_View(text, n), _View(moved, n), p.after, p.seed)
+    g = _g_heads(_View.of(text, n), _View.of(moved, n), p.after, p.seed)
     p.at("model_shuffled", n).add(text.layer, **g)
 
 
 def _twin_layer(p: _Passage, text: LayerCapture, n: int, fitted: set[int]) -> None:
-    v = _View(text, n)
+    v = _View.of(text, n)
     heads = p.at("twin", n)
     heads.add(text.layer, **_split_heads(v, SPLITS))
     if text.layer in fitted:
@@ -373,7 +363,7 @@ def _check_vocabulary() -> None:
     ours, theirs = measure_names(), MEASURES["passages"]
     if sorted(ours) != sorted(theirs):
         raise ValueError(f"passage measures {sorted(set(ours) ^ set(theirs))} are in one of "
-                         "empirical.passages.PASSAGE_MEASURES and claims.registry.MEASURES only")
+                         "measurement.passages.PASSAGE_MEASURES and claims.registry.MEASURES only")
 
 
 _check_vocabulary()

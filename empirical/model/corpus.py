@@ -38,7 +38,7 @@ A corpus of one's own is read by :func:`read_corpus` from
 Every passage's text is stripped of surrounding whitespace and empty passages
 are dropped. :func:`passage_ids` turns the passages into a ``(P, N)`` tensor of
 token ids, the first ``N`` tokens of each passage long enough, tokenized as
-:func:`ropesplit.empirical.text.tokenize` does (so with the BOS the model saw
+:func:`ropesplit.empirical.model.text.tokenize` does (so with the BOS the model saw
 at position 0 in training, where the tokenizer adds one).
 """
 
@@ -56,7 +56,7 @@ from ropesplit.core.errors import RopesplitError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ropesplit.empirical.models import LoadedModel
+    from ropesplit.empirical.model.loaded import LoadedModel
 
 __all__ = [
     "DEFAULT_CORPUS",
@@ -213,7 +213,7 @@ def passage_ids(
 ) -> PassageIds:
     """The first ``n_tokens`` token ids of each passage with that many tokens, ``(P, N)``.
 
-    Each passage is tokenized by :func:`ropesplit.empirical.text.tokenize`
+    Each passage is tokenized by :func:`ropesplit.empirical.model.text.tokenize`
     (the tokenizer's special tokens, so a BOS at position 0 where the tokenizer
     adds one; only a prefix of a long passage is tokenized). With
     ``bos=False`` the BOS the tokenizer adds is left out and the row holds the
@@ -225,7 +225,7 @@ def passage_ids(
     """
     import torch
 
-    from ropesplit.empirical.text import check_context, tokenize
+    from ropesplit.empirical.model.text import check_context, tokenize
 
     check_context(loaded, n_tokens)
     if min_count < 1:
@@ -287,7 +287,7 @@ def _leading_specials(tokenizer: Any) -> int:
 
 def _read(path: Path) -> str:
     """A corpus file's UTF-8 text (``text.read_text``, its errors naming a corpus file)."""
-    from ropesplit.empirical.text import read_text
+    from ropesplit.empirical.model.text import read_text
 
     return read_text(path, "corpus file")
 

@@ -47,17 +47,12 @@ import torch
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
 from ropesplit.empirical.adapter.configs import bos_token_id
-from ropesplit.empirical.capture import LayerCapture, RopeSeen, finish_layer
-from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
-from ropesplit.empirical.models import (
-    LoadedModel,
-    as_input_ids,
-    as_position_ids,
-    check_positions,
-    model_pass,
-    token_nll,
-)
-from ropesplit.empirical.validate import ROPE_TOL
+from ropesplit.empirical.model.capture import LayerCapture, RopeSeen, finish_layer
+from ropesplit.empirical.model.geometry import cached_geometry, full_theta, with_rest
+from ropesplit.empirical.model.inputs import as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.passes import model_pass, token_nll
+from ropesplit.empirical.model.validate import ROPE_TOL
 from ropesplit.numerics.lambda_attention import (
     N_GLOBAL,
     LambdaSpec,
@@ -66,7 +61,7 @@ from ropesplit.numerics.lambda_attention import (
 )
 
 __all__ = [
-    "SETTINGS",
+    "LAMBDA_SETTINGS",
     "LambdaSpec",
     "SettingRun",
     "install",
@@ -77,7 +72,7 @@ __all__ = [
     "windowed_nll",
 ]
 
-SETTINGS = ("vanilla", "cap only", "mask only", "LM-Infinite")
+LAMBDA_SETTINGS = ("vanilla", "cap only", "mask only", "LM-Infinite")
 
 
 def settings(length: int, n_global: int = N_GLOBAL) -> dict[str, LambdaSpec]:
@@ -177,7 +172,8 @@ class SettingRun:
 
 def _layer_capture(layer: int, raw: dict[str, Any], positions: np.ndarray, state: _State
                    ) -> LayerCapture:  # fmt: skip
-    """A kept layer as the capture records one (:func:`~ropesplit.empirical.capture.finish_layer`),
+    """A kept layer as the capture records one
+    (:func:`~ropesplit.empirical.model.capture.finish_layer`),
     checked against the model's own rotation (LM-Infinite runs full attention without
     soft-capping: no window, no soft-cap; the probabilities are the setting's, not rebuilt,
     so ``reconstruction_max_abs_diff`` is NaN)."""
@@ -208,7 +204,7 @@ def run_setting(
     .. math:: \ell_n = -\log p(x_{n+1} \mid x_{\le n}),\quad n = 0 .. N-2
 
     ``layers`` are the layers whose pre-RoPE ``q``/``k`` are returned
-    (:class:`~ropesplit.empirical.capture.LayerCapture`, each validated against the
+    (:class:`~ropesplit.empirical.model.capture.LayerCapture`, each validated against the
     model's own rotation).
     """
     ids = as_input_ids(loaded, input_ids)  # (1, N)

@@ -177,7 +177,7 @@ def split_text(cfg: TrainConfig) -> tuple[np.ndarray, str]:
 
     The cut is moved back to a line start so the held-out text is whole lines.
     """
-    from ropesplit.empirical.text import default_text, read_text
+    from ropesplit.empirical.model.text import default_text, read_text
 
     text = read_text(cfg.text) if cfg.text else default_text()
     cut = int(len(text) * (1.0 - cfg.val_fraction))

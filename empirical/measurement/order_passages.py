@@ -7,8 +7,8 @@ over passages (and any verdict) live elsewhere.
 **Draws.** Draw ``d`` of a passage ``x = x_0..x_{N-1}`` takes
 ``rng = numpy.random.default_rng([seed, d])`` and one nested sequence of
 disjoint adjacent swaps (:func:`~ropesplit.numerics.schemes.nested_adjacent_swaps`)
-at every rate of :data:`RATES` (2.5, 5, 10, 20, 50%): each rate makes every
-swap of the smaller ones and more, so the rates are compared on the same
+at every rate of :data:`~ropesplit.claims.registry.SWAP_RATES` (2.5, 5, 10, 20, 50%):
+each rate makes every swap of the smaller ones and more, so the rates are compared on the same
 draw (paired). The first token (BOS) and special tokens never move. The
 swaps are drawn segment by segment between the ``lengths`` (``[0, 256)``,
 ``[256, 512)``, ...): the first ``L`` tokens of a
@@ -47,33 +47,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from ropesplit.claims.registry import cell_key
+from ropesplit.claims.registry import SWAP_RATES, cell_key, rate_label
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
-from ropesplit.empirical.experiments.forward import check_inputs, forward_batch, special_positions
-from ropesplit.empirical.models import LoadedModel, token_nll
+from ropesplit.empirical.model.inputs import special_positions
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.passes import check_inputs, forward_batch, token_nll
 from ropesplit.numerics.schemes import movable_positions, nested_adjacent_swaps
 
 __all__ = [
     "DRAWS",
     "NEAR",
-    "RATES",
     "OrderDesign",
     "order_passage",
-    "rate_label",
     "scored_targets",
     "token_losses",
 ]
 
-# the fractions of claim 1 (0 is the original passage); the paper's 5% and 10% among them
-RATES = (0.025, PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.2, 0.5)
 DRAWS = 2  # nested draws per passage
 NEAR = 8  # the local window: a target within NEAR tokens after a moved position
-
-
-def rate_label(rate: float) -> str:
-    """A rate in percent, as the record's keys write it: ``0.025 -> "2.5"``, ``0.1 -> "10"``."""
-    return format(round(100 * float(rate), 6), "g")
 
 
 def token_losses(
@@ -208,18 +200,24 @@ def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
 class OrderDesign:
     """What a passage is perturbed by: ``draws`` nested draws, each at every one of
     ``rates`` (ascending shares in (0, 1] holding 5%, 10% and 50%), and the ``near``
-    tokens after a moved one that the local window scores. Checked when made (one line)."""
+    tokens after a moved one that the local window scores. Checked when made (one line);
+    :attr:`levels` reads the rates as floats."""
 
-    rates: tuple[float, ...] = RATES
+    rates: tuple[float, ...] = SWAP_RATES
     draws: int = DRAWS
     near: int = NEAR
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rates", _check_rates(self.rates))
+        _check_rates(self.rates)
         if int(self.draws) != self.draws or self.draws < 1:
             raise RopesplitError(f"draws must be a positive integer, got {self.draws}")
         if int(self.near) != self.near or self.near < 1:
             raise RopesplitError(f"near must be a positive integer, got {self.near}")
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The rates as floats, ascending (checked when made)."""
+        return tuple(float(r) for r in self.rates)
 
 
 def order_passage(
@@ -247,7 +245,7 @@ def order_passage(
     """
     from ropesplit.numerics.tolerance import curvature, relative_damage
 
-    levels, draws, near = design.rates, int(design.draws), int(design.near)
+    levels, draws, near = design.levels, int(design.draws), int(design.near)
     clean = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
     n = clean.size
     lengths = sorted({int(t) for t in (lengths or (n,))})

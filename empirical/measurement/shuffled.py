@@ -1,7 +1,7 @@
 r"""The frequency-order null: a trained model whose RoPE frequencies are shuffled over the pairs.
 
 Claims 4 and 5 compare the trained model with itself under shuffled
-frequencies (``empirical.passages``). :func:`shuffled_frequencies` reassigns
+frequencies (``empirical.measurement.passages``). :func:`shuffled_frequencies` reassigns
 the frequencies for a block; the capture learns of it only through the
 :class:`ShuffledFrequencies` it yields, passed as an argument, never through
 the model.
@@ -19,7 +19,7 @@ import torch
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter.weights import frequency_tables
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.model.loaded import LoadedModel
 
 __all__ = ["ShuffledFrequencies", "shuffled_frequencies"]
 

@@ -13,7 +13,7 @@ From the captured ``cos``/``sin`` the frequencies of docs/theory.md section 1 ar
 derived, ``cos[n, l] = a cos(p_n theta_l)``, ``sin[n, l] = a sin(p_n theta_l)``
 (``a`` a constant attention factor, folded into the scale as ``s a^2``).
 
-Validation (what it checks: :mod:`ropesplit.empirical.validate`): each layer is
+Validation (what it checks: :mod:`ropesplit.empirical.model.validate`): each layer is
 rebuilt from the captured tensors alone and compared with the model's own; a
 failure is a :class:`~ropesplit.core.errors.ValidationError`.
 
@@ -47,19 +47,15 @@ from ropesplit.empirical.adapter.configs import (
     layer_type_of,
     rope_base,
 )
-from ropesplit.empirical.geometry import cached_geometry, full_theta
-from ropesplit.empirical.memory import release_growth
+from ropesplit.empirical.model.geometry import cached_geometry, full_theta
+from ropesplit.empirical.model.memory import release_growth
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ropesplit.empirical.shuffled import ShuffledFrequencies
-from ropesplit.empirical.models import (
-    LoadedModel,
-    as_input_ids,
-    as_position_ids,
-    check_positions,
-    model_pass,
-)
-from ropesplit.empirical.validate import (
+    from ropesplit.empirical.measurement.shuffled import ShuffledFrequencies
+from ropesplit.empirical.model.inputs import as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.passes import model_pass
+from ropesplit.empirical.model.validate import (
     ModelAttention,
     RotatedAttention,
     Tolerances,
@@ -75,11 +71,45 @@ from ropesplit.empirical.validate import (
     tolerances,
     unshifted,
 )
-from ropesplit.numerics.spec import RopeSpec, repeat_kv_map
+from ropesplit.numerics.spec import RopeSpec, repeat_kv_map, spec_scale
 
-__all__ = ["Capture", "LayerCapture", "RopeSeen", "capture", "capture_batch", "finish_layer"]
+__all__ = ["Capture", "LayerCapture", "Pairs", "RopeSeen", "capture", "capture_batch",
+           "finish_layer"]
 
 _HOOK_NAME = re.compile(r"^blocks\.(\d+)\.attn\.hook_(\w+)$")
+
+
+@dataclass(frozen=True)
+class Pairs:
+    r"""A captured layer's first ``n`` positions as float64 features and complex RoPE pairs.
+
+    Pair ``l`` of a head vector is :math:`\tilde x_l = x_a + i x_b` (docs/theory.md
+    section 1; ``numerics.rope.to_pairs``: ``(a, b) = (l, l + r/2)`` in the ``"half"``
+    layout, ``(2l, 2l+1)`` interleaved, the ``d - r`` non-rotating coordinates paired the
+    same way among themselves), so that
+
+    .. math:: W_{ij} = s\,\mathrm{Re}\sum_l \tilde q_{il}\,\overline{\tilde k_{jl}}\,
+              e^{i\theta_l (p_i - p_j)}
+
+    The one view every statistic, figure and training measure reads a capture through
+    (:meth:`LayerCapture.pairs`).
+    """
+
+    q: np.ndarray  # (H, n, d) float64 pre-RoPE queries
+    k: np.ndarray  # (Hkv, n, d) float64 pre-RoPE keys
+    qc: np.ndarray  # (H, n, P) complex128 query pairs
+    kc_kv: np.ndarray  # (Hkv, n, P) complex128 key pairs, one per KV head
+    kv_map: np.ndarray  # (H,) the KV head each query head reads
+
+    @property
+    def kc(self) -> np.ndarray:
+        """``(H, n, P)`` key pairs, the KV head each query head reads."""
+        return self.kc_kv[self.kv_map]
+
+    @property
+    def n(self) -> int:
+        """The positions viewed."""
+        return int(self.q.shape[1])
 
 
 @dataclass
@@ -159,6 +189,15 @@ class LayerCapture:
     def head_dim(self) -> int:
         return int(self.q.shape[-1])
 
+    def pairs(self, n: int | None = None) -> Pairs:
+        """The first ``n`` positions (all when None) as float64 features and complex pairs."""
+        from ropesplit.numerics.rope import to_pairs
+
+        q = self.q[:, :n].double().numpy()  # (H, n, d)
+        k = self.k[:, :n].double().numpy()  # (Hkv, n, d)
+        return Pairs(q, k, to_pairs(q, self.layout, self.rotary_dim),
+                     to_pairs(k, self.layout, self.rotary_dim), self.kv_map)  # fmt: skip
+
 
 @dataclass
 class Capture:
@@ -167,7 +206,7 @@ class Capture:
     ``cache["q", 3]`` is layer 3's pre-RoPE queries ``(H, N, d)``, one sequence's heads.
     A TransformerLens name (``"blocks.3.attn.hook_q"``) is refused with a pointer: in
     TransformerLens it means ``(batch, pos, head, d_head)``, another shape for the same
-    name (:mod:`ropesplit.empirical.lens` reads such caches).
+    name (:mod:`ropesplit.empirical.analysis.lens` reads such caches).
     """
 
     layers: list[LayerCapture]
@@ -195,7 +234,7 @@ class Capture:
         """The three validation numbers, for JSON records: probabilities, logits, RoPE; and
         ``validated_rows``, the query rows of each layer whose logits were compared (every
         row, ``n_tokens``, for the first sequence of a forward pass; a seeded sample of
-        :data:`~ropesplit.empirical.validate.VALIDATED_ROWS` for the others)."""
+        :data:`~ropesplit.empirical.model.validate.VALIDATED_ROWS` for the others)."""
         return {
             "validated_rows": min(layer.validated_rows for layer in self.layers),
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
@@ -336,8 +375,8 @@ class RopeSeen:
         """The layer's geometry as the numerics take it: theta (0 for the ``d - r``
         non-rotating pairs), ``s = attn_scale a^2``, layout, ``r``, window, KV map."""
         (n_heads, _, d), (n_kv, _, _), (r,) = self.q.shape, self.k.shape, self.cos.shape[-1:]
-        scale = float(attn_scale) * self.amplitude**2  # s = attn_scale a^2
-        return RopeSpec.from_arrays(full_theta(self.theta, d), scale, self.layout, int(r), window,
+        s = spec_scale(attn_scale, self.amplitude)
+        return RopeSpec.from_arrays(full_theta(self.theta, d), s, self.layout, int(r), window,
                                     repeat_kv_map(n_heads, n_kv))  # fmt: skip
 
     def rope_diff(self, gains: _Gains | None = None) -> float:

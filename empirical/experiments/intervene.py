@@ -38,19 +38,14 @@ import torch
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter import AttentionCall, record_pre_rope, taps
-from ropesplit.empirical.capture import LayerCapture, capture_batch
-from ropesplit.empirical.geometry import cached_geometry, full_theta, with_rest
-from ropesplit.empirical.models import (
-    LoadedModel,
-    as_input_ids,
-    as_position_ids,
-    check_positions,
-    model_pass,
-    token_nll,
-)
+from ropesplit.empirical.model.capture import LayerCapture, capture_batch
+from ropesplit.empirical.model.geometry import cached_geometry, full_theta, with_rest
+from ropesplit.empirical.model.inputs import as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.passes import model_pass, token_nll
 from ropesplit.numerics import intervention as iv
 from ropesplit.numerics.reference import resolve_reference
-from ropesplit.numerics.spec import repeat_kv_map
+from ropesplit.numerics.spec import repeat_kv_map, spec_scale
 
 __all__ = ["EDITS", "Edit", "calibrate_kbars", "install", "intervened_nll"]
 
@@ -143,7 +138,7 @@ def _delta(state: _State, layer: int, query: torch.Tensor, key: torch.Tensor,
         qc = iv.pairs(q[heads].float(), layout, r)  # (h, N, P)
         kc = iv.pairs(k[kv[heads]].float(), layout, r)  # (h, N, P) the KV head each reads
         pos = state.positions[b].astype(np.float64)
-        s = float(scaling) * amplitude**2
+        s = spec_scale(scaling, amplitude)
         kb = None
         if edit.kbars is not None and layer in edit.kbars:
             kb = iv.pairs(torch.as_tensor(edit.kbars[layer])[kv[heads]].float(), layout, r)

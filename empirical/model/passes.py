@@ -1,4 +1,4 @@
-r"""Batched forward passes for the experiments: the continuation loss of many inputs.
+r"""Forward passes: one sequence's logits and loss, and the continuation loss of many inputs.
 
 Every loss-based experiment compares the model's mean next-token loss on the
 untouched continuation (the last 25% of the tokens) across perturbed inputs:
@@ -20,6 +20,7 @@ the attention stays causal by index, as docs/theory.md section 2 assumes.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,30 +28,102 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.adapter.configs import original_context, vocab_size
-from ropesplit.empirical.models import LoadedModel, model_pass, token_nll
+from ropesplit.empirical.adapter.configs import vocab_size
+from ropesplit.empirical.model.inputs import as_input_ids, as_position_ids, check_positions
+from ropesplit.empirical.model.loaded import LoadedModel
 
 __all__ = [
-    "CONTEXT_SHARE",
+    "NLL_CHUNK",
     "check_inputs",
-    "context_length",
+    "continuation_loss",
     "continuation_losses",
+    "forward",
     "forward_batch",
     "logits_loss",
-    "model_context",
-    "draw_summary",
-    "special_positions",
+    "model_pass",
+    "token_nll",
 ]
 
-CONTEXT_SHARE = 0.75  # the first 75% of the tokens are the context, the rest the continuation
 
+def model_pass(model: Any, ids: torch.Tensor, positions: torch.Tensor | None = None, *,
+               keep: int | None = None) -> Any:  # fmt: skip
+    r"""The one forward pass of ``ids (B, N)`` every caller makes: at ``positions (B, N)``
+    (None: ``0..N-1``), no cache, ``keep`` the last rows of logits computed (None: all).
 
-def model_context(loaded: LoadedModel) -> int | None:
-    """The training length ``L``: ``original_max_position_embeddings`` when RoPE is scaled.
-
-    Falls back to ``max_position_embeddings``; ``None`` when the config states neither.
+    An explicit all-ones attention mask keeps the mask causal by index: without it,
+    transformers reads a step other than +1 in the position ids as the start of a packed
+    sequence and masks across it. ``model`` is the causal LM, or its base model (no output
+    head: the capture). The caller holds ``torch.no_grad()``.
     """
-    return original_context(loaded.config) or loaded.max_positions
+    import torch
+
+    extra = {} if keep is None else {"logits_to_keep": keep}
+    return model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
+                 use_cache=False, **extra)  # fmt: skip
+
+
+NLL_CHUNK = 2**22  # logits per chunk of token_nll: the float64 copy stays cache-sized
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    r"""Next-token losses (nats), float64: ``logits (..., T, vocab)`` row ``t`` predicts
+    ``targets (..., T)``.
+
+    .. math:: \ell_t = -\log \mathrm{softmax}(z_t)_{x_t}
+
+    Rows go in chunks of about :data:`NLL_CHUNK` logits: each row's softmax is its own, so
+    the losses are those of one pass bit for bit, without a float64 copy of every row
+    (8 x 511 rows of 49152: 1.6 GB).
+    """
+    import torch
+
+    vocab = logits.shape[-1]
+    flat, goal = logits.reshape(-1, vocab), targets.to(logits.device).reshape(-1, 1).long()
+    out = torch.empty(goal.shape[0], dtype=torch.float64, device=logits.device)
+    rows = max(1, NLL_CHUNK // vocab)
+    for r0 in range(0, flat.shape[0], rows):
+        logp = torch.log_softmax(flat[r0 : r0 + rows].double(), dim=-1)  # (rows, vocab)
+        out[r0 : r0 + rows] = -logp.gather(-1, goal[r0 : r0 + rows])[:, 0]
+    return out.reshape(targets.shape)
+
+
+def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> torch.Tensor:
+    r"""The model's next-token logits ``(N, vocab)`` for ``input_ids`` at ``position_ids``.
+
+    ``position_ids`` (default ``0..N-1``) may be any non-negative integers
+    below the context: the RoPE angle of token ``n`` is ``position_ids[n]
+    theta_l`` (docs/theory.md section 1); the causal mask stays by index. Nothing is
+    captured: the model attends through its fastest attention (SDPA where it applies).
+    """
+    import torch
+
+    from ropesplit.empirical.adapter import fast_attention
+
+    ids = as_input_ids(loaded, input_ids)
+    pos = as_position_ids(ids, position_ids)
+    check_positions(loaded, pos)
+    with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
+        out = model_pass(loaded.model, ids, pos)
+    return out.logits[0].float()  # (N, vocab)
+
+
+def continuation_loss(
+    loaded: LoadedModel, input_ids: Any, position_ids: Any = None, *, start: int = 1
+) -> float:
+    r"""Mean next-token cross-entropy (nats) over the tokens from index ``start`` on.
+
+    .. math:: L = -\frac{1}{N - s} \sum_{n=s}^{N-1} \log p(x_n \mid x_{<n})
+    """
+
+    ids = as_input_ids(loaded, input_ids)[0]  # (N,)
+    (n_tokens,) = ids.shape
+    if not 1 <= start < n_tokens:
+        raise RopesplitError(f"start must lie in [1, {n_tokens}), got {start}")
+    logits = forward(loaded, ids, position_ids)  # (N, vocab)
+    value = float(token_nll(logits[start - 1 : n_tokens - 1], ids[start:]).mean())
+    if not math.isfinite(value):
+        raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
+    return value
 
 
 def forward_batch(
@@ -132,17 +205,6 @@ def continuation_losses(
     return losses[inverse.ravel()]
 
 
-def context_length(n_tokens: int, share: float = CONTEXT_SHARE) -> int:
-    """Tokens in the context, ``round(share N)``; the continuation keeps at least one token."""
-    context = int(round(share * n_tokens))
-    if not 1 <= context < n_tokens:
-        raise RopesplitError(
-            f"tokens must leave a context and a continuation, got {n_tokens} tokens "
-            f"(context {context})"
-        )
-    return context
-
-
 def logits_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
     r"""Mean next-token loss (nats) of ``targets (T,)`` under ``logits (T, vocab)``.
 
@@ -151,35 +213,3 @@ def logits_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
     Row ``t`` of ``logits`` predicts ``targets[t]`` (float64 log-softmax).
     """
     return float(token_nll(logits, targets.reshape(-1)).mean())
-
-
-def special_positions(loaded: LoadedModel, ids: Any) -> np.ndarray:
-    """Indices of the special tokens (BOS, EOS, padding...) among ``ids (N,)`` (the tokenizer's)."""
-    tokenizer = loaded.tokenizer
-    special = set(getattr(tokenizer, "all_special_ids", None) or []) if tokenizer else set()
-    values = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
-    return np.flatnonzero(np.isin(values, sorted(special)))
-
-
-def draw_summary(losses: Any, baseline: float, seed: int = 0) -> dict[str, Any]:
-    r"""Mean loss, mean ratio to ``baseline`` and its 95% t interval over the draws.
-
-    .. math:: \mathrm{ratio} = \frac1S\sum_s L_s / L_0,\qquad
-              [\mathrm{ci\_low}, \mathrm{ci\_high}] = \mathrm{ratio}
-              \pm t_{0.975,\,S-1}\,\mathrm{sd}_s/\sqrt S
-
-    (``numerics.intervals.t_interval``: the draws are the replicates; a
-    percentile bootstrap over 3-8 draws under-covers). A single
-    draw has no interval: ``ci_low`` and ``ci_high`` are NaN, which every
-    verdict reads as inconclusive. ``seed`` is kept for the signature (the t
-    interval draws nothing).
-    """
-    from ropesplit.numerics.intervals import t_interval
-
-    ratios = np.asarray(losses, dtype=np.float64) / baseline  # (S,)
-    low = high = float("nan")
-    if ratios.size >= 2:
-        ci = t_interval(ratios, unit="draws")
-        low, high = ci.low, ci.high
-    return {"loss": float(np.mean(losses)), "ratio": float(ratios.mean()), "ci_low": low,
-            "ci_high": high, "draws": int(ratios.size)}  # fmt: skip

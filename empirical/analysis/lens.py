@@ -10,8 +10,8 @@ ones of every layer, from a cache the user already has or from one
 (:func:`~ropesplit.empirical.adapter.configs.rope_spec`: ``rotary_base``,
 ``rotary_dim``, ``rotary_adjacent_pairs`` for the pair layout, ``n_key_value_heads``,
 ``attn_scale``, Llama-3 scaling) and returns the
-:class:`~ropesplit.empirical.analyze.Analysis` of
-:func:`~ropesplit.empirical.raw.analyze_qk`, every layer's rows together.
+:class:`~ropesplit.empirical.analysis.analyze.Analysis` of
+:func:`~ropesplit.empirical.analysis.raw.analyze_qk`, every layer's rows together.
 TransformerLens itself comes from the ``lens`` extra
 (``pip install 'ropesplit[lens]'``: ``transformer-lens`` 3.x, the last with
 ``HookedTransformer``); this module imports it only to run a model.
@@ -24,8 +24,8 @@ from typing import Any
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.adapter.configs import lens_dtype, lens_name, n_layers, rope_spec
-from ropesplit.empirical.analyze import DEFAULT_MEASURE, Analysis
-from ropesplit.empirical.raw import analyze_qk
+from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, Analysis
+from ropesplit.empirical.analysis.raw import RowLabels, analyze_qk
 from ropesplit.numerics.measure import Measure
 
 __all__ = ["analyze_lens", "lens_names"]
@@ -45,7 +45,7 @@ def analyze_lens(
 ) -> Analysis:
     """Every layer of a ``HookedTransformer`` on one sequence ``tokens (1, N)``, or on its
     ``cache`` (an ``ActivationCache`` holding the ``hook_q``/``hook_k`` of every layer),
-    measured as ``measure`` says (:func:`~ropesplit.empirical.analyze.analyze_batch`)."""
+    measured as ``measure`` says (:func:`~ropesplit.empirical.analysis.analyze.analyze_batch`)."""
     cfg = model.cfg
     spec = rope_spec(cfg)
     if cache is None:
@@ -63,8 +63,8 @@ def analyze_lens(
         if q_name not in cache or k_name not in cache:
             raise RopesplitError(f"the cache has no {q_name} and {k_name}; run_with_cache "
                                  "without a names_filter that drops them")  # fmt: skip
-        part = analyze_qk(cache[q_name], cache[k_name], spec, measure, order="tl", layer=layer,
-                          name=lens_name(cfg))  # fmt: skip
+        part = analyze_qk(cache[q_name], cache[k_name], spec, measure, order="tl",
+                          labels=RowLabels(layer=layer, name=lens_name(cfg)))  # fmt: skip
         rows += part.heads
         n_tokens = part.n_tokens or 0
     return Analysis(model=lens_name(cfg),

@@ -16,7 +16,7 @@ from ropesplit.core.errors import RopesplitError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ropesplit.empirical.models import LoadedModel
+    from ropesplit.empirical.model.loaded import LoadedModel
 
 __all__ = ["check_context", "default_text", "read_text", "tokenize"]
 

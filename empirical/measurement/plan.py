@@ -3,7 +3,7 @@ r"""A run's plan, stated before its first forward pass: passes by kind and the m
 A long command (``claims``, ``perturb``, ``report``) first counts the forward passes it
 will make, by kind, with the sequences and tokens of each, and times a short warm-up on
 the model itself: one captured sequence (the capture with its validation and every
-layer's statistics under the run's measure, :func:`ropesplit.empirical.analyze.analyze`)
+layer's statistics under the run's measure, :func:`ropesplit.empirical.analysis.analyze.analyze`)
 and one plain forward pass (the model's fastest attention), each at ``W`` and ``2W``
 tokens. A sequence's time is taken as affine in its tokens, a fixed part (the layers'
 Python and per-call costs, which dominate a short warm-up) and a part per token, read off
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ropesplit.empirical.models import LoadedModel
+from ropesplit.empirical.model.loaded import LoadedModel
 
 __all__ = ["WARMUP_TOKENS", "Kind", "Plan", "claims_plan", "experiments_plan", "warmup"]
 
@@ -94,8 +94,8 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
     import torch
 
     from ropesplit.empirical.adapter.configs import vocab_size
-    from ropesplit.empirical.analyze import analyze
-    from ropesplit.empirical.models import forward
+    from ropesplit.empirical.analysis.analyze import analyze
+    from ropesplit.empirical.model.passes import forward
 
     options = {} if measure is None else {"measure": measure}
     longest = loaded.max_positions or 2 * tokens
@@ -121,20 +121,21 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
 
 def claims_plan(lengths: Sequence[int], corpora: int, measured: range, ordered: range,
                 batch_size: int) -> Plan:  # fmt: skip
-    """The claims run's passes (``empirical.passages``, ``experiments.order_passages``):
+    """The claims run's passes (``empirical.measurement.passages``, ``experiments.order_passages``):
     per corpus, each measured passage captured twice on the trained model (its text's
     positions and jittered), twice under shuffled frequencies and once on its random-init
     twin, in batches; each word-order passage's original and perturbed rows as loss passes
     of up to ``batch_size`` rows; all at the longest length (every cell reads its prefix)."""
     from collections import Counter
 
-    from ropesplit.empirical.experiments.order_passages import DRAWS, RATES
-    from ropesplit.empirical.passages import BATCH, GROUP, control_seed
+    from ropesplit.claims.registry import SWAP_RATES
+    from ropesplit.empirical.measurement.order_passages import DRAWS
+    from ropesplit.empirical.measurement.passages import BATCH, GROUP, control_seed
 
     n, m, o = int(max(lengths)), len(measured), len(ordered)
     per_seed = Counter(control_seed(i) for i in measured)  # a twin's passages, in groups
     groups = corpora * sum(math.ceil(count / GROUP) for count in per_seed.values())
-    rows = 1 + len(RATES) * DRAWS
+    rows = 1 + len(SWAP_RATES) * DRAWS
     return Plan([
         Kind("trained model", corpora * math.ceil(m / BATCH), corpora * 2 * m, n, True),
         Kind("shuffled-frequency null", groups, corpora * 2 * m, n, True),

@@ -64,7 +64,7 @@ def release_growth(first: int | None) -> int | None:
     1.0 GiB after layer 30). Trimming every layer kept it flat, but the
     refaulted pages slowed the capture (``benchmarks/bench_empirical.py``); trimming
     on growth bounds it at the first layer's size plus :data:`GROWTH`, which
-    :func:`~ropesplit.empirical.analyze.memory_estimate` counts.
+    :func:`~ropesplit.empirical.analysis.analyze.memory_estimate` counts.
     """
     now = resident()
     if now is None or first is None:

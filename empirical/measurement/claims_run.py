@@ -1,12 +1,12 @@
 r"""The claims run: corpora of passages, every primary test in every cell, one ``claims.json``.
 
 :func:`run_claims` reads ``passages`` passages from each corpus of the
-``corpus`` axis (the run's corpus and a second one; ``empirical.corpus``),
+``corpus`` axis (the run's corpus and a second one; ``empirical.model.corpus``),
 each at the longest length of the ``tokens`` axis, measures each one on the
 trained model, its shuffled-frequency null and its random-init twin
-(``empirical.passages``; every length from the same captures), runs the
+(``empirical.measurement.passages``; every length from the same captures), runs the
 nested word-order perturbation on the first ``order_passages`` of them
-(``empirical.experiments.order_passages``; every length from one forward pass
+(``empirical.measurement.order_passages``; every length from one forward pass
 each) and judges every claim of ``ropesplit.claims.registry.CLAIMS`` in the headline
 cell and in every cell of the grid (``ropesplit.claims.verdicts``). The power
 statement of the order test is fixed before it runs.
@@ -34,7 +34,8 @@ from ropesplit.claims.registry import (
     LEVEL,
     resolve_second_corpus,
 )
-from ropesplit.empirical.models import LoadedModel, random_init_twin
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.loading import random_init_twin
 
 __all__ = ["run_claims"]
 
@@ -52,13 +53,13 @@ def run_claims(
     its defaults when None).
 
     ``controls`` (seed -> twin) are built when absent; ``passage_ids`` (an
-    ``empirical.corpus.PassageIds``, or a mapping corpus label -> one) replaces the
+    ``empirical.model.corpus.PassageIds``, or a mapping corpus label -> one) replaces the
     corpora, e.g. for a model without a tokenizer (then the axis holds the lengths up to
-    theirs). ``on_stage(text)`` hears the plan (``empirical.plan``: the forward passes by
+    theirs). ``on_stage(text)`` hears the plan (``measurement.plan``: the forward passes by
     kind, the minutes from a timed warm-up) before the first forward pass, then each stage;
     ``on_passage(1)`` follows the passages.
     """
-    from ropesplit.empirical.passages import measure_passages
+    from ropesplit.empirical.measurement.passages import measure_passages
 
     s = settings or ClaimsSettings()
     say = on_stage or (lambda text: None)
@@ -87,11 +88,11 @@ def _corpora(loaded: LoadedModel, s: ClaimsSettings, passage_ids: Any
     """``(corpora, lengths, tokens)``: each corpus label's ``PassageIds`` (given, or read at
     the longest length), the ``tokens`` axis measured and the headline length."""
     from ropesplit.core.errors import RopesplitError
-    from ropesplit.empirical.corpus import DEFAULT_CORPUS
+    from ropesplit.empirical.model.corpus import DEFAULT_CORPUS
 
     need = max(s.passages, s.order_passages)
     if passage_ids is None:
-        lengths = grid_tokens(s.tokens, s.grid, limit=loaded.max_positions)
+        lengths = grid_tokens(s.tokens, s.grid_tokens, limit=loaded.max_positions)
         first = s.corpus or DEFAULT_CORPUS
         second = resolve_second_corpus(first, s.second_corpus)
         specs = [first] + ([second] if second else [])
@@ -105,11 +106,11 @@ def _corpora(loaded: LoadedModel, s: ClaimsSettings, passage_ids: Any
                                  f"{len(chosen.names)} ({label})")  # fmt: skip
     length = min(c.n_tokens for c in given.values())
     tokens = min(s.tokens, length)
-    return dict(given), grid_tokens(tokens, s.grid, limit=length), tokens
+    return dict(given), grid_tokens(tokens, s.grid_tokens, limit=length), tokens
 
 
 def _corpus_ids(loaded: LoadedModel, spec: str, n_tokens: int, need: int) -> tuple[str, Any]:
-    from ropesplit.empirical.corpus import corpus_from_spec, passage_ids
+    from ropesplit.empirical.model.corpus import corpus_from_spec, passage_ids
 
     label, texts = corpus_from_spec(spec)
     return label, passage_ids(loaded, texts, n_tokens, count=need, min_count=need)
@@ -117,12 +118,12 @@ def _corpus_ids(loaded: LoadedModel, spec: str, n_tokens: int, need: int) -> tup
 
 def _plan(loaded: LoadedModel, lengths: list[int], corpora: int, spans: tuple[range, range],
           batch_size: int) -> str:  # fmt: skip
-    """The plan ``empirical.plan`` prints: forward passes by kind, minutes from a warm-up of
+    """The plan ``measurement.plan`` prints: forward passes by kind, minutes from a warm-up of
     what the passages measure (the split alone)."""
     from dataclasses import replace
 
-    from ropesplit.empirical.analyze import DEFAULT_MEASURE
-    from ropesplit.empirical.plan import claims_plan, warmup
+    from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE
+    from ropesplit.empirical.measurement.plan import claims_plan, warmup
 
     plan = claims_plan(lengths, corpora, *spans, batch_size)
     split = replace(DEFAULT_MEASURE, split_only=True)
@@ -133,7 +134,7 @@ def _word_order(loaded: LoadedModel, corpus: tuple[str, Any], ordered: range,
                 lengths: list[int], s: ClaimsSettings,
                 on_passage: Callable[[int], Any] | None) -> list[dict[str, Any]]:  # fmt: skip
     """The word-order rows of one corpus' ``ordered`` passages (claim 1)."""
-    from ropesplit.empirical.experiments.order_passages import order_passage
+    from ropesplit.empirical.measurement.order_passages import order_passage
 
     label, chosen = corpus
     rows = []
@@ -161,7 +162,7 @@ def _header(loaded: LoadedModel, s: ClaimsSettings,
                                  for i, k in sorted(loaded.attn.not_analysed.items())]},
         corpus=labels[0], corpora=labels, tokens=int(tokens),
         grid={"tokens": lengths, "corpus": labels},
-        grid_tokens={"given": None if s.grid is None else [int(t) for t in s.grid],
+        grid_tokens={"given": None if s.grid_tokens is None else [int(t) for t in s.grid_tokens],
                      "default": list(DEFAULT_GRID_TOKENS)},
         passages=s.passages, order_passages=s.order_passages,
         names={label: list(c.names) for label, c in corpora.items()},

@@ -20,7 +20,7 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
   ``offset``; ``numerics.emergence.retrieval_score``);
   the head that attends there most is the run's retrieval head;
 - per head and pair the deviation energy :math:`\sum_j|\tilde\delta_{j,l}|^2`
-  of keys and queries (``numerics.emergence.pair_energy``);
+  of keys and queries (``numerics.emergence.deviation_energy`` on the pairs view);
 - model-wide means with percentile-bootstrap intervals over heads
   (``numerics.bootstrap.bootstrap_ci``).
 
@@ -35,9 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from ropesplit.empirical.analyze import STATISTICS
-from ropesplit.empirical.models import LoadedModel, continuation_loss, load_model, model_pass
-from ropesplit.empirical.train_setup import (
+from ropesplit.empirical.analysis.analyze import STATISTICS
+from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.loading import load_model
+from ropesplit.empirical.model.passes import continuation_loss, model_pass
+from ropesplit.empirical.training.train_setup import (
     BOS,
     TrainConfig,
     model_config,
@@ -45,15 +47,11 @@ from ropesplit.empirical.train_setup import (
     torch_threads,
 )
 from ropesplit.numerics.bootstrap import bootstrap_ci
-from ropesplit.numerics.emergence import pair_energy, unigram_entropy
+from ropesplit.numerics.emergence import deviation_energy, unigram_entropy
 from ropesplit.numerics.measure import Measure
 
-__all__ = ["FIGURE_STATS", "Measurer", "control_record", "held_out_ids", "measure_loaded",
+__all__ = ["Measurer", "control_record", "held_out_ids", "measure_loaded",
            "task_scores", "validation"]
-
-FIGURE_STATS = ("r_split", "remainder_share", "tightness_max", "lowfreq_share_k",
-                "lowfreq_share_q")  # fmt: skip  # the statistics figure 11 plots, in order
-
 
 def held_out_ids(cfg: TrainConfig) -> np.ndarray:
     """``(val_windows, L)`` ids of consecutive held-out windows, each BOS + ``L - 1`` bytes."""
@@ -71,10 +69,9 @@ def _window_heads(
     weighted slow share and, with ``sources (V, L)`` (the answers' source positions, -1
     elsewhere), the retrieval score: the attention from each answer's query row to its
     source; per layer the key and query energies ``(P,)``; theta."""
-    from ropesplit.empirical.analyze import capture_rows
-    from ropesplit.empirical.capture import capture_batch
+    from ropesplit.empirical.analysis.analyze import capture_rows
+    from ropesplit.empirical.model.capture import capture_batch
     from ropesplit.numerics.emergence import retrieval_score, weighted_slow_share
-    from ropesplit.numerics.rope import to_pairs
 
     heads: list[dict[str, Any]] = []
     energy_k, energy_q = [], []
@@ -90,18 +87,15 @@ def _window_heads(
         theta = first.theta
         per_window = [capture_rows(one, positions, watched) for one in layers]
         shares, scores = [], []
-        for b, one in enumerate(layers):
-            k = one.k.double().numpy()  # (Hkv, N, d)
-            delta = k - watched.rule_kbar(k)[:, None]  # BOS left out of kbar
-            qc = to_pairs(one.q.double().numpy(), one.layout, one.rotary_dim)  # (H, N, P)
-            dc = to_pairs(delta, one.layout, one.rotary_dim)[first.kv_map]  # (H, N, P)
-            shares.append(weighted_slow_share(qc, dc, one.theta))  # (H,)
+        views = [one.pairs() for one in layers]
+        for b, (one, view) in enumerate(zip(layers, views, strict=True)):
+            kbar = watched.rule_kbar(view.kc_kv)  # (Hkv, P): the mean key's pairs
+            dc = (view.kc_kv - kbar[:, None])[first.kv_map]  # (H, N, P), BOS left out of kbar
+            shares.append(weighted_slow_share(view.qc, dc, one.theta))  # (H,)
             if sources is not None and one.probs is not None:
                 scores.append(retrieval_score(one.probs.double().numpy(), sources[b]))  # (H,)
-        ek = np.mean([pair_energy(one.k[:, 1:], layout=one.layout, rotary_dim=one.rotary_dim)
-                      for one in layers], axis=0)  # (Hkv, P)  # fmt: skip
-        eq = np.mean([pair_energy(one.q, layout=one.layout, rotary_dim=one.rotary_dim)
-                      for one in layers], axis=0)  # (H, P)  # fmt: skip
+        ek = np.mean([deviation_energy(view.kc_kv[:, 1:]) for view in views], axis=0)  # (Hkv, P)
+        eq = np.mean([deviation_energy(view.qc) for view in views], axis=0)  # (H, P)
         energy_k.append(ek.sum(0))
         energy_q.append(eq.sum(0))
         for h, row in enumerate(per_window[0]):
@@ -216,7 +210,7 @@ def validation(
 
 
 class Measurer:
-    """``measure(folder, step) -> record`` for :func:`ropesplit.empirical.train.train`."""
+    """``measure(folder, step) -> record`` for :func:`ropesplit.empirical.training.train.train`."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg

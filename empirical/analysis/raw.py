@@ -5,12 +5,13 @@ the Hugging Face layout ``(batch, head, pos, d)`` (``order="hf"``) or
 TransformerLens' ``hook_q``/``hook_k`` layout ``(batch, pos, head, d_head)``
 (``order="tl"``), the batch of size 1 or left out, plus a
 :class:`~ropesplit.numerics.spec.RopeSpec`, and returns the rows
-:func:`~ropesplit.empirical.analyze.analyze` gives for a captured layer
+:func:`~ropesplit.empirical.analysis.analyze.analyze` gives for a captured layer
 (docs/theory.md sections 5-6, ``numerics.stats.layer_statistics``)::
 
     >>> spec = RopeSpec.from_base(64, 10000.0)                 # doctest: +SKIP
     >>> result = analyze_qk(cache["blocks.3.attn.hook_q"],     # doctest: +SKIP
-    ...                     cache["blocks.3.attn.hook_k"], spec, order="tl", layer=3)
+    ...                     cache["blocks.3.attn.hook_k"], spec, order="tl",
+    ...                     labels=RowLabels(layer=3))
     >>> result.tidy()                                          # doctest: +SKIP
 
 The statistics need pre-RoPE features. Keys already rotated by RoPE are
@@ -24,13 +25,13 @@ pairs neither reading is possible and the input is taken as given.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any, TypedDict, Unpack
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.empirical.analyze import DEFAULT_MEASURE, Analysis, layer_rows
+from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE, Analysis, layer_rows
 from ropesplit.numerics.measure import Measure
 from ropesplit.numerics.rope import rotate
 from ropesplit.numerics.spec import RopeSpec, looks_rotated
@@ -63,12 +64,13 @@ def _heads_first(x: Any, name: str, order: str) -> np.ndarray:
     return a
 
 
-class RowLabels(TypedDict, total=False):
-    """What :func:`analyze_qk`'s rows are labelled with: ``layer`` (default 0) and the
-    model's ``name`` (default ``"raw q/k"``)."""
+@dataclass(frozen=True)
+class RowLabels:
+    """What :func:`analyze_qk`'s rows are labelled with: the ``layer`` and the model's
+    ``name``."""
 
-    layer: int
-    name: str
+    layer: int = 0
+    name: str = "raw q/k"
 
 
 def analyze_qk(
@@ -80,18 +82,15 @@ def analyze_qk(
     order: str = "hf",
     rotated: bool = False,
     positions: Any = None,
-    **labels: Unpack[RowLabels],
+    labels: RowLabels = RowLabels(),
 ) -> Analysis:
     r"""The per-head statistics of one layer's queries and keys (module docstring).
 
     ``positions (N,)`` default ``0..N-1``; ``labels`` (:class:`RowLabels`): ``layer``
     and ``name`` label the rows; ``measure`` as in
-    :func:`~ropesplit.empirical.analyze.analyze_batch`.
+    :func:`~ropesplit.empirical.analysis.analyze.analyze_batch`.
     """
-    unknown = sorted(set(labels) - set(RowLabels.__annotations__))
-    if unknown:
-        raise TypeError(f"analyze_qk() got an unexpected keyword argument {unknown[0]!r}")
-    layer, name = labels.get("layer", 0), labels.get("name", "raw q/k")
+    layer, name = labels.layer, labels.name
     if order not in ORDERS:
         raise RopesplitError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     dtype = str(getattr(q, "dtype", "float64")).removeprefix("torch.")  # the input's
