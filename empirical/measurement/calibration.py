@@ -35,12 +35,14 @@ import numpy as np
 import torch
 
 from ropesplit.claims.registry import CLAIMS, CONTROL_SEEDS
+from ropesplit.claims.verdicts import graded_verdict
 from ropesplit.empirical.adapter.configs import rope_spec, vocab_size
 from ropesplit.empirical.adapter.weights import key_projections
 from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.empirical.model.loading import load_model
 
-__all__ = ["ARMS", "agree_rates", "calibration", "plant_slow_keys", "tiny_config"]
+__all__ = ["ARMS", "agree_rates", "any_condition_verdict", "calibration", "plant_slow_keys",
+           "tiny_config"]
 
 TOKENS = 48  # tokens per passage: one length (the grid's other axes still apply)
 PASSAGES = 8  # the registry's minimum
@@ -174,6 +176,14 @@ def agree_rates(runs: Sequence[Mapping[str, Any]], rule: Any = None) -> dict[str
             for arm, by_claim in counts.items()}  # fmt: skip
 
 
+def any_condition_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """A wrong rule, for the calibration tests to reject: "agrees" as soon as any one
+    condition does (no intersection over the conditions)."""
+    if any(c["outcome"] == "agrees" for c in conditions):
+        return "agrees", "some condition holds"
+    return graded_verdict(conditions)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print every arm's rate of "agrees" per claim (the numbers of docs/calibration.md)."""
 
@@ -185,8 +195,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = calibration(seeds=args.seeds, planted=args.planted, embedded=args.embedded,
                        families=("llama", "qwen2"))  # fmt: skip
-    from ropesplit.claims.verdicts import any_condition_verdict
-
     rates = {"registry": agree_rates(runs), "any condition": agree_rates(runs,
                                                                           any_condition_verdict)}
     for rule, arms in rates.items():

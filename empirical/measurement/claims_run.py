@@ -32,7 +32,6 @@ from ropesplit.claims.registry import (
     CLAIMS,
     CONTROL_SEEDS,
     LEVEL,
-    resolve_second_corpus,
 )
 from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.empirical.model.loading import random_init_twin
@@ -93,10 +92,8 @@ def _corpora(loaded: LoadedModel, s: ClaimsSettings, passage_ids: Any
     need = max(s.passages, s.order_passages)
     if passage_ids is None:
         lengths = grid_tokens(s.tokens, s.grid_tokens, limit=loaded.max_positions)
-        first = s.corpus or DEFAULT_CORPUS
-        second = resolve_second_corpus(first, s.second_corpus)
-        specs = [first] + ([second] if second else [])
-        corpora = dict(_corpus_ids(loaded, spec, lengths[-1], need) for spec in specs)
+        corpora = dict(_corpus_ids(loaded, spec, lengths[-1], need)
+                       for spec in s.corpora(DEFAULT_CORPUS))  # fmt: skip
         return corpora, lengths, s.tokens
     given = passage_ids if isinstance(passage_ids, Mapping) else {
         s.corpus or "given token ids": passage_ids}

@@ -24,7 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ropesplit.claims.registry import CLAIMS, GRID, LEVEL, MIN_PASSAGES, PAIRED
+from ropesplit.claims.registry import (
+    CLAIMS,
+    GRID,
+    LEVEL,
+    MIN_PASSAGES,
+    PAIRED,
+    resolve_second_corpus,
+)
 from ropesplit.core.errors import RopesplitError, SettingError
 from ropesplit.core.io import read_json
 
@@ -146,6 +153,14 @@ class ClaimsSettings:
         """The passages of claims 2-5 and of the word order this run measures
         (:func:`passage_ranges`)."""
         return passage_ranges(self.passages, self.order_passages, self.shard)
+
+    def corpora(self, default: str) -> list[str]:
+        """The corpus axis this run measures: the run's corpus (``default`` when ``corpus`` is
+        None) and the one ``second_corpus`` resolves to, if any
+        (:func:`~ropesplit.claims.registry.resolve_second_corpus`)."""
+        first = self.corpus or default
+        second = resolve_second_corpus(first, self.second_corpus)
+        return [first] + ([second] if second else [])
 
 
 @dataclass(frozen=True)

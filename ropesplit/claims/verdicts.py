@@ -61,7 +61,6 @@ from ropesplit.numerics.intervals import (
 )
 
 __all__ = [
-    "any_condition_verdict",
     "default_cell",
     "evaluate",
     "evaluate_all",
@@ -189,14 +188,6 @@ def graded_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
         return "agrees", "every condition holds: " + "; ".join(c["reason"] for c in conditions)
     open_ = [c for c in conditions if c["outcome"] != "agrees"]
     return "inconclusive", "; ".join(c["reason"] for c in open_) or "no condition"
-
-
-def any_condition_verdict(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """A wrong rule, for the calibration tests to reject: "agrees" as soon as any one
-    condition does (no intersection over the conditions)."""
-    if any(c["outcome"] == "agrees" for c in conditions):
-        return "agrees", "some condition holds"
-    return graded_verdict(conditions)
 
 
 def _null(rows: Sequence[Row], key: str, test: PrimaryTest, cell: Mapping[str, Any]

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from ropesplit.claims.records import DEFAULT_GRID_TOKENS, ClaimsSettings
-from ropesplit.claims.registry import MIN_PASSAGES, PAIRED, resolve_second_corpus
+from ropesplit.claims.registry import MIN_PASSAGES, PAIRED
 from ropesplit.claims.text import compare_table, summary
 from ropesplit.commands import (
     add_device_arguments,
@@ -88,11 +88,10 @@ def check_corpora(args: argparse.Namespace) -> None:
     """``--corpus`` and ``--second-corpus`` read (``corpus_from_spec``) before any model loads:
     a missing path, a file that is not UTF-8, a folder without .txt files or a JSONL line
     without its text is a one-line error."""
-    from ropesplit.empirical.model.corpus import corpus_from_spec
+    from ropesplit.empirical.model.corpus import DEFAULT_CORPUS, corpus_from_spec
 
-    for spec in (args.corpus, second_corpus(args)):
-        if spec:
-            corpus_from_spec(spec)
+    for spec in claims_settings(args, shard=False).corpora(DEFAULT_CORPUS):
+        corpus_from_spec(spec)
 
 
 def given_second_corpus(args: argparse.Namespace) -> dict[str, str | None]:
@@ -100,16 +99,6 @@ def given_second_corpus(args: argparse.Namespace) -> dict[str, str | None]:
     run's corpus alone); empty where not (the settings' default, ``claims.registry.PAIRED``)."""
     value = getattr(args, "second_corpus", None)
     return {} if value is None else {"second_corpus": None if value == "none" else value}
-
-
-def second_corpus(args: argparse.Namespace) -> str | None:
-    """``--second-corpus`` resolved (``claims.registry.resolve_second_corpus``): the corpus
-    the default (``claims.registry.PAIRED``) pairs with ``--corpus``, a corpus given, or None
-    (``none``, or the run's own corpus)."""
-    from ropesplit.empirical.model.corpus import DEFAULT_CORPUS
-
-    chosen = given_second_corpus(args).get("second_corpus", _DEFAULT.second_corpus)
-    return resolve_second_corpus(args.corpus or DEFAULT_CORPUS, chosen)
 
 
 def claims_settings(args: argparse.Namespace, *, shard: bool = True) -> ClaimsSettings:
@@ -144,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ropesplit.empirical.measurement.claims_run import run_claims
+    from ropesplit.empirical.model.corpus import DEFAULT_CORPUS
     from ropesplit.empirical.model.loading import load_model
 
     run = claims_settings(args)  # bad input fails now, before any model loads (about 20 s)
@@ -155,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():  # progress for a person; errors stay one line for scripts
             print(f"loading {model or 'the embedded model'} ...", file=sys.stderr, flush=True)
         loaded = load_model(model, gguf, placement=placement(args))
-        corpora = 1 + bool(second_corpus(args) is not None)
+        corpora = len(run.corpora(DEFAULT_CORPUS))
         with tqdm(total=corpora * (len(measured) + len(ordered)), desc="passages",
                   unit="passage", file=sys.stderr, disable=None) as bar:  # fmt: skip
             record = run_claims(loaded, run, on_passage=bar.update,

@@ -10,7 +10,6 @@ byte-identical when re-run with the same flags. Exit code 2 on bad input.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropesplit.commands import add_device_arguments, add_model_arguments, built, given
@@ -44,13 +43,6 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out_default: str) -> N
                         help=f"output folder (default {out_default})")
 
 
-def prepare_out(path: str, what: str) -> Path:
-    """The output folder, created when only it is missing; a one-line error otherwise."""
-    from ropesplit.core.io import output_folder
-
-    return output_folder(path, what)
-
-
 def settings_from(args: argparse.Namespace, **more: Any) -> RunSettings:
     """:class:`~ropesplit.report.context.RunSettings` from the shared flags given (and ``more``
     fields: the report's claims options), the rest at its defaults, checked as it is built
@@ -76,7 +68,9 @@ def _experiments(draws: int) -> ExperimentSettings:
 def run_pipeline(args: argparse.Namespace, what: str, run: Any, **options: Any) -> Any:
     """Check the flags, then the output folder, then ``run(settings, out, **options)``."""
     settings = settings_from(args)  # bad flags fail before anything is created
-    out = prepare_out(args.out, what)
+    from ropesplit.core.io import output_folder
+
+    out = output_folder(args.out, what)
     return run(settings, out, **options)
 
 

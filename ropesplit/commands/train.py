@@ -100,11 +100,11 @@ def run(args: argparse.Namespace) -> int:
     print(report_text(record))
     write_output(args.json, record)
     if args.figures:
-        from ropesplit.commands.figures import prepare_out
+        from ropesplit.core.io import output_folder
         from ropesplit.figures.emergence import emergence_data
         from ropesplit.figures.registry import write_figures
 
-        write_figures(emergence_data(record), prepare_out(args.figures, "figures"))
+        write_figures(emergence_data(record), output_folder(args.figures, "figures"))
     return 0
 
 

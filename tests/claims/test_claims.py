@@ -32,7 +32,6 @@ from ropesplit.claims.registry import (
     primary,
 )
 from ropesplit.claims.verdicts import (
-    any_condition_verdict,
     evaluate,
     evaluate_all,
     evaluate_grid,
@@ -151,6 +150,8 @@ def test_the_verdict_words_follow_the_origin_of_the_threshold(conditions, verdic
 
 def test_the_wrong_rule_agrees_on_one_condition_alone():
     """The rule the calibration tests must reject: any condition agrees."""
+    from ropesplit.empirical.measurement.calibration import any_condition_verdict
+
     one = [_c("agrees", "toolkit"), _c("inconclusive", "paper")]
     assert any_condition_verdict(one)[0] == "agrees" and graded_verdict(one)[0] == "inconclusive"
 
@@ -324,8 +325,8 @@ def test_robustness_counts_the_verdicts_by_axis_when_the_cells_are_no_product():
     lambda kinds: st.lists(st.sampled_from(kinds), min_size=1, max_size=24)))
 def test_robust_line_is_what_the_statement_counts(verdicts):
     """The record's one line (``robust_line``) is the statement's most common verdict, the
-    first of equals, as the report reads it back from a record written before the line was
-    kept; a robust statement is its own line."""
+    first of equals, and the report shows it over the statement's clauses; a robust
+    statement is its own line."""
     from ropesplit.report.sections.summary import grid_line
 
     cells = [{"cell": {"tokens": 256 * (1 + i // 2), "heads": ("mean", "pooled")[i % 2]},
@@ -336,7 +337,9 @@ def test_robust_line_is_what_the_statement_counts(verdicts):
         assert out["line"] == out["statement"] == f"robust: {top} in all {len(cells)} cells"
         return
     assert out["line"] == f"fragile: {top} in {verdicts.count(top)} of {len(cells)} cells"
-    assert grid_line({"robust_statement": out["statement"]}).summary == out["line"]
+    shown = grid_line({"robust_statement": out["statement"], "robust_line": out["line"]})
+    assert shown.summary == out["line"]
+    assert shown.detail == tuple(out["statement"].partition(": ")[2].split("; "))
 
 
 # --------------------------------------------------------------------------- the run

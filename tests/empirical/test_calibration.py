@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from ropesplit.claims.verdicts import any_condition_verdict
 from ropesplit.empirical.measurement.calibration import (
     agree_rates,
+    any_condition_verdict,
     calibration,
     plant_slow_keys,
     tiny_config,

@@ -47,21 +47,13 @@ def _condition_text(c: Mapping[str, Any]) -> str:
     return condition_text(c, fmt)
 
 
-# "agrees in 22": a verdict and its count of cells, as ropesplit.claims.verdicts.robustness
-# words them
-_COUNTED = re.compile(r"\b(" + "|".join(sorted(map(re.escape, VERDICTS), key=len, reverse=True))
-                      + r") in (\d+)\b")  # fmt: skip
-_OF = re.compile(r"\bof (\d+)\b")
-
-
 def grid_line(claim: Mapping[str, Any]) -> Cell:
     """A claim's robustness over the grid in one line (the record's ``robust_line``), the
     record's ``robust_statement`` folded under it.
 
     A robust statement is one line already; a fragile one reads as its most common verdict
     ("fragile: agrees in 22 of 32 cells"), its whole statement (each verdict's cells, the
-    counts by axis) the detail, one line per clause. A record written before
-    ``robust_line`` has its line read back from the statement's counts.
+    counts by axis) the detail, one line per clause.
 
     >>> grid_line({"robust_statement": "robust: agrees in all 16 cells"})
     'robust: agrees in all 16 cells'
@@ -76,18 +68,7 @@ def grid_line(claim: Mapping[str, Any]) -> Cell:
     word, _, rest = statement.partition(": ")
     if word != "fragile" or not rest:
         return statement
-    return Folded(claim.get("robust_line") or _line_of(rest), tuple(rest.split("; ")))
-
-
-def _line_of(rest: str) -> str:
-    """The one line of a fragile statement written before records kept ``robust_line``:
-    its most common verdict's count, read from the words of ``verdicts.robustness``."""
-    counted = [(verdict, int(n)) for verdict, n in _COUNTED.findall(rest)]
-    total = _OF.search(rest)
-    if not (counted and total):
-        return "fragile"
-    verdict, n = max(counted, key=lambda vn: vn[1])  # the first of the most common
-    return f"fragile: {verdict} in {n} of {total.group(1)} cells"
+    return Folded(claim.get("robust_line") or "fragile", tuple(rest.split("; ")))
 
 
 def claim_cells(claim: Mapping[str, Any]) -> list[Cell]:
