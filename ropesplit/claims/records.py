@@ -26,6 +26,7 @@ from typing import Any
 
 from ropesplit.claims.registry import (
     CLAIMS,
+    COMPARISON_FIELDS,
     GRID,
     LEVEL,
     MIN_PASSAGES,
@@ -320,10 +321,9 @@ def compare_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         head = record["header"]
         for claim in record["claims"]:
             null = claim["nulls"][0] if claim["nulls"] else None
-            conditions = [{"measure": c["measure"], "compare": c.get("compare", "level"),
-                           "null": c.get("null"), "estimate": c["interval"],
-                           "threshold": c["threshold"], "direction": c["direction"],
-                           "origin": c["origin"], "n": c["n"], "unit": c.get("unit")}
+            conditions = [{**{name: c.get(name) for name in COMPARISON_FIELDS},
+                           "compare": c.get("compare", "level"), "estimate": c["interval"],
+                           "origin": c["origin"], "n": c["n"]}
                           for c in claim["conditions"]]  # fmt: skip
             rows.append({
                 "model": name, "claim": claim["claim"], "statement": claim["statement"],

@@ -77,7 +77,9 @@ from ropesplit.core.paper import (
 __all__ = [
     "Axis",
     "CLAIMS",
+    "COMPARISON_FIELDS",
     "CONTROL_SEEDS",
+    "Comparison",
     "Condition",
     "GRID",
     "LEVEL",
@@ -209,7 +211,37 @@ def axis(name: str) -> Axis:
 
 
 @dataclass(frozen=True)
-class Condition:
+class Comparison:
+    """A statistic against a threshold: what a condition and a secondary share.
+
+    ``compare="level"`` tests the statistic itself against ``threshold``;
+    ``compare="paired"`` tests the per-unit difference statistic minus its
+    ``null`` statistic against ``threshold``; ``direction`` is the side predicted
+    (``"above"`` or ``"below"``); ``unit`` is ``"passages"`` or, for a twin-paired
+    comparison, ``"seeds"``.
+    """
+
+    measure: str  # key of the per-unit rows
+    compare: str  # "level" | "paired"
+    direction: str  # "above" | "below"
+    threshold: float
+    null: str | None = None  # with "paired": the key subtracted per unit
+    unit: str = "passages"  # "passages" | "seeds"
+
+    def __post_init__(self) -> None:
+        _check_comparison(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The comparison's fields as records write them (:data:`COMPARISON_FIELDS`)."""
+        return {name: getattr(self, name) for name in COMPARISON_FIELDS}
+
+
+# the fields of a comparison in a record, in the order records write them
+COMPARISON_FIELDS = ("measure", "compare", "null", "direction", "threshold", "unit")
+
+
+@dataclass(frozen=True)
+class Condition(Comparison):
     """One condition of a primary test.
 
     ``compare="level"`` tests the statistic itself against ``threshold``;
@@ -221,18 +253,12 @@ class Condition:
     condition, ``"seeds"``.
     """
 
-    measure: str  # key of the per-unit rows
-    compare: str  # "level" | "paired"
-    direction: str  # "above" | "below"
-    threshold: float
-    null: str | None = None  # with "paired": the key subtracted per unit
     why: str = ""  # the threshold's origin, in words
     origin: str = "toolkit"  # "paper" | "toolkit"
     quote: str = ""  # a key of ropesplit.core.paper.QUOTES (origin "paper")
-    unit: str = "passages"  # "passages" | "seeds"
 
     def __post_init__(self) -> None:
-        _check_comparison(self)
+        super().__post_init__()
         if self.origin not in ORIGINS:
             raise ValueError(f"origin must be one of {', '.join(ORIGINS)}, got {self.origin!r}")
         if self.origin == "paper" and self.quote not in QUOTES:
@@ -240,22 +266,13 @@ class Condition:
 
 
 @dataclass(frozen=True)
-class Secondary:
+class Secondary(Comparison):
     """A secondary statistic: shown beside the primary, tested one-sided, Holm-corrected."""
 
-    measure: str
-    compare: str
-    direction: str
-    threshold: float
-    null: str | None = None
     what: str = ""
-    unit: str = "passages"
-
-    def __post_init__(self) -> None:
-        _check_comparison(self)
 
 
-def _check_comparison(c: Condition | Secondary) -> None:
+def _check_comparison(c: Comparison) -> None:
     """A condition's or secondary's fields, checked when it is built (one line each)."""
     for name, value, allowed in (("compare", c.compare, COMPARES),
                                  ("direction", c.direction, DIRECTIONS),

@@ -151,9 +151,7 @@ def _min_n(c: Condition | Secondary, test: PrimaryTest) -> int:
 def _condition(rows: Sequence[Row], c: Condition, test: PrimaryTest, cell: Mapping[str, Any]
                ) -> dict[str, Any]:  # fmt: skip
     values = unit_values(rows, c, cell, test.source)
-    entry: dict[str, Any] = {"measure": c.measure, "compare": c.compare, "null": c.null,
-                             "direction": c.direction, "threshold": c.threshold, "why": c.why,
-                             "origin": c.origin, "quote": c.quote, "unit": c.unit,
+    entry: dict[str, Any] = {**c.as_dict(), "why": c.why, "origin": c.origin, "quote": c.quote,
                              "n": int(values.size), "min_n": _min_n(c, test)}  # fmt: skip
     if values.size < 2:
         decision = Outcome("inconclusive", f"too few replicates: n={values.size} {c.unit}, "
@@ -208,9 +206,7 @@ def _secondaries(rows: Sequence[Row], test: PrimaryTest, cell: Mapping[str, Any]
         usable = values.size >= 2 and float(np.std(values)) > 0
         p = _one_sided_p(values, s.threshold, s.direction, s.unit) if usable else math.nan
         interval = _interval(values, s.unit) if values.size >= 2 else None
-        out.append({"measure": s.measure, "compare": s.compare, "null": s.null,
-                    "direction": s.direction, "threshold": s.threshold, "what": s.what,
-                    "unit": s.unit, "n": int(values.size), "p": p,
+        out.append({**s.as_dict(), "what": s.what, "n": int(values.size), "p": p,
                     "interval": None if interval is None else interval.as_dict()})  # fmt: skip
         pvalues.append(p)
     finite = [k for k, p in enumerate(pvalues) if math.isfinite(p)]

@@ -33,6 +33,10 @@ FRAGILE_4 = ("fragile: weaker than the paper in 1 of 4 (heads=mean, corpus=prose
              "of 4 (the other cells)")  # fmt: skip
 
 
+# each fragile statement's one line, as verdicts.robustness writes it beside the statement
+LINES = {FRAGILE_2: "fragile: agrees in 5 of 8 cells", FRAGILE_4: "fragile: agrees in 3 of 4 cells"}
+
+
 def interval(mean: float, half: float = 0.01) -> dict:
     return {"mean": mean, "low": mean - half, "high": mean + half, "level": 0.95, "n": 8,
             "sd": half, "method": "t", "unit": "passages"}  # fmt: skip
@@ -87,7 +91,7 @@ def claims_record() -> dict:
                        "conditions": [condition(measure, threshold, direction, mean, origin)],
                        "gate": None, "nulls": [], "secondary": [], "verdict": verdict,
                        "reason": "r.", "robustness": grid.split(":")[0] if grid else None,
-                       "robust_statement": grid})  # fmt: skip
+                       "robust_statement": grid, "robust_line": LINES.get(grid, grid)})  # fmt: skip
     w, a, i = "weaker than the paper", "agrees", "inconclusive"
     grid = [
         _grid(1, {"tokens": [256, 512], "corpus": ["pydoc"]}, [w, w], [0.14, 0.15]),
@@ -241,14 +245,16 @@ def test_figure_21_refuses_cells_without_their_fields():
     ],
 )  # fmt: skip
 def test_grid_line_is_one_line_with_the_rest_folded(statement, line, detail):
-    """The most common verdict's count of cells (the first of equals, disagrees never read
-    as agrees); the record's whole statement the detail."""
-    shown = summary.grid_line({"robust_statement": statement})  # a record without its line
+    """The record's one line (the most common verdict's count of cells) over the record's
+    whole statement, folded; a robust statement is its own line."""
+    shown = summary.grid_line({"robust_statement": statement, "robust_line": line})
     if statement is None or not statement.startswith("fragile"):
         assert shown == line
         return
     assert isinstance(shown, Folded) and shown.summary == line
     assert shown.detail == (detail or tuple(statement[len("fragile: ") :].split("; ")))
+    bare = summary.grid_line({"robust_statement": statement})  # a record without its line
+    assert isinstance(bare, Folded) and bare.summary == "fragile" and bare.detail == shown.detail
 
 
 def report_html() -> tuple[str, str]:
