@@ -197,7 +197,7 @@ def structured_remainder(qc: Array, kc: Array, kbar: Array, theta: Array, positi
 
 
 def band_order(theta: Array, rng: np.random.Generator) -> np.ndarray:
-    r"""A permutation ``(P,)`` of the pairs that keeps each in its half: the slow half
+    r"""A permutation ``(P,)`` of the pairs that keeps each in its half: the low-frequency half
     (``rope.low_half``, the :math:`\lfloor P/2 \rfloor` smallest :math:`\theta_l`) among
     itself, the rest among itself (a middle pair of odd ``P`` stays).
 

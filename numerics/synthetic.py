@@ -7,7 +7,7 @@ pairs.  Queries are i.i.d. standard normal throughout; the keys are:
     random       i.i.d. standard normal: variation spread evenly over the pairs
     structured   a constant key (i.i.d. normal, drawn once) plus deviations of the
                  same mean energy, a share ``high_share`` of it in the faster half
-                 of the pairs and the rest in the slower half (default 0)
+                 of the pairs and the rest in the low-frequency half (default 0)
     adversarial  deviations only in the fastest quarter of the pairs (at least
                  one), no constant: the variation RoPE scrambles most
 
@@ -36,7 +36,7 @@ __all__ = ["PATTERNS", "REFERENCES", "SyntheticQK", "bound_record", "make_qk", "
 
 PATTERNS = ("structured", "random", "adversarial")
 REFERENCES = ("zero", "distance:16", "distance:64", "distance:256", "distance:1000", "mean")
-SHARES = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the sweep's high_share grid
+SHARES = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the sweep's high_share values
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def make_qk(
 
     ``structured``: :math:`k_j = k_0 + \delta_j` with
     :math:`\sum_{l\in\text{fast}} E|\tilde\delta_{jl}|^2 = \text{high\_share}\cdot d`
-    and the rest of the energy ``d`` in the slow half.
+    and the rest of the energy ``d`` in the low-frequency half.
 
     >>> qk = make_qk("structured", d=8, tokens=5, seed=1)
     >>> qk.q.shape, qk.k.shape, qk.theta.shape, qk.high_share

@@ -2,7 +2,7 @@
 
 - :func:`key_projections`: every attention module's key projection (``k_proj``), the
   linear map whose rows the planted calibration models zero
-  (:func:`ropesplit.empirical.measurement.calibration.plant_slow_keys`);
+  (:func:`ropesplit.empirical.measurement.calibration.plant_lowfreq_keys`);
 - :func:`frequency_tables`: every RoPE frequency table (``inv_freq``, or
   ``{layer_type}_inv_freq``, with its ``original_inv_freq`` twin), the buffers the
   frequency-order null shuffles

@@ -61,8 +61,8 @@ EDITS = {
     "cap_rest": "g + E capped at L (W + (W - f)(L) - (W - f)(Delta), Delta > L)",
     "cap_all": "every term capped at L (W(L), LM-Infinite's distance cap without its mask)",
     "shuffle": "the frequencies shuffled over the pairs (seeded per layer)",
-    "shuffle_band": "the frequencies shuffled within the slow half and within the fast half "
-    "(the null of shuffle that hurts too)",
+    "shuffle_band": "the frequencies shuffled within the low-frequency half and within the "
+    "high-frequency half (the null of shuffle that hurts too)",
 }
 _NEEDS_KBAR = {"remainder", "semantic", "noise", "structured", "fast_keys", "slow_keys",
                "cap_f", "cap_rest", "cap_all"}  # fmt: skip

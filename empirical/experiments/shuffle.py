@@ -25,9 +25,10 @@ __all__ = ["EXPERIMENT", "PREDICTION"]
 
 DRAWS = 3  # permutations per passage
 PREDICTION = (
-    "If the trained model relies on its slow pairs being slow (claim 4), shuffling the "
-    "frequencies over all the pairs in every layer raises its loss more than shuffling them "
-    "within the slow half and within the fast half (a null that hurts too): the paired "
+    "If the trained model relies on its low-frequency pairs turning slowly (claim 4), "
+    "shuffling the frequencies over all the pairs in every layer raises its loss more than "
+    "shuffling them within the low-frequency half and within the high-frequency half (a null "
+    "that hurts too): the paired "
     f"difference of log loss ratios (all minus within halves, {DRAWS} permutations each) over "
     f"{edits.PASSAGES} passages has its 95% t interval above 0; the random-init twin's log "
     "ratio is shown beside it."

@@ -9,7 +9,7 @@ nothing was learned and usually where the split holds by construction:
   level is 2.5%: ``ropesplit.claims.registry``); the rate is reported with its exact
   binomial interval (``numerics.intervals.binomial_interval``);
 - **planted**: the same architecture with the keys' deviation planted in the
-  slow pairs only (:func:`plant_slow_keys`: the key projection's rows of the
+  slow pairs only (:func:`plant_lowfreq_keys`: the key projection's rows of the
   fast half of the pairs zeroed and a constant bias there, so every key is
   :math:`\bar k` in the fast pairs and ``E`` lives only where
   :math:`\theta_l \Delta` stays tiny), beside random-init twins: the split holds
@@ -41,13 +41,14 @@ from ropesplit.empirical.adapter.weights import key_projections
 from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.empirical.model.loading import load_model
 
-__all__ = ["ARMS", "agree_rates", "any_condition_verdict", "calibration", "plant_slow_keys",
+__all__ = ["ARMS", "agree_rates", "any_condition_verdict", "calibration", "plant_lowfreq_keys",
            "tiny_config"]
 
 TOKENS = 48  # tokens per passage: one length (the grid's other axes still apply)
 PASSAGES = 8  # the registry's minimum
 ARMS = ("null", "planted", "planted twins")
-PLANTED_BASE = 1e9  # RoPE base of the planted models: the slow half turns < 1e-4 rad a token
+# RoPE base of the planted models: their low-frequency half turns < 1e-4 rad a token
+PLANTED_BASE = 1e9
 
 
 def tiny_config(family: str = "llama", *, base: float = 10000.0, bias: bool = False) -> Any:
@@ -65,9 +66,9 @@ def tiny_config(family: str = "llama", *, base: float = 10000.0, bias: bool = Fa
     raise ValueError(f"family must be llama or qwen2, got {family!r}")
 
 
-def plant_slow_keys(loaded: LoadedModel, seed: int) -> LoadedModel:
-    """Every layer's keys made constant in the fast half of the pairs (in place): the rows of
-    ``k_proj`` for those coordinates zeroed, its bias there a seeded constant. The model
+def plant_lowfreq_keys(loaded: LoadedModel, seed: int) -> LoadedModel:
+    """Every layer's keys made constant in the high-frequency half of the pairs (in place): the
+    rows of ``k_proj`` for those coordinates zeroed, its bias there a seeded constant. The model
     needs a key bias (Qwen2, or Llama with ``attention_bias=True``)."""
     from ropesplit.numerics.rope import low_half
 
@@ -79,7 +80,7 @@ def plant_slow_keys(loaded: LoadedModel, seed: int) -> LoadedModel:
     with torch.no_grad():
         for proj in key_projections(loaded.model):
             if proj.bias is None:
-                raise ValueError("plant_slow_keys needs a key bias (attention_bias=True)")
+                raise ValueError("plant_lowfreq_keys needs a key bias (attention_bias=True)")
             n_kv = proj.out_features // d
             for h in range(n_kv):
                 idx = torch.as_tensor(h * d + rows)
@@ -132,10 +133,10 @@ def calibration(
                 on_run("null", k)
         pcfg = tiny_config(family, base=PLANTED_BASE, bias=True)
         random_twins = {s: load_model(pcfg, seed=20_000 + s) for s in CONTROL_SEEDS}
-        planted_twins = {s: plant_slow_keys(load_model(pcfg, seed=30_000 + s), 30_000 + s)
+        planted_twins = {s: plant_lowfreq_keys(load_model(pcfg, seed=30_000 + s), 30_000 + s)
                          for s in CONTROL_SEEDS}  # fmt: skip
         for k in range(planted):
-            model = plant_slow_keys(load_model(pcfg, seed=40_000 + k), k)
+            model = plant_lowfreq_keys(load_model(pcfg, seed=40_000 + k), k)
             for arm, mine in (("planted", random_twins), ("planted twins", planted_twins)):
                 out.append({"arm": arm, "model": family, "seed": k,
                             "record": _run(model, mine, 40_000 + k)})  # fmt: skip

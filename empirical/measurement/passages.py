@@ -21,7 +21,7 @@ Each layer's heads are measured as the layer streams past (one layer in
 memory at a time; a group's passages side by side on the CPU threads). Per
 head: ``r_split`` and its pair moments under each reference rotation of
 the ``split`` axis (and the toolkit's mean rotation), the key-deviation
-energy in the slow half of the pairs, the controlled-distance key
+energy in the low-frequency half of the pairs, the controlled-distance key
 correlation at ``D = L/2`` (fitted layers), the remainder's share of the
 rotation-only change under the jitter, and the mean ``|W' - W|`` and
 ``|g' - g|`` between the text's run and the jittered run. A passage's value
@@ -127,7 +127,7 @@ class _View:
 def _split_heads(v: _View, refs: Sequence[str], order: np.ndarray | None = None
                  ) -> dict[str, np.ndarray]:  # fmt: skip
     """``r_split`` and the pair moments under each of ``refs``, ``lowfreq_share_k`` and the
-    slow and total key-deviation energy, per query head (frequencies reassigned to the
+    low-frequency and total key-deviation energy, per query head (frequencies reassigned to the
     pairs by ``order`` when given); the split alone (``Measure.split_only``: no claim reads
     the bound's tightness or the three-axis fit)."""
     from ropesplit.numerics.emergence import deviation_energy
@@ -143,7 +143,7 @@ def _split_heads(v: _View, refs: Sequence[str], order: np.ndarray | None = None
     kv = spec.kv_heads(v.pairs.q.shape[0], v.pairs.k.shape[0])
     energy = deviation_energy(v.pairs.kc_kv)[kv]  # (H, P)
     out = {"lowfreq": np.array([s.lowfreq_share_k for s in stats]),
-           "slow": energy @ low_half(spec.theta), "energy": energy.sum(-1),
+           "lowfreq_energy": energy @ low_half(spec.theta), "energy": energy.sum(-1),
            "n_pairs": np.array([s.n_pairs for s in stats], dtype=np.float64)}  # fmt: skip
     for ref in refs:
         out[f"r@{ref}"] = np.array([s.by_reference[ref]["r_split"] for s in stats])
@@ -277,11 +277,11 @@ def _r_split(h: _Heads, keep: Any, pooled: bool, ref: str) -> float:
 
 
 def _lowfreq(h: _Heads, keep: Any, pooled: bool) -> float:
-    """The mean of the heads' slow shares, or the slow share of their pooled energy."""
+    """The mean of the heads' low-frequency shares, or the share of their pooled energy."""
     from ropesplit.numerics.pooling import head_mean, pooled_share
 
     if pooled:
-        return pooled_share(h.get("slow", keep), h.get("energy", keep))
+        return pooled_share(h.get("lowfreq_energy", keep), h.get("energy", keep))
     return head_mean(h.get("lowfreq", keep))
 
 

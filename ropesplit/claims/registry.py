@@ -423,7 +423,7 @@ CLAIMS: tuple[PrimaryTest, ...] = (
     PrimaryTest(
         claim=4,
         statement="A learned pattern in q/k makes the split hold",
-        statistic="lowfreq_share_k: share of key-deviation energy in the slower half of the "
+        statistic="lowfreq_share_k: share of key-deviation energy in the low-frequency half of the "
         "pairs; per passage the mean over heads or the share of the heads' pooled energy",
         source="passages",
         axes=("tokens", "heads", "layers", "corpus"),
@@ -433,7 +433,7 @@ CLAIMS: tuple[PrimaryTest, ...] = (
         conditions=(
             Condition("lowfreq_share_k", "level", "above", 0.5,
                       why="the toolkit's reading of the pattern: more than half the key "
-                      "deviation in the slower half of the pairs"),
+                      "deviation in the low-frequency half of the pairs"),
             Condition("lowfreq_share_k", "paired", "above", 0.0, null="lowfreq_share_k_control",
                       origin="paper", quote="pattern", unit="seeds",
                       why="the paper: the pattern differs from random initialisation"),

@@ -26,7 +26,7 @@ _COLUMNS = ("r_split", "r_split_rowcentred", "r_3axis", "remainder_share", "tigh
 _TITLES = ("r_split", "r_rowcen", "r_3axis", "remainder", "tight_max", "tight_med", "lowfreq_k")
 LEGEND = ("r_rowcen: r_split on row-centred logits; remainder: ||E|| / ||W - mean W||; "
           "tight_max, tight_med:\n|E| / bound, max and median; lowfreq_k: key-deviation energy "
-          "in the slower half of the pairs")  # fmt: skip
+          "in the low-frequency half of the pairs")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,15 +24,15 @@ __all__ = ["r_split_figure"]
 Rows = Sequence[Mapping[str, Any]]
 
 
-def _grid(heads: Rows, stat: str) -> np.ndarray:
+def _layer_head_map(heads: Rows, stat: str) -> np.ndarray:
     """``(L, H)`` array of ``stat`` from rows with ``layer``, ``head``; NaN where absent."""
     L = 1 + max(int(r["layer"]) for r in heads)
     H = 1 + max(int(r["head"]) for r in heads)
-    grid = np.full((L, H), np.nan)
+    values = np.full((L, H), np.nan)
     for row in heads:
         value = row[stat]
-        grid[int(row["layer"]), int(row["head"])] = np.nan if value is None else float(value)
-    return grid
+        values[int(row["layer"]), int(row["head"])] = np.nan if value is None else float(value)
+    return values
 
 
 def r_split_figure(
@@ -53,9 +53,9 @@ def r_split_figure(
     require_rows("heads", heads, ("layer", "head", stat))
     if control_heads is not None:
         require_rows("control_heads", control_heads, ("layer", "head", stat))
-    grid = _grid(heads, stat)  # (L, H)
-    L, H = grid.shape
-    trained = finite(grid)
+    values = _layer_head_map(heads, stat)  # (L, H)
+    L, H = values.shape
+    trained = finite(values)
     if trained.size == 0:
         raise RopesplitError(f"heads hold no finite {stat}")
     control = finite([r[stat] for r in control_heads]) if control_heads is not None else None
@@ -70,10 +70,10 @@ def r_split_figure(
     single = inches < 5.0
     with styled():
         fig = new_figure(inches, 4.6 if single else 2.6)
-        grid_spec = fig.add_gridspec(2, 1) if single else fig.add_gridspec(1, 2)
-        ax_map, ax_hist = fig.add_subplot(grid_spec[0]), fig.add_subplot(grid_spec[1])
+        gs = fig.add_gridspec(2, 1) if single else fig.add_gridspec(1, 2)
+        ax_map, ax_hist = fig.add_subplot(gs[0]), fig.add_subplot(gs[1])
         image = ax_map.imshow(
-            grid.T, cmap=SEQUENTIAL, vmin=low, vmax=high, aspect="auto", interpolation="nearest",
+            values.T, cmap=SEQUENTIAL, vmin=low, vmax=high, aspect="auto", interpolation="nearest",
             origin="lower", extent=(-0.5, L - 0.5, -0.5, H - 0.5),
         )  # fmt: skip  # heads on y, layers on x: (H, L) after the transpose
         ax_map.set_xlabel("layer")

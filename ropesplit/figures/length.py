@@ -126,9 +126,9 @@ def length_figure(rows: Rows, *, width: float | str = "double") -> Figure:
         if single:
             axes = fig.subplots(3, 1, squeeze=False).ravel()
         else:
-            grid = fig.add_gridspec(1, 4)
-            axes = np.array([fig.add_subplot(grid[0, :2]), fig.add_subplot(grid[0, 2]),
-                             fig.add_subplot(grid[0, 3])])  # fmt: skip
+            gs = fig.add_gridspec(1, 4)
+            axes = np.array([fig.add_subplot(gs[0, :2]), fig.add_subplot(gs[0, 2]),
+                             fig.add_subplot(gs[0, 3])])  # fmt: skip
         _loss_panel(axes[0], rows, settings, 3)
         _range_panel(axes[1], rows, settings, "f", "f: positional")
         _range_panel(axes[2], rows, settings, "g", "g: semantic")

@@ -92,11 +92,11 @@ def perturbation_figure(
         fig = new_figure(inches, 2.5 * panels + 0.3 if single else 3.2)
         if single:  # each panel above its legend's slot
             ratios = [x for k in range(panels) for x in (1.0, _SLOTS[k])]
-            grid = fig.add_gridspec(2 * panels, 1, height_ratios=ratios)
-            cells = [(grid[2 * k, 0], grid[2 * k + 1, 0]) for k in range(panels)]
+            gs = fig.add_gridspec(2 * panels, 1, height_ratios=ratios)
+            cells = [(gs[2 * k, 0], gs[2 * k + 1, 0]) for k in range(panels)]
         else:  # the panels in a row, the legends in a row beneath
-            grid = fig.add_gridspec(2, panels, height_ratios=[1.0, 0.36])
-            cells = [(grid[0, k], grid[1, k]) for k in range(panels)]
+            gs = fig.add_gridspec(2, panels, height_ratios=[1.0, 0.36])
+            cells = [(gs[0, k], gs[1, k]) for k in range(panels)]
         axes = [fig.add_subplot(top) for top, _ in cells]
         slots = [fig.add_subplot(bottom) for _, bottom in cells]
         _by_scheme(axes[0], order, "moved", 100.0)

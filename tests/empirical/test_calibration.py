@@ -17,7 +17,7 @@ from ropesplit.empirical.measurement.calibration import (
     agree_rates,
     any_condition_verdict,
     calibration,
-    plant_slow_keys,
+    plant_lowfreq_keys,
     tiny_config,
 )
 
@@ -64,7 +64,7 @@ def test_a_rule_accepting_any_one_condition_fails_both_checks(runs):
 
 
 def test_planting_makes_the_fast_half_of_every_key_constant():
-    """The planted model's keys deviate only in the slow half (known truth for the arm)."""
+    """The planted model's keys deviate only in the low-frequency half (known truth for the arm)."""
     import torch
 
     from ropesplit.empirical import capture, load_model
@@ -72,11 +72,11 @@ def test_planting_makes_the_fast_half_of_every_key_constant():
     from ropesplit.numerics.rope import low_half
 
     cfg = tiny_config("llama", base=1e9, bias=True)
-    model = plant_slow_keys(load_model(cfg, seed=3), 3)
+    model = plant_lowfreq_keys(load_model(cfg, seed=3), 3)
     cache = capture(model, torch.randint(0, 128, (40,), generator=torch.Generator().manual_seed(1)))
     for layer in cache.layers:
         energy = pair_energy(layer.k.double().numpy())  # (Hkv, P)
         fast = low_half(layer.theta) == 0.0
         assert energy[:, fast].max() < 1e-9 * energy[:, ~fast].max()
     with pytest.raises(ValueError, match="needs a key bias"):
-        plant_slow_keys(load_model(tiny_config("llama"), seed=0), 0)
+        plant_lowfreq_keys(load_model(tiny_config("llama"), seed=0), 0)

@@ -283,7 +283,7 @@ def test_mla_deviations_in_fast_pairs_break_the_split_and_slow_ones_hardly():
 
 
 def test_mla_whole_head_lowfreq_share_k_cannot_see_where_k_pe_varies():
-    # the slower half of the whole head's 12 pairs is 6 nope pairs (theta = 0): moving
+    # the low-frequency half of the whole head's 12 pairs is 6 nope pairs (theta = 0): moving
     # k_pe's deviation from the fastest pair to the slowest leaves it where it was
     (q, k_fast, whole), _ = fast_or_slow_pe(0)
     (_, k_slow, _), _ = fast_or_slow_pe(3)
