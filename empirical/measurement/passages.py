@@ -390,13 +390,6 @@ def _cells(p: _Passage, lengths: Sequence[int]) -> dict[str, dict[str, float]]:
     return cells
 
 
-def _moments(h: _Heads) -> list[list[float]]:
-    """Each head's pair count and moments under the default split (``pooled_over_passages``)."""
-    ref = axis("split").default
-    cols = [h.get("n_pairs", _every), *(h.get(f"{name}@{ref}", _every) for name in MOMENTS)]
-    return [[int(row[0]), *(float(x) for x in row[1:])] for row in zip(*cols, strict=True)]
-
-
 def measure_passages(
     loaded: LoadedModel,
     controls: dict[int, LoadedModel],
@@ -413,10 +406,8 @@ def measure_passages(
 
     Each row: ``corpus``, ``passage`` (its index in the corpus run, so a shard measures
     exactly what the whole run would; its seeds are ``seed + passage``), ``name``,
-    ``control_seed``, ``cells`` and ``heads_moments`` (per length, each head's pair count
-    and moments under the default split, for ``ropesplit.claims.records``'
-    ``pooled_over_passages``). The controlled-distance fits read
-    ``experiments.base.default_layers``. ``on_passage(1)`` follows the progress.
+    ``control_seed`` and ``cells``. The controlled-distance fits read
+    ``model.loaded.default_layers``. ``on_passage(1)`` follows the progress.
     """
     names = chosen.names[span.start : span.stop]
     matrix = torch.as_tensor(chosen.ids[span.start : span.stop]).reshape(len(names), -1)  # (P, N)
@@ -467,9 +458,7 @@ def measure_passages(
         for k in group:
             p = passages[k]
             rows[k] = {"corpus": corpus, "passage": p.index, "name": names[k],
-                       "control_seed": cs, "cells": _cells(p, lengths),
-                       "heads_moments": {str(t): _moments(p.at("trained", t))
-                                         for t in lengths}}  # fmt: skip
+                       "control_seed": cs, "cells": _cells(p, lengths)}  # fmt: skip
             p.heads.clear()
             if on_passage is not None:
                 on_passage(1)

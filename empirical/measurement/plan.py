@@ -121,7 +121,7 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
 
 def claims_plan(lengths: Sequence[int], corpora: int, measured: range, ordered: range,
                 batch_size: int) -> Plan:  # fmt: skip
-    """The claims run's passes (``empirical.measurement.passages``, ``experiments.order_passages``):
+    """The claims run's passes (``empirical.measurement.passages``, ``measurement.order_passages``):
     per corpus, each measured passage captured twice on the trained model (its text's
     positions and jittered), twice under shuffled frequencies and once on its random-init
     twin, in batches; each word-order passage's original and perturbed rows as loss passes

@@ -1,7 +1,7 @@
 r"""The claims records: a run's settings and grid, its record judged from its rows, shards
 merged, models compared; no model and no torch (``ropesplit merge`` and ``compare`` read
 only JSON). Importing it loads no numpy either (the settings are plain data): the
-verdicts and the pooled correlations load it where they judge.
+verdicts load it where they judge.
 
 The record (``ropesplit claims --json``, the report's ``claims.json``)::
 
@@ -10,7 +10,6 @@ The record (``ropesplit claims --json``, the report's ``claims.json``)::
                 registry, shards},
      "passages": [row, ...],      # one per corpus passage: every cell's statistics and nulls
      "order": [row, ...],         # one per order passage: every length's damages
-     "pooled": {"r_split": [...]},  # each head's r_split pooled over the headline passages
      "claims": [claim, ...],      # per claim, in the headline cell: primary test, verdict
      "grid": [claim, ...]}        # per claim: every cell's verdict and estimate, robustness
 
@@ -51,7 +50,6 @@ __all__ = [
     "merge_records",
     "missing_passages",
     "passage_ranges",
-    "pooled_over_passages",
     "power_statement",
 ]
 
@@ -222,8 +220,8 @@ class Header:
 
 def judge_record(header: Header, rows: list[Any], order: list[Any],
                  *, rule: Any = None) -> dict[str, Any]:  # fmt: skip
-    """The record: header, rows, each head's pooled r_split, the headline claims, the grid
-    (``rule``: the decision rule, ``verdicts.graded_verdict`` by default)."""
+    """The record: header, rows, the headline claims, the grid (``rule``: the decision rule,
+    ``verdicts.graded_verdict`` by default)."""
     from ropesplit.claims.verdicts import default_cell, evaluate_all, evaluate_grid, graded_verdict
 
     rule = rule or graded_verdict
@@ -235,10 +233,8 @@ def judge_record(header: Header, rows: list[Any], order: list[Any],
     for claim, cells in zip(claims, grid, strict=True):
         claim["robustness"], claim["robust_statement"] = cells["robustness"], cells["statement"]
         claim["robust_line"] = cells["line"]
-    headline = [r for r in rows if r.get("corpus") == header.corpus]
-    pooled = {"r_split": pooled_over_passages(headline, header.tokens)}
-    return {"header": header.as_dict(), "passages": rows, "order": order, "pooled": pooled,
-            "claims": claims, "grid": grid}  # fmt: skip
+    return {"header": header.as_dict(), "passages": rows, "order": order, "claims": claims,
+            "grid": grid}  # fmt: skip
 
 
 _SAME = ("model", "corpus", "corpora", "tokens", "grid", "passages", "order_passages", "names",
@@ -250,8 +246,8 @@ def merge_records(records: list[dict[str, Any]], *, partial: bool = False) -> di
 
     The per-passage rows are independent of the shard they ran in (global
     indices, seeds and control twins), so the merge of shards covering the
-    whole run is that run's record exactly; the claims, the grid and the pooled
-    correlations are recomputed from the merged rows. Refuses, in one line,
+    whole run is that run's record exactly; the claims and the grid are recomputed
+    from the merged rows. Refuses, in one line,
     records of different runs (model, corpus, tokens, seeds, ...), shards
     that overlap, and shards that leave some of the run's passages out (a
     failed array job), naming the missing ranges; with ``partial`` those are
@@ -353,24 +349,3 @@ def claims_records(paths: Sequence[str]) -> list[dict[str, Any]]:
     return records
 
 
-def pooled_over_passages(rows: Sequence[dict[str, Any]], tokens: int) -> list[float]:
-    r"""Each head's ``r_split`` pooled over the passages' causal pairs, from their moments.
-
-    .. math:: r_h = \mathrm{corr}\big(W, f + g\big) \text{ over } \textstyle\bigcup_p
-              \text{pairs}_p \quad(\texttt{numerics.pooling.pooled_correlation} \text{ of the
-              per-passage moments of head } h)
-
-    at ``tokens`` tokens under the default split. Exact: the moments are additive, so shards
-    merge into the same numbers.
-    """
-    from ropesplit.numerics.pooling import MOMENTS, pooled_correlation
-
-    parts_of = [row["heads_moments"][str(tokens)] for row in rows]
-    if not parts_of:
-        return []
-    out = []
-    for h in range(len(parts_of[0])):
-        parts = [passage[h] for passage in parts_of]
-        moments = [dict(zip(MOMENTS, part[1:], strict=True)) for part in parts]
-        out.append(float(pooled_correlation(moments, [part[0] for part in parts])))
-    return out

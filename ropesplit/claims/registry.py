@@ -123,7 +123,7 @@ COMPARES, DIRECTIONS, UNITS = ("level", "paired"), ("above", "below"), ("passage
 
 # The measure vocabulary: every statistic a source's rows carry, the only names a condition
 # may read. ``measurement.passages.PASSAGE_MEASURES`` computes exactly the passages' names (a
-# check at its import), ``experiments.order_passages`` the order's (a test); each registry
+# check at its import), ``measurement.order_passages`` the order's (a test); each registry
 # entry below is checked against it when built, so a misspelt name fails at import.
 # claim 1's shares of the tokens swapped (0 is the original passage), the paper's 5% and 10%
 # among them: the order rows' columns, one per rate (measurement.order_passages measures them)

@@ -4,7 +4,7 @@ Each shard (``ropesplit claims --shard A:B --json shard-K.json``, one per
 SLURM array task or ``torchrun``/``accelerate launch`` process) measures
 its passages exactly as the whole run would (global passage indices, seeds
 and control twins); the merge concatenates their per-passage rows and
-recomputes every claim's test and each head's pooled ``r_split`` from them,
+recomputes every claim's test and the grid from them,
 so the merge of shards covering the run equals the single run. Records of
 different runs, overlapping shards and shards that leave passages out (a
 failed array job) are refused (exit 2, no file written); ``--partial`` merges

@@ -393,23 +393,8 @@ def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
     merged = _json(merge_records(shards[::-1]))  # any order
     single = _json(tiny_claims)
     assert merged["header"]["shards"] == [[0, 3], [3, 5], [5, 7], [7, 8]]
-    for key in ("passages", "order", "claims", "grid", "pooled"):
+    for key in ("passages", "order", "claims", "grid"):
         assert merged[key] == single[key], key
-    # pooled over passages from the additive moments, against one concatenated correlation
-    assert len(merged["pooled"]["r_split"]) == 2 * 4
-    from ropesplit.empirical import capture
-    from ropesplit.numerics.measure import Measure
-    from ropesplit.numerics.split import split_head
-
-    w, fg = [], []
-    for p in range(8):  # layer 0, head 0 of each passage, dense, under the default split
-        layer = capture(tiny_run.loaded, tiny_run.ids[p]).layers[0]
-        sp = split_head(layer.q[0].double().numpy(), layer.k[layer.kv_map[0]].double().numpy(),
-                        layer.spec, Measure(bounds=False))  # fmt: skip
-        w.append(sp.W[sp.mask])
-        fg.append((sp.f + sp.g)[sp.mask])
-    direct = np.corrcoef(np.concatenate(w), np.concatenate(fg))[0, 1]
-    assert merged["pooled"]["r_split"][0] == pytest.approx(direct, rel=1e-6)
     with pytest.raises(RopesplitError, match="^shards 0:3 and 2:5 overlap"):
         merge_records([shards[0], tiny_run((2, 5))])
     other = _json(shards[1])
@@ -418,28 +403,6 @@ def test_shards_merge_into_exactly_the_single_run(tiny_run, tiny_claims):
         merge_records([shards[0], other])
 
 
-def test_pooled_r_split_is_the_correlation_over_all_passages_pairs():
-    """Known truth for pooled_over_passages: two passages' moments pool into the correlation
-    of their pairs concatenated (float64 twin)."""
-    from ropesplit.claims.records import pooled_over_passages
-
-    rng = np.random.default_rng(9)
-    rows = []
-    w_all, fg_all = [], []
-    for n in (30, 50):
-        w = rng.normal(size=n)
-        fg = 0.8 * w + 0.3 * rng.normal(size=n) + rng.normal()
-        w_all.append(w)
-        fg_all.append(fg)
-        moments = [n, w.mean(), w.var(), fg.mean(), fg.var(), np.mean((w - w.mean()) *
-                                                                      (fg - fg.mean()))]
-        rows.append({"heads_moments": {"64": [moments]}})
-    (pooled,) = pooled_over_passages(rows, 64)
-    want = np.corrcoef(np.concatenate(w_all), np.concatenate(fg_all))[0, 1]
-    assert pooled == pytest.approx(want, rel=1e-12)
-
-
-@pytest.mark.slow  # a claims run
 def test_the_run_judges_every_cell_and_recomputes_from_its_rows(tiny_claims):
     record = tiny_claims
     assert len(record["passages"]) == 8 and len(record["order"]) == 8
