@@ -98,7 +98,7 @@ class RunContext:
     ids: Any = None  # (N,) token ids
     text: str = ""
     trained: Any = None  # the train stage's TrainedSubject (report.training), in memory
-    planned: tuple[str, ...] = ()  # the names of this run's stages, in order
+    planned: tuple[str, ...] = ()  # the records this run's stages make, in order
     # written by the gather stage only: each figure's keyword arguments, and why any is not
     figure_data: dict[str, dict[str, Any]] = field(default_factory=dict)
     figure_missing: dict[str, str] = field(default_factory=dict)
@@ -110,11 +110,12 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Stage:
-    """A step of the run: ``run(ctx)`` returns its JSON record (written as NAME.json) or None.
+    """A step of the run: ``run(ctx)`` returns its JSON record (written as RECORD.json) or None.
 
-    ``needs``: the stages that must have run before it (their records, or for ``load`` the
-    model in memory). ``gathers``: the gather step, which must run after every stage any
-    figure needs (``FigureSpec.needs``) that this run has.
+    ``needs``: the records that must have been made before it (or for ``load`` the model in
+    memory). ``makes``: the record it writes, when not the one of its name (two stages that
+    make one kind of record on different subjects). ``gathers``: the gather step, which must
+    run after every stage any figure needs (``FigureSpec.needs``) that this run has.
     """
 
     name: str
@@ -122,3 +123,9 @@ class Stage:
     run: Callable[[RunContext], dict[str, Any] | None]
     needs: tuple[str, ...] = ()
     gathers: bool = False
+    makes: str = ""
+
+    @property
+    def record(self) -> str:
+        """The name of the record it makes (its file, ``RECORD.json``): ``makes`` or its name."""
+        return self.makes or self.name

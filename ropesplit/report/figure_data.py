@@ -547,8 +547,8 @@ def gather_figures(
     """``(data, missing)``: every figure whose needs this run made, and for each of the
     others why not (``missing[name]``, one line).
 
-    ``planned`` names the stages of this run: a need one of them should have made but did
-    not is an error (a stage broke its contract), not a figure quietly left out.
+    ``planned`` names the records this run's stages make: a need one of them should have
+    made but did not is an error (a stage broke its contract), not a figure left out.
     """
     data: dict[str, dict[str, Any]] = {}
     missing: dict[str, str] = {}

@@ -119,9 +119,10 @@ def check_plan(stages: Sequence[Stage], figures: Sequence[Any] | None = None) ->
     """
     position: dict[str, int] = {}
     for index, stage in enumerate(stages):
-        if stage.name in position:
-            raise RopesplitError(f"stage {stage.name!r} appears twice in the run")
-        position[stage.name] = index
+        if stage.record in position:
+            raise RopesplitError(f"stage {stage.name!r} makes record {stage.record!r}, which "
+                                 "another stage of the run makes too")  # fmt: skip
+        position[stage.record] = index
     for index, stage in enumerate(stages):
         for need in stage.needs:
             if need not in position:
@@ -140,7 +141,7 @@ def check_plan(stages: Sequence[Stage], figures: Sequence[Any] | None = None) ->
 
         figures = FIGURES
     known = MAKERS | set(position)
-    at = position[gathers[0].name]
+    at = position[gathers[0].record]
     for spec in figures:
         for need in spec.needs:
             if need not in known:
@@ -158,15 +159,15 @@ def _run_stages(ctx: RunContext, stages: Sequence[Stage]) -> _Progress:
     from ropesplit.core.io import write_json
 
     check_plan(stages)
-    ctx.planned = tuple(stage.name for stage in stages)
+    ctx.planned = tuple(stage.record for stage in stages)
     progress = _Progress(total=len(stages) + (ctx.folder is not None))
     for stage in stages:
         with progress.stage(stage.name, stage.what):
             record = stage.run(ctx)
             if record is not None:
-                ctx.records[stage.name] = record
+                ctx.records[stage.record] = record
                 if ctx.folder is not None:
-                    write_json(ctx.folder / f"{stage.name}.json", record)
+                    write_json(ctx.folder / f"{stage.record}.json", record)
     return progress
 
 

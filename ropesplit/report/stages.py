@@ -223,15 +223,15 @@ GATHER = Stage("gather", "every figure's data from the records it declares", _ga
                gathers=True)  # fmt: skip
 FIGURES = Stage("figures", "every figure, PDF and PNG, 3.3 in and 6.9 in", _figures_stage,
                 ("gather",))  # fmt: skip
-LENGTH_HERE = Stage("length", "LM-Infinite's four settings on the analysed model and text",
-                    _length_here_stage, MODEL)  # fmt: skip
+LENGTH_HERE = Stage("length_here", "LM-Infinite's four settings on the analysed model and text",
+                    _length_here_stage, MODEL, makes="length")  # fmt: skip
 
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, LENGTH_HERE, GATHER, FIGURES]
 STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, COMPARE, ANALYZE, PROTOCOL, PERTURB,
                        INTERVENE, TRAIN, RECALL, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
 # every name a stage of ropesplit makes: what a figure's needs may name
-MAKERS = frozenset(stage.name for stage in (*STAGES, *FIGURE_STAGES))
+MAKERS = frozenset(stage.record for stage in (*STAGES, *FIGURE_STAGES))
 
 
 def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:

@@ -95,7 +95,7 @@ def test_no_order_of_the_stages_drops_a_figure(plan, cheap_figures):
     """Moving any stage anywhere: refused before anything runs (one line, naming the stage
     or record), or every figure whose needs the run makes has its data."""
     stages = getattr(pipeline, plan)
-    made = {stage.name for stage in stages}
+    made = {stage.record for stage in stages}
     supported = {spec.name for spec in FIGURES if set(spec.needs) <= made}
     assert plan == "FIGURE_STAGES" or supported == set(NAMES)  # the report draws all
     refused = ran_through = 0
@@ -138,8 +138,22 @@ def test_a_stage_before_what_it_needs_is_refused():
     without = [stage for stage in pipeline.STAGES if stage.name != "load"]
     with pytest.raises(RopesplitError, match="^stage 'claims' needs 'load', which no stage"):
         check_plan(without)
-    with pytest.raises(RopesplitError, match="^stage 'derive' appears twice"):
+    with pytest.raises(RopesplitError, match="^stage 'derive' makes record 'derive', which "
+                       "another stage of the run makes too"):
         check_plan([stages.DERIVE, stages.DERIVE])
+
+
+def test_each_stage_name_is_one_stage_and_two_subjects_make_one_record():
+    """A stage's name means one stage across both plans; the length experiment on the model
+    trained here (the report) and on the analysed model (``ropesplit figures``) are two
+    stages that make the one ``length`` record figure 8 reads, never both in one run."""
+    every = {*pipeline.STAGES, *pipeline.FIGURE_STAGES}
+    assert len({s.name for s in every}) == len(every)
+    assert stages.LENGTH.record == stages.LENGTH_HERE.record == "length"
+    assert stages.LENGTH.name != stages.LENGTH_HERE.name
+    both = [*pipeline.FIGURE_STAGES[:-2], stages.LENGTH, *pipeline.FIGURE_STAGES[-2:]]
+    with pytest.raises(RopesplitError, match="makes record 'length', which another stage"):
+        check_plan(both)
 
 
 def test_a_figure_needing_what_no_stage_makes_is_refused():
