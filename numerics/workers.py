@@ -88,7 +88,8 @@ def side_by_side(device: Any = None) -> int:
     return torch.get_num_threads() if on_cpu else 1
 
 
-def map_each(fn: Callable[[Any], T], items: Sequence[Any], workers: int | None = None) -> list[T]:
+def map_each(fn: Callable[[Any], T], items: Sequence[Any], workers: int | None = None, *,
+             in_worker: bool = False) -> list[T]:
     r"""``[fn(x) for x in items]`` with the items spread over ``workers`` threads.
 
     ``workers`` defaults to :func:`side_by_side` (torch's thread count); with fewer than two items
@@ -97,15 +98,20 @@ def map_each(fn: Callable[[Any], T], items: Sequence[Any], workers: int | None =
     Otherwise the items go to the process's worker threads (the same ones
     for every call), each computing with one thread (module docstring); the
     results come back in the order of ``items``, and the first exception
-    raised by ``fn`` is raised here.
+    raised by ``fn`` is raised here. With ``in_worker`` a single item goes to a worker
+    too (where ``workers`` allows two or more), so that its numbers are those it gets
+    beside other items: a claims shard may measure alone a passage that the whole run
+    measured beside another (``measurement.passages``).
     """
-    count = min(len(items), workers if workers is not None else side_by_side())
-    if count < 2 or serial():  # inside a worker: here (the workers may all be waiting)
+    limit = workers if workers is not None else side_by_side()
+    count = min(len(items), limit)
+    alone = count < 2 and not (in_worker and len(items) == 1 and limit >= 2)
+    if alone or serial():  # inside a worker: here (the workers may all be waiting)
         return [fn(x) for x in items]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the workers, started on demand, read it at their first operation
     try:
         with one_blas_thread():
-            return list(_pool(count, os.getpid()).map(fn, items))
+            return list(_pool(max(count, 2), os.getpid()).map(fn, items))
     finally:
         torch.set_num_threads(threads)

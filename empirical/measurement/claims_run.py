@@ -65,7 +65,7 @@ def run_claims(
     measured, ordered = s.ranges()
     corpora, lengths, tokens = _corpora(loaded, s, passage_ids)
     if on_stage is not None:  # the plan, before the first forward pass
-        say(_plan(loaded, lengths, len(corpora), (measured, ordered), s.batch_size))
+        say(_plan(loaded, lengths, len(corpora), (measured, ordered), s))
     if controls is None:
         controls = {seed: random_init_twin(loaded, seed) for seed in CONTROL_SEEDS}
     power = power_statement(s.order_passages)
@@ -75,7 +75,8 @@ def run_claims(
         say(f"{label}: {len(measured)} passages x {lengths} tokens: trained, "
             "shuffled frequencies, random-init twin")  # fmt: skip
         rows += measure_passages(loaded, controls, chosen, measured, corpus=label,
-                                 lengths=lengths, seed=s.seed, on_passage=on_passage)  # fmt: skip
+                                 lengths=lengths, seed=s.seed, run=s.passages,
+                                 on_passage=on_passage)  # fmt: skip
         say(f"{label}: word order, {len(ordered)} passages; {power}")
         order += _word_order(loaded, (label, chosen), ordered, lengths, s, on_passage)
     header = _header(loaded, s, (corpora, lengths, tokens), power)
@@ -114,7 +115,7 @@ def _corpus_ids(loaded: LoadedModel, spec: str, n_tokens: int, need: int) -> tup
 
 
 def _plan(loaded: LoadedModel, lengths: list[int], corpora: int, spans: tuple[range, range],
-          batch_size: int) -> str:  # fmt: skip
+          s: ClaimsSettings) -> str:  # fmt: skip
     """The plan ``measurement.plan`` prints: forward passes by kind, minutes from a warm-up of
     what the passages measure (the split alone)."""
     from dataclasses import replace
@@ -122,7 +123,7 @@ def _plan(loaded: LoadedModel, lengths: list[int], corpora: int, spans: tuple[ra
     from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE
     from ropesplit.empirical.measurement.plan import claims_plan, warmup
 
-    plan = claims_plan(lengths, corpora, *spans, batch_size)
+    plan = claims_plan(lengths, corpora, *spans, s.batch_size, run=s.passages)
     split = replace(DEFAULT_MEASURE, split_only=True)
     return replace(plan, cost=warmup(loaded, measure=split)).text()
 

@@ -17,6 +17,9 @@ is measured from it. Three forward passes per group of passages:
 - the **random-init twin** (seed ``CONTROL_SEEDS[p mod 5]``; passages of one
   seed run together) at the text's positions.
 
+The batches are formed from the whole run's passages (:func:`passes`), so a shard
+measures each passage beside the same others as the whole run does.
+
 Each layer's heads are measured as the layer streams past (one layer in
 memory at a time; a group's passages side by side on the CPU threads). Per
 head: ``r_split`` and its pair moments under each reference rotation of
@@ -65,6 +68,7 @@ __all__ = [
     "TOOLKIT_SPLIT",
     "control_seed",
     "measure_passages",
+    "passes",
 ]
 
 JITTER = 4  # position ids move by up to this many places (claim 5)
@@ -80,6 +84,40 @@ BATCH = 4  # passages of the trained model in one batch (each twice: text and ji
 def control_seed(passage: int) -> int:
     """The random-init twin passage ``passage`` is paired with: seeds rotate over the corpus."""
     return CONTROL_SEEDS[passage % len(CONTROL_SEEDS)]
+
+
+def passes(span: range, run: int) -> tuple[list[list[int]], list[list[int]]]:
+    """The batches that measure passages ``span`` of a run of passages ``0..run-1``, as
+    global passage indices: the trained model's (:data:`BATCH` passages from a multiple of
+    it) and the twin groups (in each block of ``GROUP * len(CONTROL_SEEDS)`` passages from a
+    multiple of it, the passages of one twin seed: :data:`GROUP` at most), each one that
+    holds a passage of ``span``, whole.
+
+    A batch is formed from the whole run, never from the shard's own list, so a passage
+    is measured beside the same others whatever shard measures it (a GPU's float32
+    products may differ with the batch's size). The others in a shard's batch go through
+    the forward pass unmeasured.
+
+    >>> passes(range(0, 8), 8)
+    ([[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 5], [1, 6], [2, 7], [3], [4]])
+    >>> passes(range(4, 8), 8)[1]
+    [[0, 5], [1, 6], [2, 7], [4]]
+    """
+    if not span:  # a shard past the run's passages (it measures word order only)
+        return [], []
+    if not 0 <= span.start < span.stop <= run or span.step != 1:
+        raise ValueError(f"passages {span.start}:{span.stop} are not in a run of {run}")
+    batches = [list(range(lo, min(lo + BATCH, run)))
+               for lo in range(span.start - span.start % BATCH, span.stop, BATCH)]  # fmt: skip
+    block = GROUP * len(CONTROL_SEEDS)
+    starts = range(span.start - span.start % block, span.stop, block)
+    groups = []
+    for seed in CONTROL_SEEDS:
+        for lo in starts:
+            group = [p for p in range(lo, min(lo + block, run)) if control_seed(p) == seed]
+            if any(p in span for p in group):
+                groups.append(group)
+    return batches, groups
 
 
 @dataclass
@@ -231,22 +269,24 @@ def _twin_layer(p: _Passage, text: LayerCapture, n: int, fitted: set[int]) -> No
 
 
 def _stream(loaded: LoadedModel, ids: torch.Tensor, positions: np.ndarray,
-            each: Callable[[int, int, list[LayerCapture]], None], count: int,
+            each: Callable[[int, int, list[LayerCapture]], None], measured: Sequence[int],
             lengths: Sequence[int], null: ShuffledFrequencies | None = None) -> None:  # fmt: skip
     """One validated forward pass of ``ids (B, N)`` at ``positions (B, N)``; per layer,
-    ``each(b, n, layers)`` for every ``b < count`` and length ``n`` of ``lengths``, side by
-    side (``layers``: the batch's captures); ``null``: the frequency-order null in force.
+    ``each(b, n, layers)`` for every ``b`` of ``measured`` and length ``n`` of ``lengths``,
+    side by side, in workers even alone (``map_each``'s ``in_worker``: an item's numbers do
+    not depend on how many others a shard measures); ``layers``: the batch's captures;
+    ``null``: the frequency-order null in force.
 
     The items go longest first, so that the short ones fill the threads' last gaps: three
     passages at 512 and 256 tokens on two threads take about the time of two long items,
     against about 2.7 when each thread took a whole passage (both lengths). Each ``(b, n)``
     writes only its own cells (``_Passage.at(model, n)``), in the order it always did: the
     numbers are the same."""
-    items = [(b, n) for n in sorted(lengths, reverse=True) for b in range(count)]
+    items = [(b, n) for n in sorted(lengths, reverse=True) for b in measured]
 
     def on_layer(layers: list[LayerCapture]) -> None:
         map_each(lambda item: each(item[0], item[1], layers), items,
-                 side_by_side(layers[0].q.device))  # fmt: skip
+                 side_by_side(layers[0].q.device), in_worker=True)  # fmt: skip
 
     capture_batch(loaded, ids, torch.as_tensor(positions), on_layer=on_layer, null=null)
 
@@ -399,6 +439,7 @@ def measure_passages(
     corpus: str,
     lengths: Sequence[int],
     seed: int = 0,
+    run: int | None = None,
     on_passage: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per passage ``span`` of ``chosen`` (a corpus' token ids, at least the longest
@@ -406,44 +447,41 @@ def measure_passages(
 
     Each row: ``corpus``, ``passage`` (its index in the corpus run, so a shard measures
     exactly what the whole run would; its seeds are ``seed + passage``), ``name``,
-    ``control_seed`` and ``cells``. The controlled-distance fits read
-    ``model.loaded.default_layers``. ``on_passage(1)`` follows the progress.
+    ``control_seed`` and ``cells``. ``run``: the run's passages ``0..run-1`` (default
+    ``span.stop``), which the batches are formed from (:func:`passes`). The
+    controlled-distance fits read ``model.loaded.default_layers``. ``on_passage(1)``
+    follows the progress.
     """
-    names = chosen.names[span.start : span.stop]
-    matrix = torch.as_tensor(chosen.ids[span.start : span.stop]).reshape(len(names), -1)  # (P, N)
-    first = span.start
+    run = span.stop if run is None else run
+    batches, groups = passes(span, run)
     lengths = sorted({int(t) for t in lengths})
-    if matrix.shape[1] < lengths[-1]:
-        raise ValueError(f"ids hold {matrix.shape[1]} tokens, the grid needs {lengths[-1]}")
-    matrix = matrix[:, : lengths[-1]]
+    if chosen.ids.shape[-1] < lengths[-1]:
+        raise ValueError(f"ids hold {chosen.ids.shape[-1]} tokens, the grid needs {lengths[-1]}")
+    ids = {p: torch.as_tensor(chosen.ids[p, : lengths[-1]])
+           for p in sorted({p for batch in batches + groups for p in batch})}  # fmt: skip
     fitted = set(default_layers(loaded.layers))
-    n = matrix.shape[1]
-    passages = [_Passage(first + k, seed + first + k,
-                         _jittered(loaded, matrix[k].numpy(), seed + first + k))
-                for k in range(len(names))]  # fmt: skip
-    groups: list[list[int]] = []
-    for s in CONTROL_SEEDS:
-        mine = [k for k, p in enumerate(passages) if control_seed(p.index) == s]
-        groups += [mine[i : i + GROUP] for i in range(0, len(mine), GROUP)]
+    n = lengths[-1]
+    passages = {p: _Passage(p, seed + p, _jittered(loaded, x.numpy(), seed + p))
+                for p, x in ids.items()}  # fmt: skip
 
-    def pairs_of(group: list[int]) -> tuple[torch.Tensor, np.ndarray]:
-        x = matrix[group]  # (B, N)
+    def pairs_of(group: list[int]) -> tuple[torch.Tensor, np.ndarray, list[int]]:
+        x = torch.stack([ids[p] for p in group])  # (B, N)
         positions = np.concatenate([np.broadcast_to(np.arange(n), x.shape),
-                                    np.stack([passages[k].after for k in group])])  # fmt: skip
-        return torch.cat([x, x]), positions  # (2B, N): the text's positions, then jittered
+                                    np.stack([passages[p].after for p in group])])  # fmt: skip
+        mine = [b for b, p in enumerate(group) if p in span]  # the others ride along
+        return torch.cat([x, x]), positions, mine  # (2B, N): the text's positions, then jittered
 
-    for lo in range(0, len(passages), BATCH):  # the trained model: its batches
-        group = list(range(lo, min(lo + BATCH, len(passages))))
-        both, positions = pairs_of(group)
+    for group in batches:  # the trained model: its batches
+        both, positions, mine = pairs_of(group)
 
         def trained(b: int, n: int, got: list[LayerCapture], group: list[int] = group) -> None:
             _trained_layer(passages[group[b]], got[b], got[len(group) + b], n, fitted)
 
-        _stream(loaded, both, positions, trained, len(group), lengths)
+        _stream(loaded, both, positions, trained, mine, lengths)
     rows: dict[int, dict[str, Any]] = {}
     for group in groups:  # passages of one twin seed: the shuffled-frequency model, the twin
-        cs = control_seed(passages[group[0]].index)
-        both, positions = pairs_of(group)
+        cs = control_seed(group[0])
+        both, positions, mine = pairs_of(group)
         count = len(group)
 
         def shuffled(b: int, n: int, got: list[LayerCapture], group: list[int] = group) -> None:
@@ -453,13 +491,13 @@ def measure_passages(
             _twin_layer(passages[group[b]], got[b], n, fitted)
 
         with shuffled_frequencies(loaded, cs) as null:
-            _stream(loaded, both, positions, shuffled, count, lengths, null)
-        _stream(controls[cs], both[:count], positions[:count], twin, count, lengths)
-        for k in group:
-            p = passages[k]
-            rows[k] = {"corpus": corpus, "passage": p.index, "name": names[k],
-                       "control_seed": cs, "cells": _cells(p, lengths)}  # fmt: skip
+            _stream(loaded, both, positions, shuffled, mine, lengths, null)
+        _stream(controls[cs], both[:count], positions[:count], twin, mine, lengths)
+        for b in mine:
+            p = passages[group[b]]
+            rows[p.index] = {"corpus": corpus, "passage": p.index, "name": chosen.names[p.index],
+                             "control_seed": cs, "cells": _cells(p, lengths)}  # fmt: skip
             p.heads.clear()
             if on_passage is not None:
                 on_passage(1)
-    return [rows[k] for k in range(len(names))]
+    return [rows[p] for p in span]

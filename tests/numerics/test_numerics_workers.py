@@ -32,6 +32,12 @@ def test_map_each_is_the_items_in_order_and_restores_the_threads():
     seen.clear()
     assert map_each(square, [3], workers=2) == [9]  # one item: computed here, as it is
     assert seen == [(False, threads)]
+    seen.clear()  # in_worker: one item as beside others (a claims shard's lone passage)
+    assert map_each(square, [3], workers=2, in_worker=True) == [9]
+    assert seen == [(True, 1)] and torch.get_num_threads() == threads
+    seen.clear()
+    assert map_each(square, [3], workers=1, in_worker=True) == [9]  # no workers: here
+    assert seen == [(False, threads)]
 
     def fails(x):
         raise ValueError(f"item {x}")
