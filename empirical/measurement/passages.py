@@ -100,7 +100,8 @@ def passes(span: range, run: int) -> tuple[list[list[int]], list[list[int]]]:
 
     >>> passes(range(0, 8), 8)
     ([[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 5], [1, 6], [2, 7], [3], [4]])
-    >>> passes(range(4, 8), 8)[1]
+    >>> batches, groups = passes(range(4, 8), 8)
+    >>> groups
     [[0, 5], [1, 6], [2, 7], [4]]
     """
     if not span:  # a shard past the run's passages (it measures word order only)
