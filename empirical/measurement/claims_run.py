@@ -74,7 +74,7 @@ def run_claims(
     for label, chosen in corpora.items():
         say(f"{label}: {len(measured)} passages x {lengths} tokens: trained, "
             "shuffled frequencies, random-init twin")  # fmt: skip
-        rows += measure_passages(loaded, controls, chosen, measured, corpus=label,
+        rows += measure_passages(loaded, controls, (label, chosen), measured,
                                  lengths=lengths, seed=s.seed, run=s.passages,
                                  on_passage=on_passage)  # fmt: skip
         say(f"{label}: word order, {len(ordered)} passages; {power}")

@@ -434,17 +434,17 @@ def _cells(p: _Passage, lengths: Sequence[int]) -> dict[str, dict[str, float]]:
 def measure_passages(
     loaded: LoadedModel,
     controls: dict[int, LoadedModel],
-    chosen: PassageIds,
+    corpus: tuple[str, PassageIds],
     span: range,
     *,
-    corpus: str,
     lengths: Sequence[int],
     seed: int = 0,
     run: int | None = None,
     on_passage: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per passage ``span`` of ``chosen`` (a corpus' token ids, at least the longest
-    of ``lengths`` each), each in every cell of ``lengths`` (the module docstring).
+    """One row per passage ``span`` of ``corpus`` (its label and its token ids ``chosen``, at
+    least the longest of ``lengths`` each), each in every cell of ``lengths`` (the module
+    docstring).
 
     Each row: ``corpus``, ``passage`` (its index in the corpus run, so a shard measures
     exactly what the whole run would; its seeds are ``seed + passage``), ``name``,
@@ -453,6 +453,7 @@ def measure_passages(
     controlled-distance fits read ``model.loaded.default_layers``. ``on_passage(1)``
     follows the progress.
     """
+    label, chosen = corpus
     run = span.stop if run is None else run
     batches, groups = passes(span, run)
     lengths = sorted({int(t) for t in lengths})
@@ -496,7 +497,7 @@ def measure_passages(
         _stream(controls[cs], both[:count], positions[:count], twin, mine, lengths)
         for b in mine:
             p = passages[group[b]]
-            rows[p.index] = {"corpus": corpus, "passage": p.index, "name": chosen.names[p.index],
+            rows[p.index] = {"corpus": label, "passage": p.index, "name": chosen.names[p.index],
                              "control_seed": cs, "cells": _cells(p, lengths)}  # fmt: skip
             p.heads.clear()
             if on_passage is not None:

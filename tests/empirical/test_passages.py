@@ -79,8 +79,8 @@ def test_shards_measure_each_passage_in_the_whole_runs_batch_and_thread(tiny, mo
     monkeypatch.setattr(passages, "_twin_layer", twin_layer)
 
     def rows(span: range) -> list[dict]:
-        got = passages.measure_passages(loaded, controls, chosen, span, corpus="t",
-                                        lengths=[32], run=8)  # fmt: skip
+        got = passages.measure_passages(loaded, controls, ("t", chosen), span, lengths=[32],
+                                        run=8)  # fmt: skip
         return json.loads(json.dumps(_jsonable(got)))  # as written: a NaN is null
 
     whole = rows(range(8))

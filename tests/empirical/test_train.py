@@ -141,7 +141,7 @@ def test_a_killed_process_leaves_only_complete_checkpoints(tmp_path) -> None:
     out = tmp_path / "killed"
     script = (
         "import sys, time\n"
-        "from ropesplit.empirical import train as T, train_measure as M\n"
+        "from ropesplit.empirical.training import train as T, train_measure as M\n"
         "real = M.Measurer.__call__\n"
         "def slow(self, folder, step):\n"
         "    if step == 2: time.sleep(60)\n"
