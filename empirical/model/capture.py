@@ -48,12 +48,9 @@ from ropesplit.empirical.adapter.configs import (
     rope_base,
 )
 from ropesplit.empirical.model.geometry import cached_geometry, full_theta
-from ropesplit.empirical.model.memory import release_growth
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ropesplit.empirical.measurement.shuffled import ShuffledFrequencies
 from ropesplit.empirical.model.inputs import as_input_ids, as_position_ids, check_positions
 from ropesplit.empirical.model.loaded import LoadedModel
+from ropesplit.empirical.model.memory import release_growth
 from ropesplit.empirical.model.passes import model_pass
 from ropesplit.empirical.model.validate import (
     ModelAttention,
@@ -72,6 +69,9 @@ from ropesplit.empirical.model.validate import (
     unshifted,
 )
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map, spec_scale
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ropesplit.empirical.measurement.shuffled import ShuffledFrequencies
 
 __all__ = ["Capture", "LayerCapture", "Pairs", "RopeSeen", "capture", "capture_batch",
            "finish_layer"]
