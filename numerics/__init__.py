@@ -9,7 +9,9 @@ Modules, one idea each:
     split       W = f + g + E as dense matrices for one head      (sections 2-3)
     fit         the three-axis fit a_{i-j} + b_i + c_j           (sections 4-5)
     perturbation  dummy distances and moved positions: the experiments' measures (3-4)
+    mask        Mask: which pairs an attention call lets through (causal, both ways, ...) (9)
     stats       the section 5 statistics, batched over heads     (section 5)
+    masked      the same over any other mask: dense row blocks, both signs of the offset (9)
     statistics  their names, in the one registry every reader lists them from
     partial_rotary  a partial-rotary (MLA) head: the rotating slice's share of rc(W) (7)
     gains       learned gains after RoPE: a relative logit plus a term in i + j (8)
@@ -29,6 +31,7 @@ Modules, one idea each:
     synthetic   queries and keys that satisfy, ignore or violate the pattern
     schemes     word-order and position-id perturbation schemes (index arrays, no model)
     tasks       the associative-recall and fixed-offset training tasks' token batches
+    threeterm   the protein paper's fit a[i-j] + b[j] + c[i]: r, log Var(a)/Var(b), CVs (4-5)
     workers     independent statistics side by side, one thread per item
 
 Shapes::
@@ -36,7 +39,7 @@ Shapes::
     q, k        (N, d)       one head's pre-RoPE features (H or Hkv leading for a layer)
     theta       (P,)         P = d/2 frequencies; 0 for non-rotating pairs
     qc, kc      (N, P)       complex pairs (rope.to_pairs)
-    W, f, g, E  (N, N)       only causal pairs j <= i are meaningful
+    W, f, g, E  (N, N)       only the mask's pairs are meaningful (causal: j <= i)
 
 The public functions take a layer's geometry as one RopeSpec and their options
 as one Measure: ``layer_statistics(q, k, spec, Measure(reference="mean"))``.
@@ -53,6 +56,7 @@ from ropesplit.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from ropesplit.numerics.fit import three_axis_fit
+    from ropesplit.numerics.mask import Mask
     from ropesplit.numerics.measure import EXACT, Measure
     from ropesplit.numerics.partial_rotary import rotary_share
     from ropesplit.numerics.reference import Reference, mean_rotation, resolve_reference
@@ -60,16 +64,18 @@ if TYPE_CHECKING:
     from ropesplit.numerics.spec import RopeSpec
     from ropesplit.numerics.split import HeadSplit, split_head
     from ropesplit.numerics.stats import HeadStats, head_statistics, layer_statistics
+    from ropesplit.numerics.threeterm import cv_interval, three_term_fit, three_term_fits
 
 # each public name, by the module that defines it: loaded on first use, so a model-free
 # reader (ropesplit.claims: intervals, pooling) imports no torch
 _HOMES = {
-    "three_axis_fit": "fit", "EXACT": "measure", "Measure": "measure",
+    "three_axis_fit": "fit", "Mask": "mask", "EXACT": "measure", "Measure": "measure",
     "rotary_share": "partial_rotary", "Reference": "reference", "mean_rotation": "reference",
     "resolve_reference": "reference", "frequencies": "rope", "from_pairs": "rope",
     "rotate": "rope", "to_pairs": "rope", "RopeSpec": "spec", "HeadSplit": "split",
     "split_head": "split", "HeadStats": "stats", "head_statistics": "stats",
-    "layer_statistics": "stats",
+    "layer_statistics": "stats", "cv_interval": "threeterm", "three_term_fit": "threeterm",
+    "three_term_fits": "threeterm",
 }  # fmt: skip
 
 
@@ -78,11 +84,13 @@ __getattr__, __dir__ = lazy_names(
 
 __all__ = [
     "EXACT",
+    "Mask",
     "Measure",
     "RopeSpec",
     "HeadSplit",
     "HeadStats",
     "Reference",
+    "cv_interval",
     "frequencies",
     "from_pairs",
     "head_statistics",
@@ -93,5 +101,7 @@ __all__ = [
     "rotate",
     "split_head",
     "three_axis_fit",
+    "three_term_fit",
+    "three_term_fits",
     "to_pairs",
 ]

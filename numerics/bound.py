@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ropesplit.numerics.mask import Mask, causal_window
 from ropesplit.numerics.workers import serial
 
 __all__ = ["ATOL", "RTOL", "CausalPairs", "causal_ratios", "remainder_and_bound", "rotation_gap",
@@ -142,7 +143,7 @@ def causal_ratios(
     positions_k: np.ndarray,
     scale: float,
     *,
-    window: int | None = None,
+    window: int | Mask | None = None,
     one_minus_m: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""``|E| / B`` on every causal pair, and the violation count per head, term by term.
@@ -165,6 +166,7 @@ def causal_ratios(
     :func:`violations`).  The sums run in any order the compiler picks
     (vectorised), which keeps the rounding argument above.
     """
+    window = causal_window(window, "causal_ratios (diagonal by diagonal, j <= i)")
     pairs = CausalPairs(q, dev, theta, positions_q, positions_k, scale, window=window,
                         one_minus_m=one_minus_m)  # fmt: skip
     return pairs.ratios()

@@ -37,14 +37,18 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
+from ropesplit.numerics.mask import Mask, causal_window
 
 __all__ = [
     "TOL",
     "AdditiveFits",
     "BandGram",
+    "SpanGram",
     "ThreeAxisFit",
     "additive_fits",
     "band_gram",
+    "mask_gram",
+    "span_gram",
     "three_axis_fit",
 ]
 
@@ -232,10 +236,67 @@ class BandGram(_Gram):
         return np.concatenate(parts)
 
 
+def band_gram(n: int, window: int | Mask | None = None, axes: int = 3) -> BandGram:
+    """The cached :class:`BandGram` for ``N`` tokens, a sliding window (None: none; or a
+    causal band's :class:`.mask.Mask`, any other mask refused) and ``axes``."""
+    return _band_gram(n, causal_window(window, "the causal band's Gram (band_gram)"), axes)
+
+
 @functools.lru_cache(maxsize=8)
-def band_gram(n: int, window: int | None = None, axes: int = 3) -> BandGram:
-    """The cached :class:`BandGram` for ``N`` tokens, a sliding window (None: none) and ``axes``."""
+def _band_gram(n: int, window: int | None, axes: int) -> BandGram:
     return BandGram(n, window, axes)
+
+
+class SpanGram(_Gram):
+    r"""``G`` for the two-sided band ``-after <= i - j <= before`` on ``N`` tokens (attention
+    both ways, docs/theory.md section 9): ``O(N)`` per product, by prefix sums.
+
+    The offsets :math:`D = i - j` run from ``-after`` to ``before`` (clipped to
+    :math:`\pm(N-1)`); unknown ``a[t]`` is :math:`a_D` for :math:`D = t - \mathrm{after}`.
+    Row ``i`` sees the columns ``lo_i .. hi_i`` and the offsets ``i - hi_i .. i - lo_i``;
+    column ``j`` the rows ``j - after .. j + before`` (clipped), every range contiguous.
+    """
+
+    def __init__(self, n: int, before: int | None, after: int | None) -> None:
+        self.n = n
+        back = n - 1 if before is None else min(before, n - 1)
+        ahead = n - 1 if after is None else min(after, n - 1)
+        self.d_min, self.n_a = -ahead, back + ahead + 1
+        i = np.arange(n)
+        dist = np.arange(self.n_a) + self.d_min  # (n_a,) the offsets D
+        self.count_a = (n - np.abs(dist)).astype(np.float64)
+        self._cols = np.maximum(0, i - back), np.minimum(n - 1, i + ahead)  # row i: lo .. hi
+        self._rows = np.maximum(0, i - ahead), np.minimum(n - 1, i + back)  # column j
+        self.count_b = (self._cols[1] - self._cols[0] + 1).astype(np.float64)
+        self.count_c = (self._rows[1] - self._rows[0] + 1).astype(np.float64)
+        self._a_rows = np.maximum(0, dist), np.minimum(n - 1, n - 1 + dist)  # offset D: rows
+        self.diag = np.concatenate([self.count_a, self.count_b, self.count_c])
+        self.pairs = int(self.count_b.sum())
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        r"""``G x`` for ``x (K, H)``: the fit summed per offset, row and column."""
+        n, n_a, at = self.n, self.n_a, -self.d_min  # a[t] with t = D + after
+        a, b, c = x[:n_a], x[n_a : n_a + n], x[n_a + n :]
+        zero = np.zeros((1, x.shape[1]))
+        ca, cb, cc = (np.concatenate([zero, np.cumsum(v, 0)]) for v in (a, b, c))
+
+        def span(prefix: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+            return prefix[hi + 1] - prefix[lo]  # sum over lo .. hi inclusive
+
+        i = np.arange(n)
+        (lo, hi), (r_lo, r_hi), (d_lo, d_hi) = self._cols, self._rows, self._a_rows
+        dist = np.arange(n_a) - at
+        ya = self.count_a[:, None] * a + span(cb, d_lo, d_hi) + span(cc, d_lo - dist, d_hi - dist)
+        yb = self.count_b[:, None] * b + span(cc, lo, hi) + span(ca, i - hi + at, i - lo + at)
+        yc = self.count_c[:, None] * c + span(cb, r_lo, r_hi) + span(ca, r_lo - i + at,
+                                                                       r_hi - i + at)
+        return np.concatenate([ya, yb, yc])
+
+
+@functools.lru_cache(maxsize=8)
+def span_gram(n: int, before: int | None, after: int | None) -> SpanGram:
+    """The cached :class:`SpanGram` for ``N`` tokens and a two-sided band."""
+    return SpanGram(n, before, after)
 
 
 class _MaskGram(_Gram):
@@ -244,6 +305,7 @@ class _MaskGram(_Gram):
     def __init__(self, mask: np.ndarray) -> None:
         self.n = mask.shape[0]
         self.rows, self.cols = np.nonzero(mask)  # (pairs,) each
+        self.pairs = self.rows.size
         dist = self.rows - self.cols
         self.d_min = int(dist.min())
         self.dist = dist - self.d_min
@@ -265,6 +327,18 @@ class _MaskGram(_Gram):
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         return np.stack([self.sums(self.fit_values(col)) for col in x.T], axis=1)
+
+
+@functools.lru_cache(maxsize=8)
+def mask_gram(n: int, mask: Mask) -> _Gram:
+    """The Gram of the three-axis fit over a :class:`.mask.Mask`'s pairs on ``N`` tokens:
+    the causal band's :class:`BandGram`, a two-sided band's :class:`SpanGram` (both
+    ``O(N)`` per product), else the pair list's (blocks, padding: ``O(pairs)``)."""
+    if mask.is_causal_band:
+        return band_gram(n, mask.window)
+    if mask.segments is None and mask.keep is None:
+        return span_gram(n, mask.before, mask.after)
+    return _MaskGram(mask.allowed(n))
 
 
 def three_axis_fit(W: Any, mask: Any = None) -> ThreeAxisFit:

@@ -77,9 +77,10 @@ import numpy as np
 import torch
 
 from ropesplit.core.errors import RopesplitError
-from ropesplit.numerics import _inputs, pairing
+from ropesplit.numerics import _inputs, masked, pairing
 from ropesplit.numerics.bound import RTOL, CausalPairs, remainder_and_bound, violations
-from ropesplit.numerics.fit import BandGram, band_gram
+from ropesplit.numerics.fit import BandGram, band_gram, mask_gram
+from ropesplit.numerics.mask import Mask, causal_window
 from ropesplit.numerics.measure import EXACT, Measure
 from ropesplit.numerics.pairing import (
     BoundCheck,
@@ -123,7 +124,7 @@ class HeadStats:
     tightness_median: float  # median of the same
     lowfreq_share_k: float  # key-deviation energy in the low-frequency half
     lowfreq_share_q: float  # query-deviation energy in the low-frequency half
-    n_pairs: int  # causal pairs
+    n_pairs: int  # pairs of the mask (causal pairs by default)
     sampled_pairs: int | None  # pairs in the tightness sample; None when exact
     violations: int  # pairs with |E| above the bound (checked pairs)
     reference: str = "zero"  # the reference rotation of every field above
@@ -143,6 +144,7 @@ def head_statistics(
     *,
     positions: Positions = None,
     kbar: KeyMean | None = None,
+    mask: Mask | None = None,
 ) -> HeadStats:
     r"""The section 5 statistics of one head: ``q, k (N, d)``; see :func:`layer_statistics`.
 
@@ -159,7 +161,8 @@ def head_statistics(
     k = _inputs.as_float64("k", k, 2)
     kb = None if kbar is None else _inputs.as_float64("kbar", kbar, 1)[None]
     one = replace(as_spec(spec, q.shape[-1]), kv_map=(0,))
-    return layer_statistics(q[None], k[None], one, measure, positions=positions, kbar=kb)[0]
+    return layer_statistics(q[None], k[None], one, measure, positions=positions, kbar=kb,
+                            mask=mask)[0]
 
 
 def layer_statistics(
@@ -170,6 +173,7 @@ def layer_statistics(
     *,
     positions: Positions = None,
     kbar: LayerKeyMeans | None = None,
+    mask: Mask | None = None,
 ) -> list[HeadStats]:
     r"""The section 5 statistics of every query head of a layer, batched.
 
@@ -192,7 +196,11 @@ def layer_statistics(
     tensors there, the features, row moments (prefix sums), FFT band sums, the
     three-axis fit's right side and the fused bound check stay there, and only the
     per-head sums come back; the same numbers to float64 rounding (1e-12 relative on
-    the golden fixture, tests/numerics/test_golden.py).
+    the golden fixture, tests/numerics/test_golden.py).  ``mask``
+    (:class:`~.mask.Mask`, None: the causal pairs within ``spec.window``) says which pairs
+    every statistic runs over: a causal band by the prefix sums, any other mask (both
+    ways, blocks, padding; docs/theory.md section 9) by :mod:`.masked`, the mean reference
+    then over the mask's offsets of both signs.
 
     .. math:: E_{ij} = s\,\big(\langle R(p_i)q_i, R(p'_j)\delta_j\rangle
                                - \langle q_i, \delta_j\rangle\big)
@@ -200,21 +208,20 @@ def layer_statistics(
     device = getattr(measure, "device", None)  # (a geometry given loose fails just below)
     dev = None if device is None else torch.device(device)
     q, k, spec, kv = layer_inputs(q, k, spec, device=dev)  # tensors on dev when one is given
-    (h, n, d), th, w = q.shape, spec.frequencies, spec.window
+    (h, n, d), th = q.shape, spec.frequencies
+    mask = _layer_mask(mask, spec.window)
     pq, pk = _inputs.check_positions(positions, n)
     if kbar is None:
         kbar = measure.rule_kbar(k)  # (Hkv, d), or None: each KV head's mean key below
-    # the references of the split, the primary first
-    refs = [resolve_reference(name, th, n=n, window=w, positions=(pq, pk))
-            for name in _unique([measure.reference, *measure.references])]  # fmt: skip
+    w, allowed, refs = _pairs_and_references(mask, measure, th, pq, pk)
     qc, kc = (_pairs(x, spec.layout, spec.rotary_dim) for x in (q, k))  # (H, N, P), (Hkv, N, P)
     dc = _key_deviations(kc, kbar, d, spec)  # (Hkv, N, P) delta~
     low_k = _lowfreq_share(_energy(dc), th)[kv]  # (H,)
     low_q = _lowfreq_share(_energy(qc - qc.mean(1, keepdim=True)), th)  # (H,)
-    layer = _Pairs(qc, kc, dc, kv, th, pq, pk, w)
+    layer = _Pairs(qc, kc, dc, kv, th, pq, pk, w, allowed)
     sums = _logit_sums(layer, [None if r.is_zero else r.m for r in refs], dev,
                        three_axis=not measure.split_only)  # fmt: skip
-    gram = band_gram(n, w)
+    gram = band_gram(n, w) if allowed is None else mask_gram(n, mask)
     if measure.split_only:  # no bound check, no three-axis fit (Measure.split_only)
         tight: list[tuple[float, float, int | None, int]] = [(math.nan, math.nan, 0, 0)] * h
         fit_share = np.full(h, math.nan)
@@ -236,6 +243,38 @@ def layer_statistics(
             reference=refs[0].name, by_reference=split,
         ))  # fmt: skip
     return out
+
+
+def _layer_mask(mask: Mask | None, window: int | None) -> Mask:
+    """The mask a layer is measured over: ``mask``, or the causal pairs within the spec's
+    ``window``; a mask and a window that disagree are refused."""
+    if mask is None:
+        return Mask.causal(window)
+    if not isinstance(mask, Mask):
+        raise RopesplitError(f"mask must be a Mask, got {type(mask).__name__}")
+    if window is not None and not (mask.is_causal_band and mask.window == window):
+        raise RopesplitError(f"the spec's window ({window}) and the mask ({mask}) disagree: "
+                             "give the window on one of them")  # fmt: skip
+    return mask
+
+
+def _pairs_and_references(mask: Mask, measure: Measure, theta: np.ndarray, pq: np.ndarray,
+                          pk: np.ndarray) -> tuple[int | None, np.ndarray | None, list[Reference]]:
+    """``(window, allowed, references)``: a causal band's window and no pair matrix, or any
+    other mask's ``(N, N)`` pairs (a mask that lets none through is refused); the references
+    of the split, the primary first, ``mean`` over the pairs measured."""
+    n = pq.size
+    if mask.is_causal_band:
+        window, allowed = mask.window, None
+        pairs_at: dict[str, Any] = {"n": n, "window": window, "positions": (pq, pk)}
+    else:
+        window, allowed = None, mask.allowed(n)
+        if not allowed.any():
+            raise RopesplitError(f"the mask ({mask}) lets no pair through on {n} tokens")
+        pairs_at = {"distances": pq[:, None] - pk[None, :], "mask": allowed}
+    refs = [resolve_reference(name, theta, **pairs_at)
+            for name in _unique([measure.reference, *measure.references])]  # fmt: skip
+    return window, allowed, refs
 
 
 def _key_deviations(kc: torch.Tensor, kbar: Any, d: int, spec: RopeSpec) -> torch.Tensor:
@@ -262,6 +301,12 @@ def _bound_tightness(
     qc, dc, kv = layer.qc, layer.dc, layer.kv
     th, pq, pk, w = layer.theta, layer.pq, layer.pk, layer.window
     gap = None if ref.is_zero else ref.one_minus
+    if layer.allowed is not None:  # any other mask: every pair it allows, both signs
+        check = BoundCheck(qc.cpu().numpy(), dc[torch.from_numpy(kv).to(dc.device)].cpu().numpy(),
+                           th, pq, pk, s, None, gap)  # fmt: skip
+        ratios, bad, sampled = masked.mask_ratios(check, layer.allowed, measure.pair_budget,
+                                                  measure.seed)  # fmt: skip
+        return [_summary(r, sampled, b) for r, b in zip(ratios, bad, strict=True)]
     if dev is None:
         check = BoundCheck(qc.numpy(), dc[kv].numpy(), th, pq, pk, s, w, gap)
         return tightness(check, measure.pair_budget, measure.seed)
@@ -271,7 +316,7 @@ def _bound_tightness(
     return stats_torch.tightness(check, measure.pair_budget, measure.seed, dev)
 
 
-def _fit_share(sums: dict[str, Any], gram: BandGram) -> np.ndarray:
+def _fit_share(sums: dict[str, Any], gram: Any) -> np.ndarray:
     r"""``(H,)`` :math:`\|\hat a_{i-j} + \hat b_i + \hat c_j - \mu\|^2`: the centred logits'
     sum of squares the three-axis fit explains, from ``sums["rhs"] (K, H)`` (:func:`_logit_sums`)
     and the band's normal equations ``gram`` (:func:`.fit.band_gram`)."""
@@ -370,7 +415,8 @@ class _Pairs:
     theta: np.ndarray  # (P,)
     pq: np.ndarray  # (N,) query positions
     pk: np.ndarray  # (N,) key positions
-    window: int | None
+    window: int | None  # the causal band's window (None: every earlier key, or a mask)
+    allowed: np.ndarray | None = None  # (N, N) the pairs of any mask but a causal band
 
 
 def _pairs(x: Any, layout: str, rotary_dim: int | None) -> torch.Tensor:
@@ -473,21 +519,40 @@ def _logit_sums(
               + n_i\mu_W\mu_E
     """
     n, window = layer.qc.shape[1], layer.window
+    factors = _features(layer, refs)
+    if layer.allowed is not None:  # any mask but a causal band: dense row blocks
+        dense = masked.mask_sums(factors, layer.allowed)
+        pairs = float(dense.counts[1].sum())
+        band = _BandTotals(dense.row_w, dense.row_e, dense.row_w.sum(-1) / pairs,
+                           [r.sum(-1) / pairs for r in dense.row_e], dense.col_w, dense.diag_w)
+        counts = tuple(torch.from_numpy(c).to(layer.qc.device) for c in dense.counts)
+        return _sums_of(dense.moments, band, counts, dense.products, factors.a.shape[-1],
+                        three_axis)
     gram = band_gram(n, window)
     heads = torch.from_numpy(layer.kv).to(layer.qc.device)
-    factors = _features(layer, refs)
-    count_a, count_b, count_c = (torch.from_numpy(v).to(layer.qc.device)
-                                 for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
+    counts = tuple(torch.from_numpy(v).to(layer.qc.device)
+                   for v in (gram.count_a, gram.count_b, gram.count_c))  # fmt: skip
     band = _band_totals(factors, window, gram, heads, device, three_axis)
     whole = window is None or window >= n  # then every row sees all columns before it
     moments = _raw_moments(factors, None if whole else window, device)
-    centred = _Centred.of(moments, band, count_b)
-    # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
-    # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
     a, y = factors.a, factors.y
     (products,) = _band_rows([(a * a).sum(-1, keepdim=True)], (y * y).sum(-1, keepdim=True),
                              window, heads)  # fmt: skip  # (H, N) sum_j |a_i|^2 |y_j|^2
-    res = _head_sums(moments, centred, count_b, products, a.shape[-1])
+    return _sums_of(moments, band, counts, products, a.shape[-1], three_axis)
+
+
+def _sums_of(moments: Moments, band: _BandTotals, counts: tuple[torch.Tensor, ...],
+             products: torch.Tensor, width: int, three_axis: bool) -> dict[str, Any]:  # fmt: skip
+    r""":func:`_logit_sums`' result from the raw row moments, the row (column, offset) sums
+    and ``counts`` (pairs per offset, row, column; ``width`` the features' ``c``),
+    whichever algorithm summed them:
+    centred about the masked means (:class:`_Centred`), summed per head
+    (:func:`_head_sums`), and the three-axis fit's right side."""
+    count_a, count_b, count_c = counts
+    centred = _Centred.of(moments, band, count_b)
+    # each logit is a product of rotated features, rounded to within (c + 4) u |a_i||y_j|:
+    # a head whose logits all lie within that of 0 has none to speak of (no spread, NaN)
+    res = _head_sums(moments, centred, count_b, products, width)
     res["mean_w"] = band.mean_w.cpu().numpy()
     res["mean_e"] = [m.cpu().numpy() for m in band.mean_e]
     if three_axis:
@@ -628,7 +693,7 @@ def _head_sums(moments: Moments, c: _Centred, count_b: torch.Tensor, products: t
     }  # fmt: skip
 
 
-def row_moments(f: Factors, window: int | None) -> Moments:
+def row_moments(f: Factors, window: int | Mask | None) -> Moments:
     r"""Raw moments over the band: :math:`\sum_j W_{ij}^2`, and per reference
     :math:`\sum_j W_{ij}E_{ij}`, :math:`\sum_j E_{ij}^2` (:class:`.pairing.Moments`); no
     ``(N, N)`` matrix.
@@ -637,8 +702,11 @@ def row_moments(f: Factors, window: int | None) -> Moments:
     before a row's block come from prefix sums of outer products, summed over the rows
     (:func:`.pairing.prefix_moments`, ``O(N c^2)``), the block's own triangle per row from
     the compiled pair loop (:func:`_band_kernel`).  With a window the compiled
-    loop takes every pair of the band (``O(N\,\mathrm{window}\,c)``).
+    loop takes every pair of the band (``O(N\,\mathrm{window}\,c)``).  A causal band's
+    :class:`~.mask.Mask` may stand for ``window``; any other mask is refused (:mod:`.masked`
+    sums those).
     """
+    window = causal_window(window, "row_moments (prefix sums over earlier columns)")
     h, n, _ = f.a.shape
     i = np.arange(n, dtype=np.int64)
     moments = Moments.zeros(h, n, len(f.m), f.a.device)

@@ -27,7 +27,8 @@ HERE = Path(__file__).parent / "data"
 QK, STATS = HERE / "golden_qk.npz", HERE / "golden_stats.json"
 H, HKV, N, D = 4, 2, 80, 16
 
-# name -> (spec keywords, Measure keywords, positions: "index", "spaced", "jittered")
+# name -> (spec keywords, Measure keywords, positions: "index", "spaced", "jittered") and,
+# for the pairs of a mask other than the causal band (docs/theory.md section 9), MASKS
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "exact": ({}, {}, "index"),
     "window": ({"window": 24}, {}, "index"),
@@ -39,6 +40,20 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "sampled": ({}, {"pair_budget": 1000, "seed": 3}, "index"),
     "split_only": ({}, {"split_only": True, "references": ("mean",)}, "index"),
     "skip_first": ({"window": 40}, {"kbar_rule": "mean-skip-first"}, "spaced"),
+    "both": ({}, {}, "index"),
+    "both_window": ({}, {"reference": "mean", "references": ("zero",)}, "index"),
+    "ahead": ({"layout": "interleaved"}, {"reference": "mean"}, "spaced"),
+    "blocks_padding": ({}, {"references": ("distance:16",)}, "jittered"),
+    "both_sampled": ({}, {"pair_budget": 1000, "seed": 3}, "index"),
+}
+# Mask keywords of the cases measured over another mask than the causal band
+MASKS: dict[str, dict[str, Any]] = {
+    "both": {"before": None, "after": None},
+    "both_window": {"before": 12, "after": 12},
+    "ahead": {"before": 5, "after": 20},  # one-sided reach: offsets mostly negative
+    "blocks_padding": {"before": None, "after": None, "segments": (0,) * 30 + (1,) * 50,
+                       "keep": (True,) * 75 + (False,) * 5},
+    "both_sampled": {"before": None, "after": None},
 }
 
 
@@ -64,6 +79,7 @@ def positions(kind: str) -> np.ndarray:
 
 def case_stats(q: np.ndarray, k: np.ndarray, name: str, device: Any = None) -> list[dict[str, Any]]:
     """Every head's ``HeadStats`` of case ``name`` as a JSON-ready dict."""
+    from ropesplit.numerics.mask import Mask
     from ropesplit.numerics.measure import Measure
     from ropesplit.numerics.spec import RopeSpec
     from ropesplit.numerics.stats import layer_statistics
@@ -71,7 +87,8 @@ def case_stats(q: np.ndarray, k: np.ndarray, name: str, device: Any = None) -> l
     spec_kw, measure_kw, kind = CASES[name]
     spec = RopeSpec.from_base(D, 10000.0, **spec_kw)
     measure = Measure(**measure_kw, device=device)
-    stats = layer_statistics(q, k, spec, measure, positions=positions(kind))
+    mask = Mask(**MASKS[name]) if name in MASKS else None
+    stats = layer_statistics(q, k, spec, measure, positions=positions(kind), mask=mask)
     return [s.as_dict() for s in stats]
 
 

@@ -52,16 +52,26 @@ def is_zero(expr: sp.Expr) -> bool:
     r"""Exact zero test for trigonometric polynomials, without ``simplify``.
 
     .. math:: \cos(x \pm y),\ \sin(x \pm y)\ \text{expanded (expand\_trig)},
-              \quad \sin^2 u \to 1 - \cos^2 u,
+              \quad \sin^{2k + r} u \to \sin^r u\,(1 - \cos^2 u)^k\ (r \in \{0, 1\}),
 
     then a polynomial expansion; ``True`` only if the result is literally 0.
     """
     e = sp.expand(sp.expand_trig(sp.expand(expr)))
     if e == 0:
         return True
-    sines = {s for s in e.atoms(sp.sin)}
-    e = sp.expand(e.subs({s**2: 1 - sp.cos(s.args[0]) ** 2 for s in sines}))
+    e = sp.expand(e.replace(_sine_power, _reduce_sine_power))
     return bool(e == 0)
+
+
+def _sine_power(x: Any) -> bool:
+    """``sin(u)**k`` with an integer ``k >= 2``."""
+    return bool(x.is_Pow and isinstance(x.base, sp.sin) and x.exp.is_Integer and x.exp >= 2)
+
+
+def _reduce_sine_power(x: Any) -> Any:
+    r""":math:`\sin^{2k + r} u = \sin^r u\,(1 - \cos^2 u)^k`."""
+    k, r = divmod(int(x.exp), 2)
+    return x.base**r * (1 - sp.cos(x.base.args[0]) ** 2) ** k
 
 
 def zero_verdict(cases: Sequence[tuple[str, Any]]) -> Verdict:

@@ -389,3 +389,173 @@ def test_mean_key_is_never_beaten_by_another_reference_key(P, n, base, Delta, da
     scale = s * np.linalg.norm(q) * (np.abs(keys).sum() + np.abs(other).sum()) + 1e-300
     assert abs(w @ remainders(kbar)) <= REL * scale
     assert w @ remainders(kbar) ** 2 <= w @ remainders(other) ** 2 + 1e-9 * scale**2
+
+
+# --- section 9: any set of pairs, offsets of both signs (issue 54) ----------------------
+
+lengths = st.integers(1, 9)
+
+
+@st.composite
+def masks(draw):
+    """(n, allowed): a length n and any (n, n) boolean set of pairs, keys after queries
+    included."""
+    n = draw(lengths)
+    return n, draw(arrays(np.bool_, (n, n), elements=st.booleans()))
+
+
+def _upper(n: int) -> tuple[int, np.ndarray]:
+    """Only keys after their query: the pairs a causal derivation never sees."""
+    return n, np.triu(np.ones((n, n), dtype=bool), 1)
+
+
+@SETTINGS
+@given(dims, bases, positions, seeds, layouts, masks())
+@example(8, 10_000.0, 0, 0, "half", _upper(5))
+@example(2, 1e7, 1_000_000, 1, "interleaved", _upper(9))
+def test_split_any_pairs_matches_the_rotated_dot_product_on_every_allowed_pair(
+        d, base, start, seed, layout, mask):
+    n, allowed = mask
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, k = np.array(vectors(seed, d, 2 * n)).reshape(2, n, d)  # (2, n, d): queries, keys
+    kbar = k.mean(0)  # (d,)
+    fn = get_step("split_any_pairs").numeric
+    for i, j in zip(*np.nonzero(allowed), strict=True):
+        pi, pj = start + int(i), start + int(j)  # positions; pj > pi where j > i
+        W = s * (rope(pi, theta, layout) @ q[i]) @ (rope(pj, theta, layout) @ k[j])
+        terms = [fn(*args, pi, pj, s) for args in zip(
+            *pairs(q[i], layout), *pairs(kbar, layout), *pairs(k[j] - kbar, layout), theta,
+            strict=True)]
+        f, g, E = (math.fsum(t[m] for t in terms) for m in range(3))
+        scale = s * np.linalg.norm(q[i]) * (np.linalg.norm(kbar) + np.linalg.norm(k[j] - kbar))
+        note(f"(i, j)=({pi}, {pj}) W={W!r} f+g+E={f + g + E!r}")
+        assert abs(f + g + E - W) <= REL * scale
+        assert abs(f - s * q[i] @ rope(pj - pi, theta, layout) @ kbar) <= REL * scale
+        assert abs(g - s * q[i] @ (k[j] - kbar)) <= REL * scale
+
+
+@SETTINGS
+@given(dims, bases, positions, seeds, masks(), st.floats(1e-3, 1e3))
+@example(64, 100_000.0, 0, 0, _upper(4), 1.0)
+def test_remainder_never_exceeds_its_bound_on_any_pair_of_any_mask(
+        d, base, start, seed, mask, spread):
+    n, allowed = mask
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, k = np.array(vectors(seed, d, 2 * n)).reshape(2, n, d)  # (2, n, d)
+    delta = spread * (k - k.mean(0))  # (n, d) key deviations
+    fn = get_step("remainder_bound_any_pairs").numeric
+    for i, j in zip(*np.nonzero(allowed), strict=True):
+        pi, pj = start + int(i), start + int(j)
+        E = s * q[i] @ (rope(pj - pi, theta, "half") - np.eye(d)) @ delta[j]  # the twin
+        bounds = [fn(*args, pi, pj, s) for args in zip(
+            *pairs(q[i], "half"), *pairs(delta[j], "half"), theta, strict=True)]
+        mirror = [fn(*args, pj, pi, s) for args in zip(
+            *pairs(q[i], "half"), *pairs(delta[j], "half"), theta, strict=True)]
+        tight, loose = (math.fsum(b[m] for b in bounds) for m in range(2))
+        note(f"(i, j)=({pi}, {pj}) E={E!r} tight={tight!r} loose={loose!r}")
+        scale = s * np.linalg.norm(q[i]) * np.linalg.norm(delta[j])
+        assert abs(E) <= tight + SLACK * scale
+        assert tight <= loose + SLACK * scale
+        assert bounds == mirror  # a pair and its mirror: one bound
+
+
+@SETTINGS
+@given(dims, bases, deltas, seeds)
+@example(64, 100_000.0, -1, 0)
+@example(2, 10_000.0, -1_000_000, 1)
+def test_remainder_bound_any_pairs_agrees_with_the_causal_bound_at_the_mirrored_offset(
+        d, base, Delta, seed):
+    theta, s = frequencies(d, base), 1 / math.sqrt(d)
+    q, delta = vectors(seed, d, 2)
+    both = get_step("remainder_bound_any_pairs").numeric
+    causal = get_step("remainder_bound").numeric
+    for args in zip(*pairs(q, "half"), *pairs(delta, "half"), theta, strict=True):
+        got = both(*args, 0, Delta, s)  # query at 0, key at Delta: the offset is -Delta
+        want = causal(*args, abs(Delta), s)
+        assert all(math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-300)
+                   for x, y in zip(got, want, strict=True))
+
+
+@st.composite
+def symmetric_laws(draw):
+    """(K, w): weights w[0..K] > 0, w[D] on each of +D and -D, w[0] + 2 sum w[1:] = 1."""
+    K = draw(st.integers(0, 40))
+    w = draw(arrays(np.float64, K + 1, elements=weights_el))
+    return K, w / (w[0] + 2 * w[1:].sum())
+
+
+@SETTINGS
+@given(symmetric_laws(), st.floats(0.0, 3.0))
+@example((0, np.array([1.0])), 1.0)
+def test_symmetric_mean_rotation_is_real_and_is_the_mean_over_both_signs(law, theta):
+    K, w = law
+    re, im = get_step("mean_rotation_both_ways").numeric(theta, list(w), K)
+    offsets = np.arange(-K, K + 1)  # (2K + 1,)
+    direct = np.sum(w[np.abs(offsets)] * np.exp(1j * theta * offsets))  # the complex twin
+    note(f"claim={re!r}+{im!r}i direct={direct!r}")
+    assert im == 0 and abs(direct.imag) <= 1e-12
+    assert abs(re - direct.real) <= 1e-12
+
+
+@st.composite
+def two_sided_laws(draw):
+    """(Delta, w): 1..10 offsets in -5000..5000 (both signs) with weights summing to 1."""
+    n = draw(st.integers(1, 10))
+    Delta = draw(arrays(np.int64, n, elements=st.integers(-5000, 5000)))
+    w = draw(arrays(np.float64, n, elements=weights_el))
+    return Delta, w / w.sum()
+
+
+@SETTINGS
+@given(heads(), two_sided_laws(), st.floats(-1e3, 1e3), st.integers(-5000, 5000))
+def test_mean_rotation_over_offsets_of_both_signs_is_never_beaten(head, law, const, c):
+    theta, s, q, _, delta, _ = head
+    Delta, w = law
+    rot = np.exp(1j * np.outer(Delta, theta))  # (n, P)
+    m = _mean_rotation(theta, Delta, w)
+    X = _deviation_part(theta, s, q, delta, rot)  # (n,) the deviation part per offset
+    g_mean = _deviation_part(theta, s, q, delta, m)
+    scale = s * np.abs(complex_pairs(q) * complex_pairs(delta)).sum() + 1e-300
+    best = w @ (X - g_mean) ** 2
+    for other in (_deviation_part(theta, s, q, delta, np.ones_like(m)),
+                  _deviation_part(theta, s, q, delta, np.exp(1j * theta * c)), const):
+        assert best <= w @ (X - other) ** 2 + 1e-9 * scale**2
+
+
+# the numeric form is sinc(n theta/2)^2 / sinc(theta/2)^2, sinc x = sin x / x: a subnormal theta
+# makes sin(theta/2) round to 0; such angles are rounding, not a frequency (theta_l >= b^-1)
+angles = st.floats(0.0, 6.0).filter(lambda x: x == 0.0 or x >= 1e-300)
+
+
+@SETTINGS
+@given(st.integers(1, 300), angles)
+@example(1, 0.0)
+@example(300, 1.0)
+@example(7, 1e-300)
+def test_full_mask_mean_rotation_is_the_mean_over_every_pair(n, theta):
+    t = np.arange(n)
+    direct = np.mean(np.exp(1j * theta * (t[:, None] - t[None, :])))  # all n^2 pairs (i, j)
+    m = get_step("mean_rotation_full_mask").numeric(theta, n)
+    note(f"claim={m!r} direct={direct!r}")
+    assert abs(direct.imag) <= 1e-12
+    assert abs(m - direct.real) <= 1e-9
+    assert -1e-15 <= m <= 1 + 1e-12
+    assert m * (n * math.sin(theta / 2)) ** 2 <= 1 + 1e-9  # fast pairs: 1 / (n^2 sin^2)
+
+
+@SETTINGS
+@given(st.integers(1, 200), st.integers(0, 250), st.floats(0.0, 3.0))
+@example(10, 0, 1.0)
+@example(50, 3, 0.5)
+def test_two_sided_window_gives_a_real_mean_rotation(n, reach, theta):
+    """A two-sided window over n tokens: offset D occurs n - |D| times for |D| <= reach."""
+    t = np.arange(n)
+    offsets = t[:, None] - t[None, :]  # (n, n)
+    allowed = np.abs(offsets) <= reach
+    direct = np.mean(np.exp(1j * theta * offsets[allowed]))  # over the mask's pairs
+    K = min(reach, n - 1)
+    counts = np.array([n - D for D in range(K + 1)], dtype=float)  # per side
+    w = counts / allowed.sum()
+    re, im = get_step("mean_rotation_both_ways").numeric(theta, list(w), K)
+    assert abs(direct.imag) <= 1e-12 and im == 0
+    assert abs(re - direct.real) <= 1e-12

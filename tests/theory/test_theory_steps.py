@@ -17,12 +17,15 @@ import sympy as sp
 
 from ropesplit import RopesplitError
 from ropesplit.theory import STEPS, check_all, get_step
+from ropesplit.theory.step import is_zero
 from ropesplit.theory.sums import PAIR, PAIRS, indexed, over_pairs, summand_of
 
 IDS = ("rope_relative", "layouts_equivalent", "logit_expansion", "split_exact",
        "remainder_bound", "exact_split_condition", "softmax_shift", "attention_bound",
        "perturbation_bound", "long_term_decay", "split_reference", "reference_bound",
-       "mean_rotation_optimum", "mean_rotation_remainder", "mean_key_optimum")
+       "mean_rotation_optimum", "mean_rotation_remainder", "mean_key_optimum",
+       "split_any_pairs", "remainder_bound_any_pairs", "mean_rotation_both_ways",
+       "mean_rotation_full_mask")
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +83,30 @@ _j = sp.Symbol("j", integer=True, nonnegative=True)
 
 def _wsum(w, x, n):
     return sp.Sum(w[_j] * x, (_j, 0, n - 1))
+
+
+_D = sp.Symbol("D", integer=True)  # the offset index of mean_rotation_both_ways' claim
+
+
+def _split_at(offset):
+    """split_any_pairs' claim with the offset computed by ``offset(i, j)``."""
+    split = get_step("split_exact").claim
+    return lambda a, b, cb, eb, dc, de, t, i, j, s: split(a, b, cb, eb, dc, de, t, offset(i, j), s)
+
+
+def _bound_at(offset, half=2):
+    """remainder_bound_any_pairs' claim with the offset ``offset(i, j)`` and angle / ``half``."""
+    def claim(a, b, dc, de, t, i, j, s):
+        norms = s * _norm(a, b) * _norm(dc, de)
+        D = offset(i, j)
+        return norms * 2 * sp.Abs(sp.sin(t * D / half)), norms * sp.Min(2, t * sp.Abs(D))
+    return claim
+
+
+def _symmetric(factor, im):
+    """mean_rotation_both_ways' claim as (w0 + factor sum w_D cos, im(theta, w, K))."""
+    return lambda t, w, K: (w[0] + factor * sp.Sum(w[_D] * sp.cos(t * _D), (_D, 1, K)),
+                            im(t, w, K))
 
 
 # each row: (step, a wrong claim, what is wrong with it)
@@ -152,6 +179,23 @@ BROKEN = [
     ("mean_key_optimum",
      lambda c, e, w, n: (sp.Sum(c[_j], (_j, 0, n - 1)) / n, sp.Sum(e[_j], (_j, 0, n - 1)) / n),
      "unweighted mean key"),
+    # section 9: any set of pairs, offsets of both signs
+    ("split_any_pairs", _split_at(lambda i, j: j - i), "offset j - i instead of i - j"),
+    ("split_any_pairs", _split_at(lambda i, j: sp.Abs(i - j)),
+     "offset |i - j|: a key after its query treated as one before it"),
+    ("remainder_bound_any_pairs", _bound_at(lambda i, j: sp.Max(0, i - j)),
+     "causal clamp max(0, i - j): no bound for a key after its query"),
+    ("remainder_bound_any_pairs", _bound_at(lambda i, j: i - j, half=1),
+     "full angle instead of half angle, either sign"),
+    ("mean_rotation_both_ways", _symmetric(1, lambda t, w, K: 0),
+     "w0 + sum w_D cos: the negative offsets dropped"),
+    ("mean_rotation_both_ways",
+     _symmetric(2, lambda t, w, K: 2 * sp.Sum(w[_D] * sp.sin(t * _D), (_D, 1, K))),
+     "imaginary parts added instead of cancelled"),
+    ("mean_rotation_full_mask", lambda t, n: sp.sinc(n * t / 2) / sp.sinc(t / 2),
+     "Dirichlet kernel, not its square"),
+    ("mean_rotation_full_mask", lambda t, n: n * (sp.sinc(n * t / 2) / sp.sinc(t / 2)) ** 2,
+     "Fejer kernel over n instead of n^2"),
 ]
 
 
@@ -196,7 +240,8 @@ def test_summand_of_combines_only_genuine_sums_over_pairs():
 
 
 def test_every_identity_on_pairs_is_also_checked_for_a_symbolic_pair_count(results):
-    for step_id in ("logit_expansion", "split_exact", "split_reference", "mean_rotation_optimum"):
+    for step_id in ("logit_expansion", "split_exact", "split_reference", "mean_rotation_optimum",
+                    "split_any_pairs"):
         assert "symbolic P" in results[step_id].detail, step_id
         assert "symbolic pair count P" in get_step(step_id).method, step_id
     assert "symbolic pair indices l, k" in get_step("mean_rotation_remainder").method
@@ -207,3 +252,54 @@ def test_every_method_states_its_generality():
     sizes = re.compile(r"one symbolic pair|symbolic pair count P|d = 2|P = \d|n = \d|rows? of \d")
     for step in STEPS:
         assert sizes.search(step.method), step.id
+
+
+# --- section 9: which steps never used j <= i (issue 54) --------------------------------
+
+
+def test_the_split_on_any_pairs_is_checked_with_positions_of_undecided_order(results):
+    detail = results["split_any_pairs"].detail
+    assert detail.startswith("sign of i - j undecided by sympy (i, j integers, no order): True")
+    assert "sign of i - j and of u undecided by sympy: True" in results[
+        "remainder_bound_any_pairs"].detail
+    # the causal steps' own claims, each re-checked at a key after its query
+    for step_id in ("logit_expansion", "split_exact", "split_reference"):
+        assert f"{step_id} at Delta = -D" in detail, step_id
+    assert "two-way full mask n = 3: W - (f + g + E) at all 9 pairs: = 0" in detail
+    bound = results["remainder_bound_any_pairs"].detail
+    assert "reference_bound at m = 1, Delta = -2v" in bound
+    assert "exact_split_condition's claim^2 (at Delta = +1): = 0" in bound
+    assert "offsets -D1, D2: E(X - c)^2" in results["mean_rotation_both_ways"].detail
+
+
+def test_section_9_steps_point_at_section_9_and_at_the_causal_steps_they_reuse():
+    from ropesplit.theory.derivation import PAPER
+
+    for step_id in ("split_any_pairs", "remainder_bound_any_pairs", "mean_rotation_both_ways",
+                    "mean_rotation_full_mask"):
+        assert PAPER[step_id][0] == 9, step_id
+    assert set(get_step("split_any_pairs").uses) >= {"split_exact", "split_reference"}
+    assert "remainder_bound" in get_step("remainder_bound_any_pairs").uses
+
+
+def test_a_causal_step_that_silently_used_j_le_i_fails_the_section_9_check(monkeypatch):
+    import ropesplit.theory.both_ways as both_ways
+
+    good = get_step("split_exact")
+    planted = dataclasses.replace(good, claim=lambda a, b, cb, eb, dc, de, t, D, s: good.claim(
+        a, b, cb, eb, dc, de, t, sp.Abs(D), s))  # |Delta|: right on causal pairs only
+    *args, s = sp.symbols("a b cbar ebar dc de theta s", real=True)
+    D = sp.Symbol("D", nonnegative=True)
+    assert planted.claim(*args, D, s) == good.claim(*args, D, s)  # j <= i: no difference
+    monkeypatch.setattr(both_ways, "SPLIT_EXACT", planted)
+    result = get_step("split_any_pairs").check()
+    assert not result.checked
+    assert "split_exact at Delta = -D: W - (f + g + E): != 0" in result.detail
+
+
+def test_is_zero_reduces_odd_powers_of_sine_and_still_refuses_nonzero():
+    x = sp.Symbol("x", real=True)
+    assert is_zero(sp.sin(x) ** 3 + sp.sin(x) * sp.cos(x) ** 2 - sp.sin(x))
+    assert is_zero(sp.sin(3 * x) - sp.sin(x) * (1 + 2 * sp.cos(2 * x)))  # Dirichlet, K = 1
+    assert not is_zero(sp.sin(x) ** 3 - sp.sin(x))
+    assert not is_zero(sp.sin(3 * x) - sp.sin(x) * (1 + sp.cos(2 * x)))

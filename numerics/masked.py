@@ -1,0 +1,127 @@
+r"""The section 5 statistics over any set of pairs: attention both ways, windows on both
+sides, blocks and padding (docs/theory.md section 9).
+
+The causal band has a prefix-sum algorithm (:mod:`.stats`: the columns before a row are
+a running sum).  Any other :class:`.mask.Mask` is measured here, row block by row block,
+as dense products of the same real features (:class:`.pairing.Factors`):
+
+.. math:: W_{ij} = a_i\cdot y_j,\qquad E^m_{ij} = a_i\cdot b_j - u^m_i\cdot\delta_j,
+          \qquad (i, j) \in \mathcal M
+
+giving, per row, the raw moments :math:`\sum_{j\in\mathcal M_i} W_{ij}^2`,
+:math:`\sum W E^m`, :math:`\sum (E^m)^2`, the row sums of ``W`` and ``E``, and the column
+and offset sums of ``W`` (the three-axis fit's right side): what :mod:`.stats` centres
+and combines into every statistic, the same way for both algorithms.  ``O(N^2 c)`` per
+head, in blocks of bounded memory; no ``(N, N)`` matrix per head is kept.
+
+The bound :math:`|E_{ij}| \le B_{ij}` is checked on every allowed pair (or a seeded
+sample of ``pair_budget`` of them) by :func:`.bound.remainder_and_bound`, row chunk by
+row chunk, both signs of the offset alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ropesplit.numerics.bound import remainder_and_bound, violations
+from ropesplit.numerics.pairing import WORK_BYTES, BoundCheck, Factors, Moments
+
+__all__ = ["MaskSums", "mask_ratios", "mask_sums"]
+
+
+@dataclass(frozen=True)
+class MaskSums:
+    r"""Per-row sums of a layer's pairs over a mask (raw, in units of the scale ``s``)."""
+
+    moments: Moments  # each row's sum_j W^2, W E^m, (E^m)^2 (nothing "before": zeros)
+    row_w: torch.Tensor  # (H, N) sum_j W_ij
+    row_e: list[torch.Tensor]  # per reference (H, N) sum_j E^m_ij
+    col_w: torch.Tensor  # (H, N) sum_i W_ij
+    diag_w: torch.Tensor  # (H, n_a) sum over the pairs of offset D = d_min + t of W
+    products: torch.Tensor  # (H, N) sum_j |a_i|^2 |y_j|^2: the scale of the logits' rounding
+    counts: tuple[np.ndarray, np.ndarray, np.ndarray]  # pairs per offset, row, column
+    d_min: int  # the smallest offset i - j of the mask
+
+
+def mask_sums(f: Factors, allowed: np.ndarray) -> MaskSums:
+    r""":class:`MaskSums` of the features ``f`` over the pairs ``allowed (N, N)``.
+
+    .. math:: S^{WW}_i = \sum_{j\in\mathcal M_i} W_{ij}^2,\quad
+              S^{WE}_i = \sum_{j\in\mathcal M_i} W_{ij}E^m_{ij},\quad
+              S^{EE}_i = \sum_{j\in\mathcal M_i} (E^m_{ij})^2
+    """
+    h, n, c = f.a.shape
+    refs = f.us.shape[0]
+    heads = torch.from_numpy(f.kv)
+    y, b, dp = (x[heads] for x in (f.y, f.b, f.dp))  # (H, N, c): the keys each head reads
+    rows, cols = np.nonzero(allowed)
+    d_min = int((rows - cols).min())
+    n_a = int((rows - cols).max()) - d_min + 1
+    moments = Moments.zeros(h, n, refs, f.a.device)
+    row_w = torch.zeros(h, n, dtype=torch.float64)
+    row_e = [torch.zeros(h, n, dtype=torch.float64) for _ in range(refs)]
+    col_w = torch.zeros(h, n, dtype=torch.float64)
+    diag_w = torch.zeros(h, n_a, dtype=torch.float64)
+    y_sq = (y * y).sum(-1)  # (H, N)
+    keep = torch.from_numpy(allowed.astype(np.float64))
+    step = max(1, WORK_BYTES // (8 * 4 * h * n * max(refs, 1)))  # rows per block
+    for i0 in range(0, n, step):
+        i1 = min(n, i0 + step)
+        m = keep[i0:i1]  # (B, N)
+        at = torch.from_numpy(np.arange(i0, i1)[:, None] - np.arange(n)[None, :] - d_min)
+        on = m.bool()
+        w = f.a[:, i0:i1] @ y.transpose(1, 2)  # (H, B, N)
+        wm = w * m
+        moments.ww[:, i0:i1] = (wm * w).sum(-1)
+        row_w[:, i0:i1] = wm.sum(-1)
+        col_w += wm.sum(1)
+        diag_w.index_add_(1, at[on], wm[:, on])
+        ab = f.a[:, i0:i1] @ b.transpose(1, 2)  # (H, B, N)
+        for r in range(refs):
+            e = ab - f.us[r][:, i0:i1] @ dp.transpose(1, 2)  # (H, B, N) E^m
+            em = e * m
+            moments.we[r][:, i0:i1] = (wm * e).sum(-1)
+            moments.ee[r][:, i0:i1] = (em * e).sum(-1)
+            row_e[r][:, i0:i1] = em.sum(-1)
+    products = (f.a * f.a).sum(-1) * (y_sq @ keep.T)  # (H, N)
+    counts = (np.bincount(rows - cols - d_min, minlength=n_a).astype(np.float64),
+              allowed.sum(1).astype(np.float64), allowed.sum(0).astype(np.float64))  # fmt: skip
+    return MaskSums(moments, row_w, row_e, col_w, diag_w, products, counts, d_min)
+
+
+def mask_ratios(
+    check: BoundCheck, allowed: np.ndarray, pair_budget: int | None = None, seed: int = 0
+) -> tuple[list[torch.Tensor], list[int], int | None]:
+    r"""Per head the ratios :math:`|E_{ij}| / B_{ij}` over the pairs ``allowed (N, N)`` (those
+    with :math:`B > 0`), the violation counts, and the number of sampled pairs (None: every
+    allowed pair checked; else a seeded uniform sample of ``pair_budget``, the same pairs
+    for every head).  ``check.window`` is not read: the mask says which pairs there are.
+    """
+    qc, dc, theta, pq, pk, s = check.qc, check.dc, check.theta, check.pq, check.pk, check.scale
+    h, n, p = qc.shape
+    q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
+    d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
+    flat = np.flatnonzero(allowed)  # the allowed pairs, row by row
+    sampled = None
+    if pair_budget is not None and pair_budget < flat.size:
+        rng = np.random.default_rng(seed)
+        flat = np.sort(flat[rng.choice(flat.size, size=int(pair_budget), replace=False)])
+        sampled = flat.size
+    i, j = np.divmod(flat, n)
+    ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
+    bad = [0] * h
+    chunk = max(1, WORK_BYTES // (8 * 8 * h * max(p, 1)))  # pairs per chunk: (H, chunk, P)
+    for c0 in range(0, flat.size, chunk):
+        ti, tj = (torch.from_numpy(v[c0 : c0 + chunk]) for v in (i, j))
+        e, bound = remainder_and_bound(
+            (q_parts[0][:, ti], q_parts[1][:, ti]), (d_parts[0][:, tj], d_parts[1][:, tj]),
+            theta, pq[i[c0 : c0 + chunk]] - pk[j[c0 : c0 + chunk]], s, one_minus_m=check.gap,
+        )  # (H, chunk)  # fmt: skip
+        for x in range(h):
+            pos = bound[x] > 0
+            ratios[x].append(e[x][pos].abs() / bound[x][pos])
+            bad[x] += violations(e[x], bound[x])
+    return [torch.cat(r) if r else torch.zeros(0) for r in ratios], bad, sampled
