@@ -39,13 +39,45 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["MIN_DISTANCE", "OFFSET", "TASKS", "check_task", "pairs_in", "task_batch",
-           "task_vocab"]
+__all__ = ["MASK_RATE", "MIN_DISTANCE", "OFFSET", "TASKS", "TEXT_TASKS", "check_task",
+           "masked_tokens", "pairs_in", "task_batch", "task_vocab"]
 
-TASKS = ("lm", "recall", "offset")
+TASKS = ("lm", "mlm", "recall", "offset")
+# the objectives on a text's bytes: next-token (a causal decoder) and masked-token (an
+# encoder that attends both ways, docs/theory.md section 9)
+TEXT_TASKS = ("lm", "mlm")
+MASK_RATE = 0.15  # the masked-LM objective's share of masked tokens (BERT's; ours to change)
 MIN_DISTANCE = 8  # the nearest a recall key sits from its query
 OFFSET = 16  # the offset task's answer: the token this many places before it
 IGNORE = -100  # transformers' ignored label
+
+
+def masked_tokens(ids: np.ndarray, rng: np.random.Generator, mask_id: int,
+                  rate: float = MASK_RATE) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    r"""The masked-LM objective's ``(inputs, labels)`` of token rows ``ids (B, L)``: each token
+    but the first (BOS) is masked with probability ``rate``, at least one a row, its input
+    replaced by ``mask_id``; ``labels`` hold the original token there and ``IGNORE``
+    elsewhere, so the loss is
+
+    .. math:: -\frac{1}{|\mathcal S|}\sum_{(b,n)\in\mathcal S}\log p(x_{b,n} \mid
+              x_{b,\setminus\mathcal S})
+
+    >>> x, y = masked_tokens(np.arange(8)[None], np.random.default_rng(0), 99, rate=0.5)
+    >>> chosen = y >= 0
+    >>> bool(((x == 99) == chosen).all()), bool((y == np.arange(8))[chosen].all())
+    (True, True)
+    """
+    b, n = ids.shape
+    if n < 2 or not 0.0 < rate <= 1.0:
+        raise RopesplitError(f"masking needs rows of 2 tokens or more and a rate in (0, 1], "
+                             f"got {n} tokens and {rate}")  # fmt: skip
+    chosen = rng.random((b, n)) < rate
+    chosen[:, 0] = False  # BOS stays
+    lone = ~chosen.any(1)
+    chosen[lone, rng.integers(1, n, size=int(lone.sum()))] = True  # at least one a row
+    inputs = np.where(chosen, mask_id, ids)
+    labels = np.where(chosen, ids, IGNORE)
+    return inputs.astype(np.int64), labels.astype(np.int64)
 
 
 def task_vocab(vocab: int) -> tuple[int, int, int]:

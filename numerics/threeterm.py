@@ -76,6 +76,8 @@ import numpy as np
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.fit import three_axis_fit
+from ropesplit.numerics.rope import rotate
+from ropesplit.numerics.spec import RopeSpec
 
 __all__ = [
     "CVInterval",
@@ -88,6 +90,7 @@ __all__ = [
     "released_three_term_fit",
     "three_term_fit",
     "three_term_fits",
+    "three_term_heads",
 ]
 
 RIDGE = 1e-6  # their ``A_reg = A + 1e-6 I`` (compute_attention_components._prefactor_A)
@@ -337,6 +340,32 @@ def three_term_fits(A: Any, mask: Any = None, *, convention: str = "least_square
         c=np.array([f.c for f in fits]).reshape(shape + (n,)),
         r=np.array([f.r for f in fits]).reshape(shape),
         log_var_ratio=np.array([f.log_var_ratio for f in fits]).reshape(shape))  # fmt: skip
+
+
+def three_term_heads(q: Any, k: Any, spec: RopeSpec, positions: Any = None,
+                     mask: Any = None) -> dict[str, np.ndarray]:  # fmt: skip
+    r"""The three-term fit of every query head of a layer, beside the split on the same heads:
+    on its RoPE logits and on their softmax over ``mask`` (arXiv 2602.20449 fits the latter).
+
+    .. math:: W_{ij} = s\,\langle R(p_i) q_i, R(p_j) k_j\rangle\ \text{(docs/theory.md
+              section 2)},\qquad A_{i\cdot} = \mathrm{softmax}_{j \in \mathcal M_i} W_{i\cdot}
+
+    ``q (H, N, d)``, ``k (Hkv, N, d)`` pre-RoPE, ``spec`` the layer's geometry (head ``h``
+    reads ``spec.kv_heads(H, Hkv)[h]``), ``positions (N,)`` (default ``0..N-1``), ``mask``
+    as :func:`three_term_fit` takes it (None: every pair). Returns ``(H,)`` arrays
+    ``r_logits``, ``log_var_ratio_logits``, ``r_probs``, ``log_var_ratio_probs``.
+    """
+    qx, kx = _inputs.as_float64("q", q, 3), _inputs.as_float64("k", k, 3)
+    n, kv = qx.shape[1], spec.kv_heads(qx.shape[0], kx.shape[0])
+    p = np.arange(n, dtype=np.float64) if positions is None else np.asarray(positions, float)
+    turn = {"layout": spec.layout, "rotary_dim": spec.rotary_dim}
+    a = rotate(qx, p, spec.frequencies, **turn)  # (H, N, d) R(p_i) q_i
+    y = rotate(kx, p, spec.frequencies, **turn)[kv]  # (H, N, d) the keys each head reads
+    w = spec.scale * a @ y.transpose(0, 2, 1)  # (H, N, N)
+    m = _as_mask(mask, n)
+    logits, probs = three_term_fits(w, m), three_term_fits(masked_softmax(w, m), m)
+    return {"r_logits": logits.r, "log_var_ratio_logits": logits.log_var_ratio,
+            "r_probs": probs.r, "log_var_ratio_probs": probs.log_var_ratio}  # fmt: skip
 
 
 def masked_softmax(W: Any, mask: Any = None) -> np.ndarray:

@@ -87,21 +87,39 @@ def byte_tokenizer():
     return T.PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
-def save_model(folder, config, *, nan=False):
-    """A seeded random-init model of ``config`` saved with the byte tokenizer into ``folder``
-    (``nan=True`` plants a NaN in layer 0's query weights); returns the folder as a string."""
+# ESM-2's alphabet, in its vocab.txt's order: 4 specials, 25 residue letters, gap, mask
+ESM_VOCAB = ("<cls> <pad> <eos> <unk> L A G V S E R T I D P K Q N F Y M H W C X B U Z O . - "
+             "<null_1> <mask>").split()  # fmt: skip
+
+
+def esm_tokenizer(folder):
+    """ESM's own tokenizer class (``EsmTokenizer``) over ESM-2's alphabet, built offline in
+    ``folder``: one token per residue between ``<cls>`` and ``<eos>``."""
+    import transformers as T
+
+    vocab = folder / "vocab.txt"
+    vocab.parent.mkdir(parents=True, exist_ok=True)
+    vocab.write_text("\n".join(ESM_VOCAB) + "\n")
+    return T.EsmTokenizer(str(vocab))
+
+
+def save_model(folder, config, *, nan=False, tokenizer=None):
+    """A seeded random-init model of ``config`` saved with the byte tokenizer (or
+    ``tokenizer``) into ``folder`` (``nan=True`` plants a NaN in layer 0's query weights);
+    returns the folder as a string."""
     import math
 
     import torch
-    import transformers as T
+
+    from ropesplit.empirical.model.loading import model_class
 
     torch.manual_seed(0)
-    model = T.AutoModelForCausalLM.from_config(config)
+    model = model_class(config).from_config(config)  # a causal LM, or an encoder's model
     if nan:
         with torch.no_grad():
             model.model.layers[0].self_attn.q_proj.weight[0, 0] = math.nan
     model.save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
+    (tokenizer or byte_tokenizer()).save_pretrained(folder)
     return str(folder)
 
 

@@ -176,12 +176,59 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+# The encoders issue 54 names, beside every masked-LM and text-encoder family the mappings
+# list with RoPE in its config (encoder_families): name -> (model type, its tiny fields).
+# Token ids of the byte tokenizer run to 259, so every vocabulary stays TINY's 256 + specials.
+_T5GEMMA_HALF = {"hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                 "query_pre_attn_scalar": 16, "sliding_window": 4, "vocab_size": 256,
+                 "layer_types": ["sliding_attention", "full_attention"]}  # fmt: skip
+ENCODERS: dict[str, tuple[str, dict[str, Any]]] = {
+    # ESM-2: rotary positions (absolute is the config's default), q scaled before RoPE
+    "esm": ("esm", {"position_embedding_type": "rotary", "pad_token_id": 1,
+                    "mask_token_id": 32, "token_dropout": False}),  # fmt: skip
+    "esmc": ("esmc", {"num_key_value_heads": 4, "head_dim": 16}),
+    # global layers every third, local layers |i - j| <= local_attention / 2
+    "modernbert": ("modernbert", {"num_hidden_layers": 3, "local_attention": 8,
+                                  "layer_types": ["full_attention", "sliding_attention",
+                                                  "sliding_attention"],
+                                  "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                                  "cls_token_id": 1, "sep_token_id": 2}),  # fmt: skip
+    "eurobert": ("eurobert", {"num_key_value_heads": 2, "head_dim": 16, "pad_token_id": 0,
+                              "bos_token_id": 1, "eos_token_id": 2}),  # fmt: skip
+    "gte": ("gte", {"pad_token_id": 1}),
+    "nomic_bert": ("nomic_bert", {"head_dim": 16, "pad_token_id": 0}),
+    "jina_embeddings_v3": ("jina_embeddings_v3", {"pad_token_id": 1, "bos_token_id": 0,
+                                                  "eos_token_id": 2}),  # fmt: skip
+    "ultrabert": ("ultrabert", {"num_hidden_layers": 3, "num_key_value_heads": 2,
+                                "head_dim": 16, "sliding_window": 4, "prediction_head_size": 64,
+                                "layer_types": ["sliding_attention", "sliding_attention",
+                                                "full_attention"]}),  # fmt: skip
+    # RoPE applied inside its own attention (a staticmethod), no attention interface
+    "roformer": ("roformer", {"embedding_size": 64}),
+    "embedding_gemma2_text": ("embedding_gemma2_text", {
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention"], "hidden_size_per_layer_input": 16,
+        "embedding_dim": 32, "global_head_dim": 32, "num_global_key_value_heads": 1}),
+    # EmbeddingGemma v1: Gemma 3 with the flag that makes its attention look both ways
+    "gemma3_text+bidirectional": ("gemma3_text", {
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "head_dim": 16,
+        "query_pre_attn_scalar": 16, "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "use_bidirectional_attention": True, "use_cache": False}),
+    "t5gemma_encoder": ("t5gemma", {"encoder": _T5GEMMA_HALF, "decoder": _T5GEMMA_HALF,
+                                    "vocab_size": 256, "is_encoder_decoder": False}),
+}  # fmt: skip
+ENCODERS_ANALYSED = 10  # at least this many of the twelve named above (issue 54)
+
+
 @dataclass(frozen=True)
 class Family:
-    model_type: str
+    model_type: str  # the family's name: its model type, or a named variant (ENCODERS)
     status: str  # "analysed" or "refused" ("traceback" fails the test)
     reason: str  # the refusal's line (measured numbers dropped), or the tolerances validated
     record: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # analysed
+    kind: str = "causal LM"  # the head transformers builds it with (kind_of)
 
 
 # the residual each tolerance bounds: (JSON record key, the record's tolerance key, name)
@@ -287,20 +334,42 @@ def pattern_length(patterns: list[list[Any]]) -> int:
     return max(n, TINY["num_hidden_layers"])
 
 
+def kind_of(model_type: str, **fields: Any) -> str:
+    """What transformers builds the family as (``loading.model_class``): ``causal LM``,
+    ``masked LM``, ``text encoder`` or ``base model``."""
+    from transformers.models.auto import modeling_auto as auto
+
+    from ropesplit.empirical.model.loading import model_class
+
+    kinds = {"AutoModelForCausalLM": "causal LM", "AutoModelForMaskedLM": "masked LM",
+             "AutoModelForTextEncoding": "text encoder"}  # fmt: skip
+    try:
+        return kinds.get(model_class(tiny_config(model_type, **fields)).__name__, "base model")
+    except Exception:  # no tiny config: refused when built, counted by its mapping's name
+        for mapping, kind in ((auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "causal LM"),
+                              (auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "masked LM"),
+                              (auto.MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES, "text encoder")):
+            if model_type in mapping:
+                return kind
+        return "base model"
+
+
 def build(model_type: str, folder: Path, **fields: Any) -> str | None:
     """A tiny random-init model of the family saved in ``folder``; the reason if not."""
     import torch
     from conftest import byte_tokenizer
-    from transformers import AutoModelForCausalLM
+
+    from ropesplit.empirical.model.loading import model_class
 
     try:
         config = tiny_config(model_type, **fields)
+        auto = model_class(config)
         with torch.device("meta"):
-            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+            size = sum(p.numel() for p in auto.from_config(config).parameters())
         if size > MAX_PARAMETERS:
             return f"the tiny config keeps {size / 1e6:.0f}M parameters (not built)"
         torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        auto.from_config(config).save_pretrained(folder)
     except Exception as exc:  # transformers refuses the tiny shape itself
         return f"transformers cannot build a tiny {model_type}: {one_line(exc)}"
     byte_tokenizer().save_pretrained(folder)
@@ -318,27 +387,77 @@ def analyse(model_type: str, root: Path, name: str | None = None, **fields: Any)
     with _quiet():
         reason = build(model_type, folder, **fields)
     if reason is not None:
-        return Family(model_type, "refused", reason)
+        return Family(name, "refused", reason, kind=kind_of(model_type, **fields))
     err = io.StringIO()
     with _quiet(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             code = main(["analyze", "--model", str(folder), "--text", str(text), "--tokens",
                          str(TOKENS), "--no-control", "--json", str(record)])  # fmt: skip
         except Exception as exc:  # what a user would see as a traceback
-            return Family(model_type, "traceback", f"{type(exc).__name__}: {one_line(exc)}")
+            return Family(name, "traceback", f"{type(exc).__name__}: {one_line(exc)}")
     lines = [line for line in err.getvalue().splitlines() if "error:" in line]
+    kind = kind_of(model_type, **fields)
     if code == 0:
-        return Family(model_type, "analysed", validated(), json.loads(record.read_text()))
+        return Family(name, "analysed", validated(), json.loads(record.read_text()), kind)
     assert "Traceback" not in err.getvalue(), (model_type, err.getvalue())
     assert len(lines) == 1, (model_type, err.getvalue())
     reason = lines[0].split("error: ", 1)[1]
-    return Family(model_type, "refused", stable(re.sub(r"/\S*/" + re.escape(name), name, reason)))
+    return Family(name, "refused", stable(re.sub(r"/\S*/" + re.escape(name), name, reason)),
+                  kind=kind)
 
 
 def run_all(root: Path | None = None) -> list[Family]:
     with contextlib.ExitStack() as stack:
         base = Path(root) if root else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         return [analyse(model_type, base) for model_type in rope_families()]
+
+
+def encoder_families() -> dict[str, tuple[str, dict[str, Any]]]:
+    """:data:`ENCODERS`, and every other masked-LM or text-encoder family (not a causal LM)
+    whose own config states RoPE, with no fields of its own: name -> (type, fields)."""
+    from transformers.models.auto import modeling_auto as auto
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ropesplit.empirical.adapter import carries_rope
+
+    out = dict(ENCODERS)
+    named = {model_type for model_type, _ in ENCODERS.values()}
+    listed = {*auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, *auto.MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES}
+    with _quiet():
+        for model_type in sorted(listed - set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - named):
+            try:
+                rope = carries_rope(CONFIG_MAPPING[model_type]())
+            except Exception:  # a config that cannot be made is no encoder to list here
+                continue
+            if rope:
+                out[model_type] = (model_type, {})
+    return out
+
+
+def run_encoders(root: Path | None = None) -> list[Family]:
+    with contextlib.ExitStack() as stack:
+        base = Path(root) if root else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        return [analyse(model_type, base, name, **fields)
+                for name, (model_type, fields) in encoder_families().items()]  # fmt: skip
+
+
+def encoder_table(families: list[Family]) -> str:
+    """The encoders' Markdown table: the count per kind, then family, kind, status, reason."""
+    import transformers
+
+    rows = sorted(families, key=lambda f: (f.status != "analysed", f.kind, f.model_type))
+    kinds: dict[str, list[int]] = {}
+    for f in families:
+        kinds.setdefault(f.kind, [0, 0])[f.status == "analysed"] += 1
+    counts = "; ".join(f"{kind}: {done} of {done + refused} analysed"
+                       for kind, (refused, done) in sorted(kinds.items()))  # fmt: skip
+    lines = [f"transformers {transformers.__version__}: {len(families)} RoPE families that "
+             f"attend both ways or carry no LM head ({counts}).", "",
+             "| family | kind | status | reason, or the tolerances validated |",
+             "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| `{f.model_type}` | {f.kind} | {f.status} | {f.reason.replace('|', '/')} |"
+              for f in rows]  # fmt: skip
+    return "\n".join(lines)
 
 
 def table(families: list[Family]) -> str:
@@ -355,20 +474,27 @@ def table(families: list[Family]) -> str:
     return "\n".join(lines)
 
 
-def documented() -> str:
-    """The table as docs/analyse-your-model.md holds it."""
-    text = DOC.read_text(encoding="utf-8")
-    return text.split(START, 1)[1].split(END, 1)[0].strip()
+ENCODERS_START, ENCODERS_END = "<!-- encoders:start -->", "<!-- encoders:end -->"
 
 
-def write_doc(families: list[Family]) -> None:
+def documented(start: str = START, end: str = END) -> str:
+    """The table between the markers ``start`` and ``end`` of docs/analyse-your-model.md."""
     text = DOC.read_text(encoding="utf-8")
-    head, rest = text.split(START, 1)
-    DOC.write_text(f"{head}{START}\n{table(families)}\n{END}{rest.split(END, 1)[1]}",
+    return text.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def write_doc(table_text: str, start: str = START, end: str = END) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    head, rest = text.split(start, 1)
+    DOC.write_text(f"{head}{start}\n{table_text}\n{end}{rest.split(end, 1)[1]}",
                    encoding="utf-8")  # fmt: skip
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python tests/families.py [encoders]
     sys.path.insert(0, str(Path(__file__).parent))
-    write_doc(run_all())
-    print(documented())
+    if sys.argv[1:] == ["encoders"]:
+        write_doc(encoder_table(run_encoders()), ENCODERS_START, ENCODERS_END)
+        print(documented(ENCODERS_START, ENCODERS_END))
+    else:
+        write_doc(table(run_all()))
+        print(documented())

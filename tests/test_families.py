@@ -127,3 +127,52 @@ def test_the_docs_table_is_this_run(run):
         pytest.skip(f"the docs table is for another transformers ({documented.split(':')[0]})")
     assert documented == families.table(list(run.values())), (
         "docs/analyse-your-model.md is stale: run `python tests/families.py`")
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory):
+    return {f.model_type: f for f in families.run_encoders(tmp_path_factory.mktemp("encoders"))}
+
+
+def test_every_encoder_is_analysed_or_refused_in_one_line(encoders):
+    assert set(families.ENCODERS) <= set(encoders)
+    broken = {name: f.reason for name, f in encoders.items()
+              if f.status not in ("analysed", "refused")}  # fmt: skip
+    assert not broken, broken
+    for f in encoders.values():
+        assert f.reason and "\n" not in f.reason, f
+
+
+def test_ten_of_the_twelve_named_encoders_are_analysed_with_the_capture_validated(encoders):
+    from_documented_release()
+    named = {name: encoders[name] for name in families.ENCODERS}
+    done = [name for name, f in named.items() if f.status == "analysed"]
+    assert len(done) >= families.ENCODERS_ANALYSED, {
+        name: f.reason for name, f in named.items() if f.status != "analysed"}
+    for name in done:
+        assert named[name].reason == families.validated() and named[name].record, name
+
+
+def test_encoders_are_measured_on_the_pairs_their_calls_let_through(encoders):
+    """ESM's layers both ways (every pair of 24 tokens), ModernBERT's global layer both ways
+    and its local layers on the band |i - j| <= local_attention / 2 = 4; each row names it."""
+    n = families.TOKENS
+    band = n * 9 - 2 * (4 * 5 // 2)  # |i - j| <= 4 on 24 tokens
+    esm = encoders["esm"].record
+    assert esm is not None and {(h["n_pairs"], h["mask"]) for h in esm["heads"]} == {
+        (n * n, "both ways")}
+    bert = encoders["modernbert"].record
+    assert bert is not None
+    layers = {h["layer"]: (h["n_pairs"], h["mask"]) for h in bert["heads"]}
+    assert layers == {0: (n * n, "both ways"),
+                      1: (band, "both ways within 4 back and 4 ahead"),
+                      2: (band, "both ways within 4 back and 4 ahead")}  # fmt: skip
+
+
+def test_the_docs_encoder_table_is_this_run(encoders):
+    start, end = families.ENCODERS_START, families.ENCODERS_END
+    documented = families.documented(start, end)
+    if not documented.startswith(f"transformers {transformers.__version__}:"):
+        pytest.skip(f"the docs table is for another transformers ({documented.split(':')[0]})")
+    assert documented == families.encoder_table(list(encoders.values())), (
+        "docs/analyse-your-model.md is stale: run `python tests/families.py encoders`")

@@ -333,10 +333,13 @@ def _layer_kinds(config: Any) -> tuple[int, list[str] | None]:
 
 def _candidates(model: Any, conv: Convention) -> list[Any]:
     """Modules named ``...Attention`` (or ``...MLA``) whose modeling module defines one of
-    the convention's RoPE functions and an eager attention."""
+    the convention's RoPE functions and an eager attention, the innermost where one holds
+    another."""
     named = [m for m in model.modules() if type(m).__name__.endswith(("Attention", "MLA"))]
-    return [m for m in named if hasattr(_home(m), EAGER)
-            and any(hasattr(_home(m), f) for f in conv.functions)]  # fmt: skip
+    found = [m for m in named if hasattr(_home(m), EAGER)
+             and any(hasattr(_home(m), f) for f in conv.functions)]  # fmt: skip
+    inner = {id(m) for m in found}  # a wrapper holding another (ESM's EsmAttention) is no layer
+    return [m for m in found if not any(id(c) in inner for c in m.modules() if c is not m)]
 
 
 def survey(model: Any) -> AttentionLayers:
@@ -351,8 +354,10 @@ def survey(model: Any) -> AttentionLayers:
     """
     config = model.config
     model_type = getattr(config, "model_type", type(model).__name__)
-    rope = carries_rope(config) or any(
-        type(m).__name__.endswith("RotaryEmbedding") for m in model.modules())
+    rope = carries_rope(config) or any(  # a rotary module, or RoPE as an attention's method
+        type(m).__name__.endswith("RotaryEmbedding") or any("rotary" in name for name in
+                                                             vars(type(m)))
+        for m in model.modules())  # fmt: skip
     if not rope:
         raise RopesplitError(
             f"model type {model_type} has no rotary position embedding (RoPE); "
@@ -472,6 +477,12 @@ class AttentionCall:
     def window(self) -> int | None:
         value = self.kwargs.get("sliding_window", getattr(self.module, "sliding_window", None))
         return int(value) if value else None
+
+    @property
+    def causal(self) -> bool:
+        """Whether the attention module attends to earlier keys only (its ``is_causal``, the
+        decoders' default): an encoder's looks both ways (docs/theory.md section 9)."""
+        return bool(self.kwargs.get("is_causal", getattr(self.module, "is_causal", True)))
 
     @property
     def sinks(self) -> torch.Tensor | None:

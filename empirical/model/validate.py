@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ropesplit.core.errors import ValidationError
+from ropesplit.core.errors import RopesplitError, ValidationError
+from ropesplit.numerics.mask import Mask
 from ropesplit.numerics.workers import serial
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ __all__ = [
     "tolerances",
     "mask_bias",
     "mask_window",
+    "read_mask",
     "unshifted",
 ]
 
@@ -148,8 +150,12 @@ def rotate_applied(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     return torch.cat((rot * cos + turned * sin, rest), dim=-1)
 
 
-def allowed_pairs(n_tokens: int, window: int | None = None, device: Any = None) -> torch.Tensor:
-    """``(N, N)`` bool: ``j <= i`` (causal by index) and ``i - j < window`` when windowed."""
+def allowed_pairs(n_tokens: int, window: int | None = None, device: Any = None,
+                  mask: Mask | None = None) -> torch.Tensor:  # fmt: skip
+    """``(N, N)`` bool: ``j <= i`` (causal by index) and ``i - j < window`` when windowed;
+    ``mask``'s pairs where one is given (attention both ways, blocks, padding)."""
+    if mask is not None:
+        return torch.from_numpy(mask.allowed(n_tokens)).to(device)
     i = torch.arange(n_tokens, device=device)
     allowed = i[None, :] <= i[:, None]  # (N, N)
     if window is not None:
@@ -167,7 +173,8 @@ class RotatedAttention:
     ``qr`` = ``R q (H, N, d)`` and ``kr`` = ``R k (H, N, d)`` (the keys repeated per query
     head, :func:`rotate_applied`), in the dtype the logits are rebuilt in; ``scale`` the
     module's own ``s``; ``softcap`` ``c`` (None: no ``tanh``); ``window`` ``w`` (None:
-    every causal pair).
+    every causal pair); ``mask`` any other set of pairs the call lets through (both ways,
+    blocks, padding: docs/theory.md section 9), None for the causal band.
     """
 
     qr: torch.Tensor  # (H, N, d)
@@ -175,6 +182,7 @@ class RotatedAttention:
     scale: float
     softcap: float | None = None
     window: int | None = None
+    mask: Mask | None = None  # not a causal band (then window is None)
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,30 @@ def mask_window(mask: torch.Tensor | None) -> int | None:
     return window
 
 
-def mask_bias(mask: torch.Tensor | None, b: int, window: int | None) -> torch.Tensor | None:
+def read_mask(mask: torch.Tensor | None, b: int, causal: bool, window: int | None) -> Mask:
+    r"""The pairs an attention call lets through for sequence ``b``, as a :class:`Mask`.
+
+    A causal module's (a decoder's) additive or boolean mask ``(B, 1|H, N, N)`` gives its
+    window (:func:`mask_window`, or the call's ``window``); a module that looks both ways
+    (an encoder's ``is_causal`` False) gives its band, blocks and padding read off the mask
+    (:meth:`Mask.of`); no mask, or one that masks nothing, is every pair the module's own
+    rule allows. A pattern no mask describes is a :class:`ValidationError`.
+    """
+    if causal:
+        return Mask.causal(window if window is not None else mask_window(mask))
+    if mask is None or mask.ndim != 4 or mask.shape[-1] != mask.shape[-2]:
+        return Mask.both()
+    m = mask[b, 0]
+    through = (m if m.dtype == torch.bool else (m > m.min()) if bool((m != m.max()).any())
+               else torch.ones_like(m, dtype=torch.bool))  # fmt: skip
+    try:
+        return Mask.of(through.cpu().numpy())
+    except RopesplitError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def mask_bias(mask: torch.Tensor | None, b: int, window: int | None,
+              pairs: Mask | None = None) -> torch.Tensor | None:  # fmt: skip
     r"""The finite values an additive mask ``(B, 1|H, N, N)`` adds on the attended pairs of
     sequence ``b``, ``(1|H, N, N)`` (0 off them), or None where it adds none (a causal
     mask is 0 there).
@@ -244,7 +275,9 @@ def mask_bias(mask: torch.Tensor | None, b: int, window: int | None) -> torch.Te
     """
     if mask is None or mask.ndim != 4:
         return None
-    attended = allowed_pairs(mask.shape[-1], window, mask.device)
+    if mask.dtype == torch.bool:  # a boolean mask adds nothing
+        return None
+    attended = allowed_pairs(mask.shape[-1], window, mask.device, pairs)
     bias = torch.where(attended, mask[b].float(), 0.0)
     return bias if bool(bias.any()) else None
 
@@ -321,7 +354,8 @@ def reconstruct(
     step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
     compare = _comparison(attention, model)
     logit_diff = logit_scale = prob_diff = 0.0
-    for rows, cols in _row_blocks(n_tokens, step, attention.window, blocks):
+    reach = n_tokens if attention.mask is not None else attention.window  # both ways: all
+    for rows, cols in _row_blocks(n_tokens, step, reach, blocks, attention.mask is None):
         logits = rebuild_logits(attention, rows=rows, cols=cols)  # (H, n, c)
         scale, diff, *probs_diff = compare(logits, rows, cols)
         if model.logits is not None:
@@ -331,14 +365,16 @@ def reconstruct(
 
 
 def _row_blocks(n_tokens: int, step: int, window: int | None,
-                runs: list[tuple[int, int]] | None) -> Iterator[tuple[slice, slice]]:  # fmt: skip
+                runs: list[tuple[int, int]] | None, causal: bool = True
+                ) -> Iterator[tuple[slice, slice]]:  # fmt: skip
     """Blocks of at most ``step`` query rows ``[r0, r1)`` within each run (default: every
-    row), each with the key columns ``[c0, r1)`` its rows may attend."""
+    row), each with the key columns ``[c0, r1)`` its rows may attend (not ``causal``: every
+    column)."""
     for start, end in [(0, n_tokens)] if runs is None else runs:
         for r0 in range(start, end, step):
             r1 = min(r0 + step, end)
             c0 = 0 if window is None else max(0, r0 - window + 1)
-            yield slice(r0, r1), slice(c0, r1)
+            yield slice(r0, r1), slice(c0, r1) if causal else slice(0, n_tokens)
 
 
 _Compare = Callable[[torch.Tensor, slice, slice], tuple[float, float, float, float]]
@@ -352,9 +388,10 @@ def _comparison(attention: RotatedAttention, model: ModelAttention) -> _Compare:
     (:func:`_compare_block`), nothing copied whole."""
     n_tokens, window = attention.qr.shape[1], attention.window
     compiled = (model.sinks is None and model.bias is None and model.probs.device.type == "cpu"
+                and attention.mask is None  # the kernels walk the causal band
                 and all(x is None or x.dtype == torch.float32 for x in (model.logits, model.probs)))
     if not compiled:
-        allowed = allowed_pairs(n_tokens, window, attention.qr.device)  # (N, N)
+        allowed = allowed_pairs(n_tokens, window, attention.qr.device, attention.mask)  # (N, N)
 
         def in_torch(logits: torch.Tensor, rows: slice, cols: slice
                      ) -> tuple[float, float, float, float]:  # fmt: skip

@@ -250,7 +250,8 @@ def run_emergence(
         raise RopesplitError(f"bases and seeds must not repeat, got {bases} and {seeds}")
     for base in bases:
         dataclasses.replace(cfg, rope_base=float(base)).check()
-    pred = prediction(cfg, bases) if cfg.task == "lm" else task_prediction(cfg, bases)
+    text = cfg.task in ("lm", "mlm")  # next or masked bytes: the pattern's own prediction
+    pred = prediction(cfg, bases) if text else task_prediction(cfg, bases)
     if "statement" in pred:
         say("PREDICTION " + pred["statement"])
     entropy = corpus_entropy(cfg)
@@ -277,7 +278,7 @@ def run_emergence(
         "config": cfg.to_dict(), "bases": [float(b) for b in bases], "seeds": seeds,
         "unigram_entropy": entropy, "prediction": pred, "runs": runs,
     }  # fmt: skip
-    if "statement" in pred and cfg.task == "lm":
+    if "statement" in pred and text:
         record["verdict"] = verdict(runs, pred, n_boot=cfg.n_boot, seed=cfg.seed)
     elif "statement" in pred and cfg.task == "recall":
         record["verdict"] = task_verdict(runs, pred)

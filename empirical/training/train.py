@@ -3,7 +3,9 @@ r"""Train a small RoPE language model here and keep log-spaced checkpoints.
 The paper's claim is that training creates the pattern behind the split
 (docs/theory.md section 5: key deviations in the slow pairs, ``lowfreq_share_k``
 high, ``r_split`` near 1) and that random initialisation lacks it. This
-module trains a ``transformers`` ``LlamaForCausalLM`` whose training length
+module trains a ``transformers`` ``LlamaForCausalLM`` (or, with the masked-LM objective
+``task="mlm"``, a ``EuroBertForMaskedLM`` of the same blocks attending both ways) whose
+training length
 ``L_train`` and RoPE base ``b`` (:math:`\theta_l = b^{-2l/d}`) we choose, on
 a byte-level tokenisation of a text, and writes checkpoints that every other
 part of ropesplit loads like any Hugging Face model. Each checkpoint is
@@ -49,6 +51,7 @@ from ropesplit.core.io import read_json, write_json
 from ropesplit.empirical.training.train_setup import (
     BOS,
     EOS,
+    MASK,
     TrainConfig,
     byte_tokenizer,
     checkpoint_steps,
@@ -57,6 +60,7 @@ from ropesplit.empirical.training.train_setup import (
     task_tokenizer,
     torch_threads,
 )
+from ropesplit.numerics.tasks import TEXT_TASKS, masked_tokens
 
 __all__ = [
     "BOS",
@@ -109,10 +113,12 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 def _batch(train_bytes: np.ndarray, rng: np.random.Generator, cfg: TrainConfig) -> Any:
     """``(ids, labels)``, each ``(B, L)`` int64: for ``lm`` BOS then ``L - 1`` bytes from seeded
-    random offsets (every next token a label), else the task's sequences (one label each)."""
+    random offsets (every next token a label); for ``mlm`` the same rows with a seeded
+    ``MASK_RATE`` of their tokens masked (those the labels: ``numerics.tasks.masked_tokens``);
+    else the task's sequences (one label each)."""
     import torch
 
-    if cfg.task != "lm":
+    if cfg.task not in TEXT_TASKS:
         from ropesplit.numerics.tasks import task_batch
 
         ids, labels, _, _ = task_batch(cfg.task, rng, cfg.batch, cfg.seq_len, cfg.vocab)
@@ -121,6 +127,9 @@ def _batch(train_bytes: np.ndarray, rng: np.random.Generator, cfg: TrainConfig) 
     rows = np.stack([train_bytes[s : s + cfg.seq_len - 1] for s in starts])  # (B, L-1)
     ids = torch.from_numpy(np.concatenate([np.full((cfg.batch, 1), BOS), rows], axis=1))
     ids = ids.to(torch.int64)  # (B, L)
+    if cfg.task == "mlm":
+        inputs, labels = masked_tokens(ids.numpy(), rng, MASK)
+        return torch.from_numpy(inputs), torch.from_numpy(labels)
     return ids, ids
 
 
@@ -223,7 +232,8 @@ def train(
     r"""Train (or resume) the run of ``cfg``; return one record per checkpoint, in step order.
 
     Minimises the next-token cross-entropy
-    :math:`-\frac{1}{B(L-1)}\sum_{b,n}\log p(x_{b,n} \mid x_{b,<n})` with AdamW.
+    :math:`-\frac{1}{B(L-1)}\sum_{b,n}\log p(x_{b,n} \mid x_{b,<n})` with AdamW (``mlm``:
+    the masked tokens' cross-entropy given the rest, both ways).
     ``measure(folder, step)`` turns a just-saved checkpoint folder into its
     record (default: a :class:`ropesplit.empirical.training.train_measure.Measurer` of this config).
     ``stop_after`` ends the process's work after that step's
@@ -239,11 +249,12 @@ def train(
         from ropesplit.empirical.training.train_measure import Measurer
 
         measure = Measurer(cfg)
-    train_bytes = split_text(cfg)[0] if cfg.task == "lm" else np.zeros(0, dtype=np.uint8)
+    text = cfg.task in TEXT_TASKS
+    train_bytes = split_text(cfg)[0] if text else np.zeros(0, dtype=np.uint8)
     plan = checkpoint_steps(cfg.steps, cfg.checkpoints)
     done = checkpoints(out)
     records = [_metrics(p) for p in done]
-    tokenizer = byte_tokenizer() if cfg.task == "lm" else task_tokenizer(cfg.vocab)
+    tokenizer = byte_tokenizer(cfg.task == "mlm") if text else task_tokenizer(cfg.vocab)
     with torch_threads(cfg.threads), quiet_loading():
         run = _Run.start(cfg, done[-1] if done else None)
         start = run.step
@@ -273,7 +284,7 @@ class _Run:
     model, its AdamW optimizer, the data sampler's RNG (torch's RNG is the global one) and
     the number of steps taken."""
 
-    model: Any  # LlamaForCausalLM (SDPA attention), in train mode between checkpoints
+    model: Any  # LlamaForCausalLM or EuroBertForMaskedLM (SDPA attention), train mode between
     optimizer: Any  # torch.optim.AdamW
     rng: np.random.Generator  # draws the batches
     step: int
@@ -287,9 +298,10 @@ class _Run:
         from ropesplit.empirical.model.loading import load_model
 
         if last is not None:
-            from transformers import AutoModelForCausalLM
+            from ropesplit.empirical.model.loading import model_class
 
-            model = AutoModelForCausalLM.from_pretrained(last, attn_implementation="sdpa")
+            model = model_class(model_config(cfg)).from_pretrained(last,
+                                                                   attn_implementation="sdpa")
             state = torch.load(last / _STATE, weights_only=False)
             step = int(state["step"])
         else:

@@ -4,7 +4,10 @@ For each checkpoint folder (loaded with :func:`load_model`, exactly as
 ``ropesplit analyze --model`` loads it):
 
 - ``val_loss``: mean next-token cross-entropy (nats) over the held-out
-  windows (:func:`continuation_loss`, from the second token on);
+  windows (:func:`continuation_loss`, from the second token on); for the masked-LM
+  objective the masked tokens' (:func:`masked_token_loss`, the same windows with a seeded
+  ``MASK_RATE`` of their tokens masked: :func:`masked_windows`), the statistics measured
+  on the windows as they are;
 - per head (one streamed capture of every validation window,
   ``numerics.stats.layer_statistics`` per window, means over windows)
   ``r_split``, ``remainder_share``, ``tightness_max``, ``lowfreq_share_k``,
@@ -38,7 +41,7 @@ import numpy as np
 from ropesplit.empirical.analysis.analyze import STATISTICS
 from ropesplit.empirical.model.loaded import LoadedModel
 from ropesplit.empirical.model.loading import load_model
-from ropesplit.empirical.model.passes import continuation_loss, model_pass
+from ropesplit.empirical.model.passes import continuation_loss, masked_token_loss, model_pass
 from ropesplit.empirical.training.train_setup import (
     BOS,
     TrainConfig,
@@ -50,7 +53,7 @@ from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import deviation_energy, unigram_entropy
 from ropesplit.numerics.measure import Measure
 
-__all__ = ["Measurer", "control_record", "held_out_ids", "measure_loaded",
+__all__ = ["Measurer", "control_record", "held_out_ids", "masked_windows", "measure_loaded",
            "task_scores", "validation"]
 
 def held_out_ids(cfg: TrainConfig) -> np.ndarray:
@@ -117,17 +120,21 @@ def _window_heads(
 def measure_loaded(
     loaded: LoadedModel, windows: np.ndarray, *, n_boot: int, seed: int,
     task: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    masked: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """One model's record: ``val_loss``, ``heads`` (statistics, energies), ``summary`` (CIs).
 
     ``task`` = ``(labels, distances, sources)``, each ``(V, L)``, of a synthetic task's
-    windows: the loss and accuracy are the answers', per distance bucket too.
+    windows: the loss and accuracy are the answers', per distance bucket too. ``masked`` =
+    ``(inputs, labels)`` (:func:`masked_windows`): the loss is the masked tokens'.
     """
     start = time.perf_counter()
     sources = None if task is None else task[2]
     heads, energy_k, energy_q, theta = _window_heads(loaded, windows, sources, seed)
     record: dict[str, Any] = {}
-    if task is None:
+    if masked is not None:  # the masked-LM objective's loss, on its own masked windows
+        losses = [masked_token_loss(loaded, x, y) for x, y in zip(*masked, strict=True)]
+    elif task is None:
         losses = [continuation_loss(loaded, row) for row in windows]  # one per window
     else:
         record = task_scores(loaded, windows, task[0], task[1])
@@ -199,7 +206,7 @@ def validation(
 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``(windows (V, L), task)``: the held-out windows and, for a synthetic task, its
     ``(labels, distances, sources)``, each ``(V, L)`` (``numerics.tasks.task_batch``)."""
-    if cfg.task == "lm":
+    if cfg.task in ("lm", "mlm"):
         return held_out_ids(cfg), None
     from ropesplit.numerics.tasks import task_batch
 
@@ -209,17 +216,31 @@ def validation(
     return ids.numpy(), (labels.numpy(), distance, source)
 
 
+def masked_windows(cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """The masked-LM objective's held-out ``(inputs, labels)`` ``(V, L)`` each: the held-out
+    windows with a ``MASK_RATE`` of their tokens masked, drawn once with
+    :data:`TASK_VALIDATION_SEED` (every checkpoint scored on the same masks); None for any
+    other objective."""
+    if cfg.task != "mlm":
+        return None
+    from ropesplit.empirical.training.train_setup import MASK
+    from ropesplit.numerics.tasks import masked_tokens
+
+    return masked_tokens(held_out_ids(cfg), np.random.default_rng(TASK_VALIDATION_SEED), MASK)
+
+
 class Measurer:
     """``measure(folder, step) -> record`` for :func:`ropesplit.empirical.training.train.train`."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         self.windows, self.task = validation(cfg)  # (V, L)
+        self.masked = masked_windows(cfg)
 
     def __call__(self, folder: Path, step: int) -> dict[str, Any]:
         loaded = load_model(str(folder))
         record = measure_loaded(loaded, self.windows, n_boot=self.cfg.n_boot, seed=self.cfg.seed,
-                                task=self.task)  # fmt: skip
+                                task=self.task, masked=self.masked)  # fmt: skip
         return {"step": step, "tokens_seen": step * self.cfg.batch * self.cfg.seq_len, **record}
 
 
@@ -228,7 +249,8 @@ def control_record(cfg: TrainConfig, control_seed: int) -> dict[str, Any]:
     loaded = load_model(model_config(cfg), seed=control_seed)
     windows, task = validation(cfg)
     with torch_threads(1):  # as train measures its checkpoints
-        record = measure_loaded(loaded, windows, n_boot=cfg.n_boot, seed=cfg.seed, task=task)
+        record = measure_loaded(loaded, windows, n_boot=cfg.n_boot, seed=cfg.seed, task=task,
+                                masked=masked_windows(cfg))  # fmt: skip
     return {"kind": "random-init", "seed": control_seed, **record}
 
 
@@ -236,7 +258,7 @@ def corpus_entropy(cfg: TrainConfig) -> float:
     """Unigram entropy (nats per token) of the training data: the context-free baseline loss
     (a synthetic task's: of its answers, over the validation windows; recall's are uniform
     over the values, log(vocab // 4))."""
-    if cfg.task != "lm":
+    if cfg.task not in ("lm", "mlm"):
         from ropesplit.numerics.tasks import task_vocab
 
         _, task = validation(cfg)

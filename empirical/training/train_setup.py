@@ -19,10 +19,11 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["BOS", "EOS", "VOCAB", "TrainConfig", "byte_tokenizer", "checkpoint_steps",
+__all__ = ["BOS", "EOS", "MASK", "VOCAB", "TrainConfig", "byte_tokenizer", "checkpoint_steps",
            "model_config", "split_text", "task_tokenizer", "torch_threads"]
 
 BOS, EOS, VOCAB = 256, 257, 258  # byte ids 0..255, then the two specials
+MASK = VOCAB  # the masked-LM objective's <mask>: one id past the causal model's vocabulary
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class TrainConfig:
     val_windows: int = 8  # held-out windows of seq_len tokens for the validation loss
     n_boot: int = 1000  # bootstrap resamples for the CIs over heads
     text: str | None = None  # UTF-8 file (default: ropesplit.empirical.default_text())
-    task: str = "lm"  # "lm" (bytes of the text), "recall" or "offset" (numerics.tasks)
+    # "lm" (next byte of the text: a Llama), "mlm" (masked bytes: a EuroBERT encoder, the
+    # same blocks attending both ways), "recall" or "offset" (numerics.tasks)
+    task: str = "lm"
     vocab: int = 64  # content tokens of the synthetic tasks (3/4 keys, 1/4 values)
     init_std: float = 0.02  # weights drawn N(0, init_std^2) (transformers' initializer_range)
 
@@ -68,7 +71,7 @@ class TrainConfig:
 
         if self.task not in TASKS:
             raise RopesplitError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        if self.task != "lm":
+        if self.task not in ("lm", "mlm"):
             from ropesplit.numerics.tasks import check_task
 
             check_task(self.seq_len, self.vocab)
@@ -103,8 +106,9 @@ def checkpoint_steps(steps: int, count: int) -> list[int]:
     return sorted({0, *map(int, spaced), steps})
 
 
-def byte_tokenizer() -> Any:
-    """Byte-level ``PreTrainedTokenizerFast``: id = byte value, BOS 256 prepended, EOS 257.
+def byte_tokenizer(masked: bool = False) -> Any:
+    """Byte-level ``PreTrainedTokenizerFast``: id = byte value, BOS 256 prepended, EOS 257
+    (``masked``: and ``<mask>`` 258, the masked-LM objective's).
 
     Built with the ``tokenizers`` library (a BPE with the 256 byte symbols and
     no merges), so ``AutoTokenizer.from_pretrained(checkpoint)`` loads it.
@@ -114,21 +118,26 @@ def byte_tokenizer() -> Any:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     vocab = {c: b for b, c in bytes_to_unicode().items()}  # 256 byte symbols, id = byte
-    vocab |= {"<s>": BOS, "</s>": EOS}
+    vocab |= {"<s>": BOS, "</s>": EOS} | ({"<mask>": MASK} if masked else {})
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.add_special_tokens(["<s>", "</s>"])
+    tok.add_special_tokens(["<s>", "</s>", *(["<mask>"] if masked else [])])
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", BOS)]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   **({"mask_token": "<mask>"} if masked else {}))  # fmt: skip
 
 
 def model_config(cfg: TrainConfig) -> Any:
-    """The ``LlamaConfig`` of a run; the context allows 8 ``L_train`` for extrapolation studies."""
+    """The ``LlamaConfig`` of a run (``mlm``: the ``EuroBertConfig`` of the same blocks, a
+    bidirectional encoder with a masked-LM head); the context allows 8 ``L_train`` for
+    extrapolation studies."""
     from transformers import LlamaConfig
 
+    if cfg.task == "mlm":
+        return _encoder_config(cfg)
     if cfg.task == "lm":
         vocab, bos, eos = VOCAB, BOS, EOS
     else:
@@ -147,6 +156,24 @@ def model_config(cfg: TrainConfig) -> Any:
         ropesplit_task=cfg.task,
     )  # fmt: skip
     return LlamaConfig(**settings)
+
+
+def _encoder_config(cfg: TrainConfig) -> Any:
+    """EuroBERT: Llama's blocks (RMSNorm, SwiGLU, RoPE) attending both ways, a masked-LM
+    head; the causal run's shape, its base, and ``<mask>`` past the bytes and specials."""
+    from transformers import EuroBertConfig
+
+    settings: dict[str, Any] = dict(
+        vocab_size=VOCAB + 1, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.heads, head_dim=cfg.head_dim,
+        max_position_embeddings=8 * cfg.seq_len,
+        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_base)},
+        bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS, mask_token_id=MASK,
+        tie_word_embeddings=True, initializer_range=cfg.init_std,
+        ropesplit_train_length=cfg.seq_len, ropesplit_task=cfg.task,
+    )  # fmt: skip
+    return EuroBertConfig(**settings)
 
 
 def task_tokenizer(vocab: int) -> Any:
@@ -173,13 +200,17 @@ def task_tokenizer(vocab: int) -> Any:
 
 
 def split_text(cfg: TrainConfig) -> tuple[np.ndarray, str]:
-    """(training bytes ``(n,)`` uint8, held-out text): the held-out part is the text's tail.
+    """(training bytes ``(n,)`` uint8, held-out text): the held-out part is the text's tail (a
+    FASTA file's text is its sequences, one a line).
 
     The cut is moved back to a line start so the held-out text is whole lines.
     """
+    from ropesplit.empirical.model.corpus import is_fasta, read_fasta
     from ropesplit.empirical.model.text import default_text, read_text
 
     text = read_text(cfg.text) if cfg.text else default_text()
+    if cfg.text and is_fasta(cfg.text, text):  # proteins: the sequences, one a line
+        text = "\n".join(p.text for p in read_fasta(text, f"FASTA file {cfg.text}")) + "\n"
     cut = int(len(text) * (1.0 - cfg.val_fraction))
     cut = text.rfind("\n", 0, cut) + 1 or cut
     train_bytes = np.frombuffer(text[:cut].encode("utf-8"), dtype=np.uint8)

@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     print(_table(trained, control, PAPER_R_SPLIT))
     if trained.summary_rope_subhead is not None:
         print(_subhead_lines(trained, control))
+    if trained.summary_three_term is not None:
+        print(_three_term_lines(trained.summary_three_term))
     print(_reference_table(record))
     if args.protocol:
         from ropesplit.empirical.analysis.protocol import CONTROL_SEEDS, protocol, protocol_table
@@ -158,6 +160,20 @@ def _subhead_lines(trained: Any, control: Any) -> str:
     for name in ours:
         line = f"  {name:<32}{ours[name]:9.3f}"
         lines.append(line + (f"  control {theirs[name]:9.3f}" if theirs else ""))
+    return "\n".join(lines)
+
+
+def _three_term_lines(three: dict[str, Any]) -> str:
+    """Attention both ways: the protein-model paper's fit a[i-j] + b[j] + c[i] beside the split,
+    on the logits and on the probabilities (their choice), and the CV of its log ratio."""
+    lines = ["both ways: the fit a[i-j] + b[j] + c[i] of arXiv 2602.20449 (a holds no query, "
+             "unlike f(q, i-j); docs/theory.md 9), mean over heads:",
+             f"  {'':<14}{'r':>9}{'log Var(a)/Var(b)':>20}{'CV across heads [95%]':>30}"]
+    for fitted in ("logits", "probs"):
+        cv = three[f"three_term_cv_{fitted}"].get("heads")
+        band = f"{cv['cv']:.3f} [{cv['low']:.3f}, {cv['high']:.3f}]" if cv else "-"
+        lines.append(f"  {fitted:<14}{three[f'three_term_r_{fitted}']:9.3f}"
+                     f"{three[f'three_term_log_var_ratio_{fitted}']:20.3f}{band:>30}")
     return "\n".join(lines)
 
 
@@ -192,15 +208,19 @@ def _table(trained: Any, control: Any, paper: float) -> str:
         if both and control is not None:
             header.append(f"{'control':>9}")
     sampled = {row["sampled_pairs"] for row in trained.heads} - {None}
+    masks = sorted({row.get("mask", "causal") for row in trained.heads})
+    pairs = ("causal pair" if masks == ["causal"] else
+             f"pair its mask lets through ({'; '.join(masks)})")  # fmt: skip
     lines = [
         f"{trained.model}: {len(trained.token_ids)} tokens, {len(trained.heads)} heads, "
         f"split under reference {trained.heads[0]['reference']}, "
         f"reconstruction_max_abs_diff {trained.reconstruction_max_abs_diff:.1e}",
         (
-            f"tightness from {min(sampled)} sampled causal pairs per head of "
+            f"tightness from {min(sampled)} sampled {'causal ' * (masks == ['causal'])}pairs "
+            f"per head of "
             f"{trained.heads[0]['n_pairs']} (--pair-budget asked for a sample)"
             if sampled
-            else "tightness exact over every causal pair"
+            else f"tightness exact over every {pairs}"
         ),
         " ".join(header),
     ]

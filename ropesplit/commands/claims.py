@@ -4,8 +4,9 @@ The tests are fixed in ``ropesplit.claims.registry`` before anything runs (stati
 unit, minimum replicates, nulls, thresholds and their origin, and the grid of
 analysis choices the paper leaves open). The run reads the passages of two
 corpora (default: the topics of Python's language reference, and narrative
-prose; ``--corpus`` a folder of .txt files, a JSONL file with a "text" per
-line, or a plain text file split at double blank lines), measures each
+prose; ``--corpus`` swissprot for 24 real proteins, a folder of .txt files, a JSONL
+file with a "text" per line, a FASTA file (a passage per sequence), or a plain text file
+split at double blank lines), measures each
 passage on the model, its shuffled-frequency null and its random-init twins,
 and prints one line per claim: the verdict in the headline cell (``--tokens``,
 every other choice at its default) with each condition's 95% interval, the
@@ -68,8 +69,9 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     the corpora are read once parsed (:func:`check_corpora`)."""
     parser.add_argument("--corpus", metavar="CORPUS",
                         help="pydoc (default: Python's language reference, a passage per "
-                        "topic), prose (the King James Bible, a passage per book), a folder "
-                        "of .txt files, a .jsonl file or a text file")  # fmt: skip
+                        "topic), prose (the King James Bible, a passage per book), swissprot "
+                        "(24 real proteins, a passage per sequence), a folder of .txt files, "
+                        "a .jsonl file, a FASTA file or a text file")  # fmt: skip
     parser.add_argument("--second-corpus", metavar="CORPUS",
                         help=f"the grid's other corpus (default {PAIRED}: prose, or pydoc when "
                         "--corpus is prose; 'none' for the run's corpus alone)")  # fmt: skip

@@ -37,15 +37,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     d = TrainConfig()
     parser.add_argument("--task", choices=TASKS, default="lm",
-                        help="lm: bytes of the text (default); recall: associative recall at "
-                        "any distance; offset: the answer a fixed offset back (the control)")
+                        help="lm: next byte of the text (default, a Llama); mlm: masked bytes "
+                        "of the text, attending both ways (a EuroBERT encoder of the same "
+                        "blocks); recall: associative recall at any distance; offset: the "
+                        "answer a fixed offset back (the control)")
     parser.add_argument("--vocab", type=int, default=d.vocab,
                         help=f"content tokens of recall/offset, 3/4 keys and 1/4 values "
                         f"(default {d.vocab})")  # fmt: skip
     parser.add_argument("--out", metavar="DIR", type=OutputFolder,
                         default=d.out, help=f"run folder (default {d.out})")
     parser.add_argument("--text", metavar="FILE", type=InputFile,
-                        help="UTF-8 corpus (default: Python's docs)")
+                        help="UTF-8 corpus (default: Python's docs); a FASTA file trains on "
+                        "its sequences, one a line")
     parser.add_argument("--bases", type=ListOf(float, 0), default=f"{d.rope_base:g}",
                         help="RoPE base(s), comma-separated, e.g. 10000,100 (default 10000)")
     parser.add_argument("--seeds", type=ListOf(int, 0), default=str(d.seed),
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.training.emergence import run_emergence
     from ropesplit.empirical.training.train import TrainConfig
 
-    base = TASK_DEFAULTS if args.task != "lm" else TrainConfig().to_dict()
+    base = TASK_DEFAULTS if args.task not in ("lm", "mlm") else TrainConfig().to_dict()
     sized = {name: getattr(args, name) if getattr(args, name) is not None else base[name]
              for name in TASK_DEFAULTS}  # fmt: skip
     cfg = TrainConfig(

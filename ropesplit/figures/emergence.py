@@ -105,9 +105,12 @@ def emergence_figure(
                             marker="D", markerfacecolor="none", color=colour)  # fmt: skip
             if name == "val_loss" and unigram_entropy is not None:
                 ax.axhline(unigram_entropy, color="#777777", linestyle="--", linewidth=0.8,
-                           label="unigram entropy" if task == "lm" else "answers' entropy")
-            if name == "val_loss" and task != "lm":
+                           label="unigram entropy" if task in ("lm", "mlm")
+                           else "answers' entropy")  # fmt: skip
+            if name == "val_loss" and task not in ("lm", "mlm"):
                 title = "val loss (nats/answer)"
+            elif name == "val_loss" and task == "mlm":
+                title = "val loss (nats/masked byte)"
             ax.set_xscale("log")
             ticks = [_INIT_X] + [t for t in (1, 10, 100, 1000, 10000) if t <= top]
             ax.set_xticks(ticks, ["init"] + [f"{t:g}" for t in ticks[1:]])

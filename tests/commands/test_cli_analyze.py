@@ -233,3 +233,56 @@ def test_protocol_table_and_controls(folders, capsys, tmp_path):
     assert table.rows[0][4].startswith(f"{first['mean']:.3f}"[:4])
     assert [row[0] for row in controls.rows] == ["random-init", "shuffled-theta", "code-text"]
     assert proto["verdicts"][0] in section.paragraphs[1]
+
+
+@pytest.mark.parametrize("name", ["esm", "modernbert"])
+def test_an_encoder_is_analysed_both_ways_with_the_protein_paper_s_fit_beside(
+        folders, tmp_path, capsys, name):  # fmt: skip
+    """A tiny ESM (every layer both ways) and ModernBERT (a global layer and two local ones):
+    every pair its mask lets through is measured, and the three-term fit a[i-j] + b[j] + c[i]
+    (arXiv 2602.20449) is printed beside the split. On the logits that fit is r_3axis on the
+    same pairs: two algorithms (a dense fit per head, the statistics' sums), one number."""
+    import families
+
+    model_type, fields = families.ENCODERS[name]
+    folder = save_model(tmp_path / name, families.tiny_config(model_type, **fields))
+    record = tmp_path / "record.json"
+    code = main(["analyze", "--model", folder, "--text", folders["text"], "--tokens", "24",
+                 "--no-control", "--json", str(record)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "tightness exact over every pair its mask lets through (both ways" in out
+    assert "both ways: the fit a[i-j] + b[j] + c[i] of arXiv 2602.20449" in out
+    data = json.loads(record.read_text())
+    assert {"three_term_cv_logits", "three_term_r_probs"} <= set(data["summary_three_term"])
+    for head in data["heads"]:
+        assert head["three_term_r_logits"] == pytest.approx(head["r_3axis"], rel=1e-7)
+        assert 0.0 < head["three_term_r_probs"] <= 1.0
+
+
+def test_a_protein_model_reads_fasta_one_sequence_a_passage(tmp_path, capsys):
+    """``--text`` takes FASTA: a tiny ESM-2 with ESM's own tokenizer analyses the first
+    sequence of the bundled Swiss-Prot set long enough, one token per residue after <cls>;
+    a length no sequence reaches is one line naming the longest."""
+    from conftest import esm_tokenizer
+
+    from ropesplit.empirical.model.corpus import SWISSPROT, read_fasta
+
+    tokenizer = esm_tokenizer(tmp_path / "vocab")
+    config = T.EsmConfig(vocab_size=33, hidden_size=32, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2, pad_token_id=1,
+                         mask_token_id=32, position_embedding_type="rotary",
+                         token_dropout=False, max_position_embeddings=2048)  # fmt: skip
+    folder = save_model(tmp_path / "esm", config, tokenizer=tokenizer)
+    record = tmp_path / "esm.json"
+    assert main(["analyze", "--model", folder, "--text", str(SWISSPROT), "--tokens", "48",
+                 "--no-control", "--json", str(record)]) == 0  # fmt: skip
+    ids = json.loads(record.read_text())["token_ids"]
+    first = next(p.text for p in read_fasta(SWISSPROT.read_text()) if len(p.text) >= 47)
+    assert ids == [0, *tokenizer.convert_tokens_to_ids(list(first[:47]))]
+    capsys.readouterr()
+    assert main(["analyze", "--model", folder, "--text", str(SWISSPROT), "--tokens", "1600",
+                 "--no-control"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no sequence of the FASTA file has 1600 tokens (--tokens); the longest "
+                        "has 1522") and "\n" not in err  # fmt: skip

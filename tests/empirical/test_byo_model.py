@@ -95,7 +95,6 @@ def quantised(model):
         (lambda: torch.nn.Linear(2, 2), "model must be a transformers PreTrainedModel, got Linear"),
         (lambda: 42, "model must be a path, a Hugging Face id, a PretrainedConfig or a "
                      "transformers causal LM, got int"),  # fmt: skip
-        (lambda: T.LlamaModel(llama_config(**TINY)), "has no language-model head"),
         (lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64)),
          "model type gpt2 has no rotary position embedding"),  # fmt: skip
         (lambda: quantised(T.LlamaForCausalLM(llama_config(**TINY))),
@@ -107,6 +106,14 @@ def test_unreadable_objects_fail_with_one_line(make, message):
         load_model(make())
     text = str(info.value)
     assert message in text and "\n" not in text
+
+
+def test_a_model_without_a_head_loads_for_analysis():
+    """The analysis reads attention only: a base model (an encoder's, or a decoder's body)
+    loads as its causal LM does."""
+    config = llama_config(**TINY)
+    loaded = load_model(T.LlamaModel(config))
+    assert loaded.attn.analysed == list(range(config.num_hidden_layers))
 
 
 def test_tokenizer_checks(folder):

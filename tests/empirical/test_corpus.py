@@ -245,3 +245,27 @@ def test_the_prose_corpus_is_prose_and_the_measure_tells_code_apart():
     pydoc = [prose_measures(p.text) for p in default_corpus()]
     assert np.median([m["code_chars"] for m in pydoc]) > 5 * max(m["code_chars"]
                                                                  for m in measures)
+
+
+def test_fasta_gives_one_passage_per_sequence_named_by_its_header(tmp_path):
+    path = tmp_path / "two.faa"
+    path.write_text(">sp|P1|ONE first protein\nMKTL\nLV \n\n>two\nGGA\n")
+    assert [(p.name, p.text) for p in read_corpus(path)] == [("sp|P1|ONE", "MKTLLV"),
+                                                              ("two", "GGA")]  # fmt: skip
+    plain = tmp_path / "no_suffix"
+    plain.write_text(">x\nMK\n")  # a text opening with '>' reads as FASTA too
+    assert [p.text for p in read_corpus(plain)] == ["MK"]
+    for bad, message in (("MKT\n>x\nMK\n", "does not start with a FASTA header"),
+                         (">x\n>y\nMK\n", "record 'x' has no sequence")):  # fmt: skip
+        path.write_text(bad)
+        with pytest.raises(RopesplitError, match=message):
+            read_corpus(path)
+
+
+def test_the_swissprot_corpus_is_the_bundled_real_sequences():
+    """24 UniProtKB sequences (data/SOURCE.md), in file order, residues only."""
+    label, passages = corpus_from_spec("swissprot")
+    assert label == "swissprot" and len(passages) == 24
+    assert passages[0].name == "tr|F2CXE6|F2CXE6_HORVD" and passages[-1].name.endswith("CEF_BPT4")
+    assert all(set(p.text) <= set("ACDEFGHIKLMNPQRSTVWYXUBZO") for p in passages)
+    assert sorted(len(p.text) for p in passages)[::23] == [38, 1520]

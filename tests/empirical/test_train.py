@@ -410,3 +410,24 @@ def test_recall_reruns_bit_identical_and_a_killed_run_resumes_to_the_same(tmp_pa
     a = load_file(out / "step-000004" / "model.safetensors")
     b = load_file(tmp_path / "whole" / "step-000004" / "model.safetensors")
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_the_masked_objective_trains_an_encoder_measured_both_ways(tmp_path) -> None:
+    """``task="mlm"``: a EuroBERT of the causal run's shape trains on masked bytes, resumes to
+    the same records, and each checkpoint is measured on every pair of its windows (both
+    ways: L x L), its loss the masked tokens' on the seeded held-out masks."""
+    from ropesplit.empirical.model.passes import masked_token_loss
+    from ropesplit.empirical.training.train_measure import masked_windows
+
+    cfg = tiny(tmp_path / "mlm", task="mlm")
+    records = train(cfg, progress=False)
+    loaded = load_model(str(checkpoints(cfg.out)[-1]))
+    assert type(loaded.model).__name__ == "EuroBertForMaskedLM"
+    last = records[-1]
+    assert {h["n_pairs"] for h in last["heads"]} == {cfg.seq_len**2}
+    inputs, labels = masked_windows(cfg)
+    assert (inputs == 258).sum() == (labels >= 0).sum() > 0
+    want = np.mean([masked_token_loss(loaded, x, y) for x, y in zip(inputs, labels, strict=True)])
+    assert last["val_loss"] == pytest.approx(want, rel=1e-9)
+    again = train(dataclasses.replace(cfg, out=str(tmp_path / "again")), progress=False)
+    assert strip(again) == strip(records)  # the same seed and threads: the same run

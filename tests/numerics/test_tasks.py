@@ -170,3 +170,22 @@ def test_task_scores_through_the_fast_attention_are_eagers_to_float32_rounding()
     np.testing.assert_allclose(fast["losses"], eager, rtol=1e-5, atol=1e-6)
     right = (scores.argmax(-1).numpy() == labels[at]).mean()
     assert fast["accuracy"] == right
+
+
+@pytest.mark.parametrize("rate", [0.05, 0.15, 0.5])
+def test_masked_tokens_mask_at_the_rate_never_bos_at_least_one_a_row(rate):
+    """The masked-LM inputs: labels exactly where the inputs hold <mask>, the original token
+    there, BOS never masked, every row at least one, the share near ``rate`` over many rows
+    (a binomial tolerance of 5 standard deviations)."""
+    from ropesplit.numerics.tasks import IGNORE, masked_tokens
+
+    ids = np.random.default_rng(1).integers(0, 256, size=(400, 64))
+    inputs, labels = masked_tokens(ids, np.random.default_rng(2), 999, rate=rate)
+    chosen = labels != IGNORE
+    assert ((inputs == 999) == chosen).all() and (labels[chosen] == ids[chosen]).all()
+    assert (inputs[~chosen] == ids[~chosen]).all()
+    assert not chosen[:, 0].any() and chosen.any(1).all()
+    n = chosen[:, 1:].size
+    assert abs(chosen[:, 1:].mean() - rate) <= 5 * np.sqrt(rate * (1 - rate) / n) + 1 / 64
+    with pytest.raises(RopesplitError, match="masking needs rows of 2 tokens"):
+        masked_tokens(ids[:, :1], np.random.default_rng(0), 999)

@@ -514,3 +514,29 @@ def test_bad_cv_input(call, start: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(RopesplitError) as error:
         call()
     assert str(error.value).startswith(start)
+
+
+def test_a_layer_s_heads_are_fitted_on_their_own_rope_logits_and_probabilities():
+    """three_term_heads against a float64 twin: each head's W from complex pairs (docs/theory.md
+    section 2) through the keys it reads, its softmax over the mask, fitted one by one."""
+    from ropesplit.numerics.mask import Mask
+    from ropesplit.numerics.rope import to_pairs
+    from ropesplit.numerics.spec import RopeSpec
+    from ropesplit.numerics.threeterm import masked_softmax, three_term_heads
+
+    rng = np.random.default_rng(3)
+    q, k = rng.normal(size=(4, 10, 8)), rng.normal(size=(2, 10, 8))
+    spec = RopeSpec.from_base(8, 50.0)
+    mask = Mask.both(3)
+    got = three_term_heads(q, k, spec, positions=None, mask=mask)
+    p = np.arange(10.0)
+    turn = np.exp(1j * np.subtract.outer(p, p)[..., None] * np.asarray(spec.frequencies))
+    for h in range(4):
+        qc, kc = to_pairs(q[h], "half"), to_pairs(k[h // 2], "half")
+        w = spec.scale * np.einsum("il,jl,ijl->ij", qc, kc.conj(), turn).real
+        logits = three_term_fit(w, mask.allowed(10))
+        probs = three_term_fit(masked_softmax(w, mask.allowed(10)), mask.allowed(10))
+        assert got["r_logits"][h] == pytest.approx(logits.r, rel=1e-9)
+        assert got["log_var_ratio_logits"][h] == pytest.approx(logits.log_var_ratio, rel=1e-9)
+        assert got["r_probs"][h] == pytest.approx(probs.r, rel=1e-9)
+        assert got["log_var_ratio_probs"][h] == pytest.approx(probs.log_var_ratio, rel=1e-9)
