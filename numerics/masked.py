@@ -15,8 +15,18 @@ and combines into every statistic, the same way for both algorithms.  ``O(N^2 c)
 head, in blocks of bounded memory; no ``(N, N)`` matrix per head is kept.
 
 The bound :math:`|E_{ij}| \le B_{ij}` is checked on every allowed pair (or a seeded
-sample of ``pair_budget`` of them) by :func:`.bound.remainder_and_bound`, row chunk by
-row chunk, both signs of the offset alike.
+sample of ``pair_budget`` of them). On a band (``-after <= i - j <= before``, no blocks, no
+padding) with positions in whole steps it runs compiled (:func:`band_ratios`): the pairs
+at or before the query are :func:`.bound.causal_ratios`' own, and the pairs after it are
+the causal pairs of the reversed sequence with conjugated features,
+
+.. math:: E_{i,i+D} = s\,\mathrm{Re}\sum_l \tilde q_l\overline{\tilde\delta_l}
+          \,(e^{-i\theta_l D} - m_l)
+          = s\,\mathrm{Re}\sum_l \overline{\tilde q_l}\,\tilde\delta_l
+          \,(e^{i\theta_l D} - \overline{m_l}),\qquad B \text{ even in } D
+
+(positions ``-p`` in reverse order: whole steps still). Any other mask goes pair by pair
+through :func:`.bound.remainder_and_bound`, in chunks, both signs alike.
 """
 
 from __future__ import annotations
@@ -26,10 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ropesplit.numerics.bound import remainder_and_bound, violations
-from ropesplit.numerics.pairing import WORK_BYTES, BoundCheck, Factors, Moments
+from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
+from ropesplit.numerics.mask import Mask
+from ropesplit.numerics.pairing import WORK_BYTES, BoundCheck, Factors, Moments, whole_steps
 
-__all__ = ["MaskSums", "mask_ratios", "mask_sums"]
+__all__ = ["MaskSums", "band_ratios", "mask_ratios", "mask_sums"]
+
+_BLOCK_ROWS = 128  # rows of one dense block of mask_sums
 
 
 @dataclass(frozen=True)
@@ -67,22 +80,28 @@ def mask_sums(f: Factors, allowed: np.ndarray) -> MaskSums:
     diag_w = torch.zeros(h, n_a, dtype=torch.float64)
     y_sq = (y * y).sum(-1)  # (H, N)
     keep = torch.from_numpy(allowed.astype(np.float64))
-    step = max(1, WORK_BYTES // (8 * 4 * h * n * max(refs, 1)))  # rows per block
+    # rows per block: bounded memory, and few enough that a band's block reads a narrow strip
+    step = max(1, min(_BLOCK_ROWS, WORK_BYTES // (8 * 4 * h * n * max(refs, 1))))
     for i0 in range(0, n, step):
         i1 = min(n, i0 + step)
-        m = keep[i0:i1]  # (B, N)
-        at = torch.from_numpy(np.arange(i0, i1)[:, None] - np.arange(n)[None, :] - d_min)
+        read = np.flatnonzero(allowed[i0:i1].any(0))  # the columns these rows read
+        if not read.size:
+            continue
+        c0, c1 = int(read[0]), int(read[-1]) + 1
+        m = keep[i0:i1, c0:c1]  # (B, C)
+        full = bool(allowed[i0:i1, c0:c1].all())  # every pair of the block: no mask to apply
+        at = torch.from_numpy(np.arange(i0, i1)[:, None] - np.arange(c0, c1)[None, :] - d_min)
         on = m.bool()
-        w = f.a[:, i0:i1] @ y.transpose(1, 2)  # (H, B, N)
-        wm = w * m
+        w = f.a[:, i0:i1] @ y[:, c0:c1].transpose(1, 2)  # (H, B, C)
+        wm = w if full else w * m
         moments.ww[:, i0:i1] = (wm * w).sum(-1)
         row_w[:, i0:i1] = wm.sum(-1)
-        col_w += wm.sum(1)
+        col_w[:, c0:c1] += wm.sum(1)
         diag_w.index_add_(1, at[on], wm[:, on])
-        ab = f.a[:, i0:i1] @ b.transpose(1, 2)  # (H, B, N)
+        ab = f.a[:, i0:i1] @ b[:, c0:c1].transpose(1, 2)  # (H, B, C)
         for r in range(refs):
-            e = ab - f.us[r][:, i0:i1] @ dp.transpose(1, 2)  # (H, B, N) E^m
-            em = e * m
+            e = ab - f.us[r][:, i0:i1] @ dp[:, c0:c1].transpose(1, 2)  # (H, B, C) E^m
+            em = e if full else e * m
             moments.we[r][:, i0:i1] = (wm * e).sum(-1)
             moments.ee[r][:, i0:i1] = (em * e).sum(-1)
             row_e[r][:, i0:i1] = em.sum(-1)
@@ -90,6 +109,36 @@ def mask_sums(f: Factors, allowed: np.ndarray) -> MaskSums:
     counts = (np.bincount(rows - cols - d_min, minlength=n_a).astype(np.float64),
               allowed.sum(1).astype(np.float64), allowed.sum(0).astype(np.float64))  # fmt: skip
     return MaskSums(moments, row_w, row_e, col_w, diag_w, products, counts, d_min)
+
+
+def band_ratios(check: BoundCheck, mask: Mask) -> tuple[list[np.ndarray], list[int]] | None:
+    r"""Per head the ratios :math:`|E_{ij}|/B_{ij}` (``-inf`` where :math:`B = 0`) and the
+    violation counts over every pair of a band ``mask``, compiled (module docstring): the
+    pairs at or before each query by :func:`.bound.causal_ratios`, those after it by the
+    same on the reversed, conjugated sequence (its diagonal, the queries' own keys again,
+    left out). None where it does not apply: blocks, padding, or positions not in whole
+    steps (:func:`mask_ratios` checks those pair by pair)."""
+    steps = whole_steps(check.pq, check.pk)
+    if mask.segments is not None or mask.keep is not None or steps is None:
+        return None
+    iq, ik, step = steps
+    th, s, gap = check.theta * step, check.scale, check.gap
+    n = check.qc.shape[1]
+    back, bad_back = causal_ratios(check.qc, check.dc, th, iq, ik, s,
+                                   window=None if mask.before is None else mask.before + 1,
+                                   one_minus_m=gap)  # fmt: skip
+    if mask.after == 0:
+        return list(back), [int(b) for b in bad_back]
+    ahead, bad_ahead = causal_ratios(
+        np.conj(check.qc[:, ::-1]), np.conj(check.dc[:, ::-1]), th, -ik[::-1], -iq[::-1], s,
+        window=None if mask.after is None else mask.after + 1,
+        one_minus_m=None if gap is None else np.conj(gap))  # fmt: skip
+    # the reversed sequence's diagonal is the queries' own keys, counted in ``back``
+    own = remainder_and_bound(check.qc, check.dc, check.theta, np.zeros(n), s,
+                              one_minus_m=gap)  # (H, N) each  # fmt: skip
+    bad = [int(b) + int(a) - violations(own[0][x], own[1][x])
+           for x, (b, a) in enumerate(zip(bad_back, bad_ahead, strict=True))]  # fmt: skip
+    return [np.concatenate([b, a[n:]]) for b, a in zip(back, ahead, strict=True)], bad
 
 
 def mask_ratios(

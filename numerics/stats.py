@@ -218,7 +218,7 @@ def layer_statistics(
     dc = _key_deviations(kc, kbar, d, spec)  # (Hkv, N, P) delta~
     low_k = _lowfreq_share(_energy(dc), th)[kv]  # (H,)
     low_q = _lowfreq_share(_energy(qc - qc.mean(1, keepdim=True)), th)  # (H,)
-    layer = _Pairs(qc, kc, dc, kv, th, pq, pk, w, allowed)
+    layer = _Pairs(qc, kc, dc, kv, th, pq, pk, w, allowed, None if allowed is None else mask)
     sums = _logit_sums(layer, [None if r.is_zero else r.m for r in refs], dev,
                        three_axis=not measure.split_only)  # fmt: skip
     gram = band_gram(n, w) if allowed is None else mask_gram(n, mask)
@@ -304,8 +304,12 @@ def _bound_tightness(
     if layer.allowed is not None:  # any other mask: every pair it allows, both signs
         check = BoundCheck(qc.cpu().numpy(), dc[torch.from_numpy(kv).to(dc.device)].cpu().numpy(),
                            th, pq, pk, s, None, gap)  # fmt: skip
-        ratios, bad, sampled = masked.mask_ratios(check, layer.allowed, measure.pair_budget,
-                                                  measure.seed)  # fmt: skip
+        budget = measure.pair_budget
+        every = budget is None or budget >= int(layer.allowed.sum())
+        band = masked.band_ratios(check, layer.mask) if every and layer.mask else None
+        if band is not None:  # a band, whole steps: compiled, both signs (masked.band_ratios)
+            return [_summary(r, None, b) for r, b in zip(*band, strict=True)]
+        ratios, bad, sampled = masked.mask_ratios(check, layer.allowed, budget, measure.seed)
         return [_summary(r, sampled, b) for r, b in zip(ratios, bad, strict=True)]
     if dev is None:
         check = BoundCheck(qc.numpy(), dc[kv].numpy(), th, pq, pk, s, w, gap)
@@ -417,6 +421,7 @@ class _Pairs:
     pk: np.ndarray  # (N,) key positions
     window: int | None  # the causal band's window (None: every earlier key, or a mask)
     allowed: np.ndarray | None = None  # (N, N) the pairs of any mask but a causal band
+    mask: Mask | None = None  # that mask
 
 
 def _pairs(x: Any, layout: str, rotary_dim: int | None) -> torch.Tensor:

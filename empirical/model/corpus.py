@@ -32,8 +32,8 @@ A corpus of one's own is read by :func:`read_corpus` from
 - a folder: one passage per ``*.txt`` file in it (not its subfolders), in
   sorted file-name order, named by the file's stem;
 - a FASTA file (``.fasta``, ``.fa``, ``.faa``, ``.fas``, or text that opens with a header
-  line, ``>`` and a name, then a line of residues): one passage per sequence, named by the first word of its header, the
-  sequence's lines joined (:func:`read_fasta`);
+  line, ``>`` and a name, then a line of residues): one passage per sequence, named by the
+  first word of its header, the sequence's lines joined (:func:`read_fasta`);
 - a ``.jsonl`` file: one passage per non-empty line, each a JSON object with a
   string ``"text"`` and an optional ``"id"`` or ``"name"`` (else the passage is
   named ``"line N"``, N counted from 1);
