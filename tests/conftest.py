@@ -189,8 +189,12 @@ def _tiny_intervention_passages():
 def tiny_report(patch: pytest.MonkeyPatch) -> None:
     """The report's stages sized for a test: the tiny model and a tiny training (the passages:
     :func:`tiny_report_settings`)."""
+    from dataclasses import replace
+
     from ropesplit.report import stages, training
 
     patch.setattr(stages, "_load", _tiny_load)
     patch.setattr(training, "REPORT_TRAIN", TINY_TRAIN)  # the train stage, tiny
     patch.setattr(training, "REPORT_RECALL", TINY_RECALL)  # the recall stage, tiny
+    encoder = replace(TINY_TRAIN, task="mlm")  # the encoder stage, tiny
+    patch.setattr(training, "REPORT_ENCODERS", {"text": encoder, "proteins": encoder})

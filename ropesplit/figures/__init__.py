@@ -1,4 +1,4 @@
-r"""ropesplit.figures: the twenty-one figures, each a pure function of plain data.
+r"""ropesplit.figures: the twenty-two figures, each a pure function of plain data.
 
 Every figure function takes arrays or the JSON rows of the other commands
 and returns a :class:`matplotlib.figure.Figure` (no pyplot state), so it is
@@ -31,6 +31,7 @@ identical on re-runs.
  19    tolerance         claim 1: damage against the share of tokens moved (4)
  20    forest            every claim's estimate across models (the claims grid)
  21    cells             every claim in every cell of the grid (the report's first screen)
+ 22    bothways          figure 11 for a causal model and encoders trained here (9)
 =====  ================  ==========================================================
 
 :mod:`ropesplit.figures.recorded` keeps each figure's data as JSON records and

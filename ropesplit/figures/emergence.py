@@ -31,8 +31,8 @@ from ropesplit.figures._checks import as_array, panel_label, whole_numbers
 from ropesplit.figures.pairs import energy_shares
 from ropesplit.figures.style import OKABE_ITO, check_width, new_figure, styled
 
-__all__ = ["FIGURE_11", "FIGURE_12", "PANELS", "emergence_data", "emergence_figure",
-           "emergence_pairs_figure"]  # fmt: skip
+__all__ = ["FIGURE_11", "FIGURE_12", "FIGURE_22", "PANELS", "bothways_data", "emergence_data",
+           "emergence_figure", "emergence_pairs_figure"]  # fmt: skip
 
 PANELS = (
     ("val_loss", "val loss (nats/byte)"),
@@ -218,6 +218,23 @@ def emergence_data(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
 
 
+def bothways_data(train: Mapping[str, Any], encoder: Mapping[str, Any]) -> dict[str, Any]:
+    """Figure 22's keyword arguments: the causal run of the ``train`` record at the encoders'
+    base beside the ``encoder`` record's masked-LM runs (text, proteins), one label each."""
+    base = float(encoder["text"]["runs"][0]["rope_base"])
+    causal = {**train, "runs": [r for r in train["runs"] if float(r["rope_base"]) == base]}
+    if not causal["runs"]:
+        raise RopesplitError(f"the train record has no run at the encoders' base {base:g}")
+    runs, controls = [], {}
+    for label, record in (("causal, text", causal), ("encoder, text", encoder["text"]),
+                          ("encoder, proteins", encoder["proteins"])):  # fmt: skip
+        data = emergence_data(record)["emergence"]
+        (run,) = data["runs"]  # one base: one line
+        runs.append({**run, "label": label})
+        controls[label] = data["controls"][run["label"]]
+    return {"runs": runs, "controls": controls, "unigram_entropy": train["unigram_entropy"]}
+
+
 def _value(checkpoint: Mapping[str, Any], name: str, field: str = "mean") -> float:
     """One checkpoint's ``val_loss`` or a statistic's mean (or interval end); NaN where the
     record holds null (every head undefined: JSON has no NaN)."""
@@ -239,6 +256,14 @@ FIGURE_12 = ("emergence_pairs", "Key deviation energy per pair during training",
              "middle and the last checkpoint, one panel per RoPE base; shaded: the slow pairs "
              "(theta_l L_train < 1) where the remainder bound charges little; dotted: uniform.",
              emergence_pairs_figure)  # fmt: skip
+FIGURE_22 = ("bothways", "The split pattern in a causal model and in encoders trained here",
+             "Figure 11 for three models of the same blocks, shape and RoPE base trained here: "
+             "the causal Llama on next bytes of the text, and a EuroBERT encoder (attention both "
+             "ways, docs/theory.md section 9) on masked bytes of the text and of the 24 bundled "
+             "proteins; the statistics over every pair each model's attention lets through. "
+             "Loss: next byte (causal) or masked byte (encoders), nats; band: 95% bootstrap "
+             "interval over heads (one seed); hollow diamond: a random-init control; dashed: "
+             "the text's unigram entropy.", emergence_figure)  # fmt: skip
 # figures 17 and 18: the same two figures of the associative recall task
 FIGURE_17 = ("recall_emergence", "The split pattern while associative recall is learned",
              "Figure 11 for the recall task (ropesplit train --task recall): a small Llama trained "

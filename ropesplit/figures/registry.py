@@ -1,4 +1,4 @@
-"""The twenty-one figures by number and name, and the writer of their PDF/PNG files.
+"""The twenty-two figures by number and name, and the writer of their PDF/PNG files.
 
 ``data[name]`` holds the keyword arguments of figure ``name``'s function
 (plain arrays and JSON rows, as :mod:`ropesplit.report.figure_data` returns
@@ -24,7 +24,7 @@ from ropesplit.figures.bound import bound_figure, sweep_figure
 from ropesplit.figures.cells import cells_figure
 from ropesplit.figures.claims import forest_figure, tolerance_figure
 from ropesplit.figures.decomposition import decomposition_figure
-from ropesplit.figures.emergence import FIGURE_11, FIGURE_12, FIGURE_17, FIGURE_18
+from ropesplit.figures.emergence import FIGURE_11, FIGURE_12, FIGURE_17, FIGURE_18, FIGURE_22
 from ropesplit.figures.experiments import distance_figure
 from ropesplit.figures.heads import r_split_figure
 from ropesplit.figures.interventions import intervention_figure
@@ -126,6 +126,7 @@ FIGURES = (
                "Per claim and primary condition (claim.condition), each model's headline estimate with the 95% interval (squares), the null beside the first condition (grey), the threshold (solid: the paper's; dashed: the toolkit's) and the paper's own value where it gives one (red); each row names its verdict and whether it is robust over the grid.", forest_figure, ("compare",)),  # noqa: E501
     FigureSpec(21, "cells", "Every claim in every cell of the grid",
                "Each claim's primary statistic per cell of the grid, mean and 95% interval coloured by the cell's verdict (headline cell: diamond, bold); line: the threshold (solid: the paper's, dashed: the toolkit's), the predicted side shaded.", cells_figure, ("claims",)),  # noqa: E501
+    FigureSpec(22, *FIGURE_22, ("train", "encoder")),
 )  # fmt: skip
 _BY_NAME = {spec.name: spec for spec in FIGURES}
 

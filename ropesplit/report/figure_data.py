@@ -496,6 +496,13 @@ def _emergence(name: str, stage: str = "train") -> Callable[[FigureView], dict[s
     return build
 
 
+def _bothways(view: FigureView) -> dict[str, Any]:
+    """Figure 22: the causal run and the encoders trained here (``train``, ``encoder``)."""
+    from ropesplit.figures.emergence import bothways_data
+
+    return bothways_data(view.record("train"), view.record("encoder"))
+
+
 def _intervention(name: str, stage: str) -> Callable[[FigureView], dict[str, Any]]:
     def build(view: FigureView) -> dict[str, Any]:
         return intervention_data(view.record(stage), name)
@@ -526,6 +533,7 @@ BUILDERS: dict[str, Callable[[FigureView], dict[str, Any]]] = {
     "tolerance": lambda v: tolerance_data(v.record("claims")),
     "forest": lambda v: forest_data(v.record("compare")),
     "cells": lambda v: cells_data(v.record("claims")),
+    "bothways": _bothways,
 }
 
 

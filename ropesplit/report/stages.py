@@ -141,6 +141,12 @@ def _train_stage(ctx: RunContext) -> dict[str, Any]:
     return train_stage(ctx)
 
 
+def _encoder_stage(ctx: RunContext) -> dict[str, Any]:
+    from ropesplit.report.training import encoder_stage  # imports torch: only when it runs
+
+    return encoder_stage(ctx)
+
+
 def _interventions_stage(ctx: RunContext) -> dict[str, Any]:
     """The interventions, edits inside the model's own forward pass, at the run's intervention
     size: ``remainder``, ``keys`` and ``shuffle`` over corpus passages of
@@ -215,6 +221,8 @@ INTERVENE = Stage("interventions", "attention edited inside the model: remainder
 TRAIN = Stage("train", "a small Llama trained at two RoPE bases, per checkpoint", _train_stage)
 RECALL = Stage("recall", "associative recall trained at two RoPE bases over three seeds",
                _recall_stage)  # fmt: skip
+ENCODER = Stage("encoder", "masked-LM encoders trained here on text and proteins, both ways",
+                _encoder_stage)  # fmt: skip
 LENGTH = Stage("length", "LM-Infinite's four settings on the model trained here, up to 8 L_train",
                _length_stage, ("train",))  # fmt: skip
 TERMS = Stage("terms", "f capped against g + E capped, beyond L, on the model trained here",
@@ -229,7 +237,8 @@ LENGTH_HERE = Stage("length_here", "LM-Infinite's four settings on the analysed 
 # ``ropesplit figures`` runs these; ``ropesplit report`` runs STAGES, then renders
 FIGURE_STAGES: list[Stage] = [LOAD, ANALYZE, PERTURB, LENGTH_HERE, GATHER, FIGURES]
 STAGES: list[Stage] = [DERIVE, BOUND, LOAD, CLAIMS, COMPARE, ANALYZE, PROTOCOL, PERTURB,
-                       INTERVENE, TRAIN, RECALL, LENGTH, TERMS, GATHER, FIGURES]  # fmt: skip
+                       INTERVENE, TRAIN, RECALL, ENCODER, LENGTH, TERMS, GATHER,
+                       FIGURES]  # fmt: skip
 # every name a stage of ropesplit makes: what a figure's needs may name
 MAKERS = frozenset(stage.record for stage in (*STAGES, *FIGURE_STAGES))
 

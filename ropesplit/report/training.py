@@ -21,8 +21,8 @@ from typing import Any
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical.training.train import TrainConfig
 
-__all__ = ["REPORT_BASES", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS", "TrainedSubject",
-           "recall_stage", "train_stage"]
+__all__ = ["REPORT_BASES", "REPORT_ENCODERS", "REPORT_RECALL", "REPORT_TRAIN", "RECALL_SEEDS",
+           "TrainedSubject", "encoder_stage", "recall_stage", "train_stage"]
 
 # the default model, fewer steps (about 1-2 min per base on 2 cores); tests set a tiny one
 REPORT_TRAIN = TrainConfig(steps=150, checkpoints=6)
@@ -36,6 +36,12 @@ REPORT_RECALL = TrainConfig(task="recall", steps=400, seq_len=64, vocab=32, d_mo
                             d_ff=256, batch=32, lr=3e-3, init_std=0.1,
                             checkpoints=3)  # fmt: skip
 RECALL_SEEDS = 3
+# attention both ways, trained here: the masked-LM objective (a EuroBERT of REPORT_TRAIN's
+# shape) on the report's text and on the bundled proteins (24 sequences: L_train 64 leaves
+# the held-out tail its 8 windows), at REPORT_BASES' first base, the run's seed; text=None
+# stands for the bundled protein file (its path is the installed package's)
+REPORT_ENCODERS = {"text": dataclasses.replace(REPORT_TRAIN, task="mlm"),
+                   "proteins": dataclasses.replace(REPORT_TRAIN, task="mlm", seq_len=64)}
 
 
 @dataclasses.dataclass
@@ -80,6 +86,37 @@ def train_stage(ctx: Any) -> dict[str, Any]:
         raise RopesplitError(f"no complete checkpoint under {run_cfg.out}")
     ctx.trained = TrainedSubject(run_cfg, found[-1])
     return record
+
+
+def encoder_stage(ctx: Any) -> dict[str, Any]:
+    """Train :data:`REPORT_ENCODERS` under ``ctx.folder / "encoder"``: per corpus the
+    ``ropesplit train --task mlm --json`` record, and the last checkpoint analysed on its
+    first held-out window (``analyze``: every pair both ways, the three-term fit of arXiv
+    2602.20449 beside the split)."""
+    import tempfile
+
+    from ropesplit.empirical import load_model
+    from ropesplit.empirical.analysis.analyze import analyze
+    from ropesplit.empirical.model.corpus import SWISSPROT
+    from ropesplit.empirical.training.emergence import run_emergence
+    from ropesplit.empirical.training.train import checkpoints
+    from ropesplit.empirical.training.train_measure import held_out_ids
+
+    root = Path(ctx.folder or tempfile.mkdtemp(prefix="ropesplit-encoder-")) / "encoder"
+    root.mkdir(exist_ok=True)
+    out: dict[str, Any] = {}
+    for corpus, base_cfg in REPORT_ENCODERS.items():
+        cfg = dataclasses.replace(base_cfg, out=str(root / corpus), seed=ctx.settings.seed,
+                                  text=str(SWISSPROT) if corpus == "proteins" else None)
+        record = run_emergence(cfg, [REPORT_BASES[0]], [ctx.settings.seed],
+                               say=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        last = load_model(str(checkpoints(cfg.out)[-1]))
+        final = analyze(last, held_out_ids(cfg)[0])
+        record["final_analysis"] = {"summary": final.summary,
+                                    "summary_three_term": final.summary_three_term,
+                                    "masks": sorted({h["mask"] for h in final.heads})}
+        out[corpus] = record
+    return out
 
 
 def recall_stage(ctx: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from test_figures_emergence import _record
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.io import write_json
 from ropesplit.figures import FIGURES, write_figures
-from ropesplit.figures.emergence import emergence_data
+from ropesplit.figures.emergence import bothways_data, emergence_data
 from ropesplit.figures.recorded import (
     FORMAT,
     decode,
@@ -37,6 +37,8 @@ def _all_figures() -> dict[str, dict]:
                                "energy_k_control": None}  # fmt: skip
     data |= emergence_data(_record())
     data |= {"recall_emergence": data["emergence"], "recall_pairs": data["emergence_pairs"]}
+    one = _record(bases=(10000.0,), seeds=(0,))
+    data["bothways"] = bothways_data(_record(), {"text": one, "proteins": one})
     assert set(data) == {spec.name for spec in FIGURES}
     return data
 

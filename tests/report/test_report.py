@@ -81,7 +81,7 @@ def report(tmp_path_factory):
         again = tmp_path_factory.mktemp("figures")
         pipeline.run_figures(SETTINGS, again, widths=("single",), formats=("png",))  # quick rerun
     names = ("derive", "bound", "claims", "compare", "analyze", "perturb", "length", "recall",
-             "run", "extra")
+             "encoder", "run", "extra")
     records = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
     return {"out": out, "html": index.read_text(), "records": records, "again": again,
             "md": (out / "report.md").read_text()}  # fmt: skip
@@ -241,7 +241,8 @@ def test_markdown_links_the_written_pngs(report):
 # drawn by the report from the model it trains (train and length stages) or from its
 # interventions stage, not by `figures`
 INTERVENTIONS = ("remainder", "keys", "terms", "shuffle")
-TRAINED = ("emergence", "emergence_pairs", "recall_emergence", "recall_pairs")  # report only
+TRAINED = ("emergence", "emergence_pairs", "recall_emergence", "recall_pairs",
+           "bothways")  # report only (the train, recall and encoder stages)
 CLAIMS_RUN = ("tolerance", "forest", "cells")  # the claims and compare stages' (report only)
 REPORT_ONLY = (*TRAINED, "length", *INTERVENTIONS, *CLAIMS_RUN)
 
@@ -281,7 +282,7 @@ def test_renderer_shows_failed_steps_and_steps_not_run(report):
     doc = build_document({"derive": derive, "analyze": records["analyze"]})
     html, md = render_html(doc), render_markdown(doc)
     assert "<td>FAILED</td>" in html and "NOT all checked" in html
-    not_run = "claims, compare, bound, protocol, perturb, train, recall, run"
+    not_run = "claims, compare, bound, protocol, perturb, train, recall, encoder, run"
     assert f'<h2 id="not-run">Steps not run</h2>\n<p>{not_run}</p>' in html
     assert f"## Steps not run\n\n{not_run}" in md
 
@@ -370,7 +371,7 @@ PLACE = {"decomposition": "empirical", "r_split": "empirical", "pair_energy": "e
          "distance": "experiment-distance", "length": "experiment-length",
          "emergence": "training", "emergence_pairs": "training",
          "recall_emergence": "recall", "recall_pairs": "recall",
-         "tolerance": "claim-1", "forest": "models", "cells": "glance",
+         "tolerance": "claim-1", "forest": "models", "cells": "glance", "bothways": "both-ways",
          **{name: f"experiment-{name}" for name in INTERVENTIONS}}  # fmt: skip
 
 
@@ -426,3 +427,23 @@ def test_the_recall_section_states_its_predictions_and_verdicts(report):
     assert "Prediction, computed before training" in section and "Finding: " in section
     for v in record["verdict"].values():
         assert v["verdict"] in section
+
+
+def test_the_both_ways_section_trains_encoders_measured_on_every_pair(report):
+    """The report trains the masked-LM encoder on its text and on the bundled proteins, and
+    its section shows the split beside the three-term fit, on every pair both ways, with
+    which claims carry over; figure 22 draws the causal run beside the encoders."""
+    record = report["records"]["encoder"]
+    assert set(record) == {"text", "proteins"}
+    for corpus, run in record.items():
+        assert run["config"]["task"] == "mlm"
+        seq_len = run["config"]["seq_len"]
+        last = run["runs"][0]["checkpoints"][-1]
+        assert {h["n_pairs"] for h in last["heads"]} == {seq_len**2}, corpus
+        final = run["final_analysis"]
+        assert final["masks"] == ["both ways"]
+        assert 0.0 < final["summary_three_term"]["three_term_r_probs"] <= 1.0
+    assert record["proteins"]["config"]["text"].endswith("swissprot.fasta")
+    html = report["html"]
+    section = html.split('<h2 id="both-ways"', 1)[1].split("<h2 ", 1)[0]
+    assert "three-term r" in section and "carry over" in section and "masked-token loss" in section

@@ -23,6 +23,7 @@ from typing import Any
 
 from ropesplit.report.document import Document, FigureBlock, Section, run_line
 from ropesplit.report.sections import (
+    bothways,
     emergence,
     empirical,
     experiments,
@@ -48,6 +49,7 @@ SECTIONS: list[SectionSpec] = [
     experiments.SECTION,  # one section per experiment of the registry's record; 6-8, 13-16
     emergence.SECTION,  # training: the pattern as it forms; figures 11, 12
     recall.SECTION,  # associative recall, where the pattern must appear; figures 17, 18
+    bothways.SECTION,  # encoders trained here, attention both ways; figure 22
     run.SECTION,  # run metadata, last
 ]
 

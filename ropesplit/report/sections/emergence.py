@@ -17,12 +17,12 @@ from ropesplit.numerics.statistics import names
 from ropesplit.report.document import Section, Table, fmt
 from ropesplit.report.sections.base import ReportInputs, SectionSpec, need
 
-__all__ = ["SECTION", "verdict_table"]
+__all__ = ["SECTION", "ci_cell", "verdict_table"]
 
 _STATS = names("training")  # the statistics training watches (numerics.statistics)
 
 
-def _ci(summary: Mapping[str, Any], name: str) -> str:
+def ci_cell(summary: Mapping[str, Any], name: str) -> str:
     value = summary[name]
     if "low" not in value:
         return "n/a"
@@ -62,7 +62,7 @@ def build(inputs: ReportInputs) -> list[Section]:
         for label, c in (("init (step 0)", first), ("control", run["control"]),
                          (f"step {last['step']}", last)):  # fmt: skip
             rows.append([f"{run['rope_base']:g} (seed {run['seed']})", label, fmt(c["val_loss"]),
-                         *(_ci(c["summary"], s) for s in _STATS)])  # fmt: skip
+                         *(ci_cell(c["summary"], s) for s in _STATS)])  # fmt: skip
         loss = last["val_loss"]  # null in the JSON when it was not a number
         below = "below" if loss is not None and loss < entropy else "NOT below"
         text.append(f"Base {run['rope_base']:g}, seed {run['seed']}: final validation loss "
