@@ -54,13 +54,17 @@ def model_pass(model: Any, ids: torch.Tensor, positions: torch.Tensor | None = N
     An explicit all-ones attention mask keeps the mask causal by index: without it,
     transformers reads a step other than +1 in the position ids as the start of a packed
     sequence and masks across it. ``model`` is the causal LM, or its base model (no output
-    head: the capture). The caller holds ``torch.no_grad()``.
+    head: the capture). The caller holds ``torch.no_grad()``. Its seconds count as model
+    compute (:data:`ropesplit.core.clock.MODEL_CLOCK`).
     """
     import torch
 
+    from ropesplit.core.clock import MODEL_CLOCK
+
     extra = {} if keep is None else {"logits_to_keep": keep}
-    return model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
-                 use_cache=False, **extra)  # fmt: skip
+    with MODEL_CLOCK.timing():
+        return model(input_ids=ids, position_ids=positions,
+                     attention_mask=torch.ones_like(ids), use_cache=False, **extra)  # fmt: skip
 
 
 NLL_CHUNK = 2**22  # logits per chunk of token_nll: the float64 copy stays cache-sized

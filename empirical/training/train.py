@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ropesplit.core.clock import MODEL_CLOCK
 from ropesplit.core.errors import RopesplitError
 from ropesplit.core.io import read_json, write_json
 from ropesplit.empirical.training.train_setup import (
@@ -326,11 +327,12 @@ class _Run:
         for group in self.optimizer.param_groups:
             group["lr"] = _lr(cfg, self.step)
         ids, labels = _batch(train_bytes, self.rng, cfg)  # (B, L) each
-        loss = self.model(input_ids=ids, labels=labels, use_cache=False).loss
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
+        with MODEL_CLOCK.timing():  # model compute: forward, backward, step
+            loss = self.model(input_ids=ids, labels=labels, use_cache=False).loss
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
         self.step += 1
         return float(loss.detach()), int(ids.numel())
 

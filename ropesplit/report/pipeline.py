@@ -60,6 +60,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ropesplit.core.clock import MODEL_CLOCK
 from ropesplit.core.errors import RopesplitError
 from ropesplit.report.context import RunContext, RunSettings, Stage
 from ropesplit.report.stages import FIGURE_STAGES, MAKERS, STAGES, text_header
@@ -81,10 +82,12 @@ _VERSIONED = ("ropesplit", "numpy", "torch", "transformers", "sympy", "matplotli
 
 @dataclass
 class _Progress:
-    """One line per stage on stderr, with its duration; durations kept for ``run.json``."""
+    """One line per stage on stderr, with its duration; durations kept for ``run.json``, and
+    of each the seconds of model compute in it (:data:`ropesplit.core.clock.MODEL_CLOCK`)."""
 
     total: int
     seconds: dict[str, float] = field(default_factory=dict)
+    model_seconds: dict[str, float] = field(default_factory=dict)
     stream: Any = None
 
     @contextlib.contextmanager
@@ -92,9 +95,10 @@ class _Progress:
         out = self.stream or sys.stderr
         index = len(self.seconds) + 1
         print(f"[{index}/{self.total}] {name}: {what} ...", file=out, flush=True)
-        start = time.perf_counter()
+        start, model = time.perf_counter(), MODEL_CLOCK.seconds
         yield
         self.seconds[name] = round(time.perf_counter() - start, 1)
+        self.model_seconds[name] = round(MODEL_CLOCK.seconds - model, 1)
         print(f"[{index}/{self.total}] {name}: done in {self.seconds[name]:.1f} s", file=out,
               flush=True)  # fmt: skip
 
@@ -255,7 +259,10 @@ def run_report(settings: RunSettings, out: str | Path) -> Path:
         blocks = figure_blocks(ctx)
         run = text_header(settings, ctx.loaded, ctx.ids, ctx.text)
         run["stage_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in progress.seconds.items())
+        run["stage_model_seconds"] = ", ".join(f"{k} {v:.1f}" for k, v in
+                                               progress.model_seconds.items())  # fmt: skip
         run["run_seconds"] = round(time.perf_counter() - start, 1)
+        run["model_seconds"] = round(sum(progress.model_seconds.values()), 1)
         run["versions"] = _versions()
         run["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         run["commit"] = _commit()

@@ -230,6 +230,24 @@ def test_header_records_versions_model_hashes_tokens_seed_and_time(report):
     assert report["records"]["run"]["tokens"] == N_TOKENS  # and it is in run.json
 
 
+def test_each_stage_records_its_model_compute_beside_its_total(report):
+    """run.json: per stage the seconds inside the model's passes and training steps
+    (core.clock), never above the stage's own; model-free stages read 0; the sum beside
+    the run's total, so the report shows its own overhead."""
+    record = report["records"]["run"]
+
+    def parse(line):
+        return {k: float(v) for k, v in (part.rsplit(" ", 1) for part in line.split(", "))}
+
+    total, model = parse(record["stage_seconds"]), parse(record["stage_model_seconds"])
+    assert list(model) == list(total)
+    assert all(model[k] <= total[k] + 0.1 for k in total)
+    assert model["derive"] == model["bound"] == 0.0  # sympy and synthetic numerics only
+    assert model["analyze"] > 0.0 and model["train"] > 0.0
+    assert record["model_seconds"] == pytest.approx(sum(model.values()), abs=0.2)
+    assert record["model_seconds"] <= record["run_seconds"]
+
+
 def test_markdown_links_the_written_pngs(report):
     links = re.findall(r"!\[Figure \d+: [^\]]*\]\(([^)]*)\)", report["md"])
     assert len(links) == len(FIGURES)
