@@ -227,16 +227,22 @@ def mask_window(mask: torch.Tensor | None) -> int | None:
     if mask is None or mask.ndim != 4 or mask.shape[-1] != mask.shape[-2]:
         return None
     n = mask.shape[-1]
-    m = mask[0, 0].float()
-    through = m > m.min() if bool((m != m.max()).any()) else torch.ones_like(m, dtype=torch.bool)
+    through = _let_through(mask[0, 0])
     if bool(through.all()):  # nothing masked: no causal mask to read (the model masks itself)
         return None
-    width = int((through & allowed_pairs(n, None, m.device)).sum(-1).max())  # keys a row reads
+    width = int((through & allowed_pairs(n, None, mask.device)).sum(-1).max())  # keys a row reads
     window = None if width == n else width
-    if not bool((through == allowed_pairs(n, window, m.device)).all()):
+    if not bool((through == allowed_pairs(n, window, mask.device)).all()):
         raise ValidationError("the attention mask lets through pairs that no causal window "
                               "describes")  # fmt: skip
     return window
+
+
+def _let_through(m: torch.Tensor) -> torch.Tensor:
+    """``(N, N)`` bool: the pairs one sequence's mask ``m`` lets through, additive (its
+    entries above its fill value) or boolean alike; every pair where it masks none."""
+    m = m.float()
+    return m > m.min() if bool((m != m.max()).any()) else torch.ones_like(m, dtype=torch.bool)
 
 
 def read_mask(mask: torch.Tensor | None, b: int, causal: bool, window: int | None) -> Mask:
@@ -252,11 +258,8 @@ def read_mask(mask: torch.Tensor | None, b: int, causal: bool, window: int | Non
         return Mask.causal(window if window is not None else mask_window(mask))
     if mask is None or mask.ndim != 4 or mask.shape[-1] != mask.shape[-2]:
         return Mask.both()
-    m = mask[b, 0]
-    through = (m if m.dtype == torch.bool else (m > m.min()) if bool((m != m.max()).any())
-               else torch.ones_like(m, dtype=torch.bool))  # fmt: skip
     try:
-        return Mask.of(through.cpu().numpy())
+        return Mask.of(_let_through(mask[b, 0]).cpu().numpy())
     except RopesplitError as exc:
         raise ValidationError(str(exc)) from None
 

@@ -45,7 +45,7 @@ from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import causal_bound_weight, slow_pairs
 from ropesplit.numerics.rope import frequencies
 from ropesplit.numerics.statistics import names
-from ropesplit.numerics.tasks import OFFSET
+from ropesplit.numerics.tasks import OFFSET, TEXT_TASKS
 
 __all__ = ["CONTROL_SEED_OFFSET", "MIN_SEEDS", "prediction", "run_emergence", "step0_vs_control",
            "task_prediction", "task_verdict", "verdict"]
@@ -250,7 +250,7 @@ def run_emergence(
         raise RopesplitError(f"bases and seeds must not repeat, got {bases} and {seeds}")
     for base in bases:
         dataclasses.replace(cfg, rope_base=float(base)).check()
-    text = cfg.task in ("lm", "mlm")  # next or masked bytes: the pattern's own prediction
+    text = cfg.task in TEXT_TASKS  # next or masked bytes: the pattern's own prediction
     pred = prediction(cfg, bases) if text else task_prediction(cfg, bases)
     if "statement" in pred:
         say("PREDICTION " + pred["statement"])

@@ -52,6 +52,7 @@ from ropesplit.empirical.training.train_setup import (
 from ropesplit.numerics.bootstrap import bootstrap_ci
 from ropesplit.numerics.emergence import deviation_energy, unigram_entropy
 from ropesplit.numerics.measure import Measure
+from ropesplit.numerics.tasks import TEXT_TASKS
 
 __all__ = ["Measurer", "control_record", "held_out_ids", "masked_windows", "measure_loaded",
            "task_scores", "validation"]
@@ -206,7 +207,7 @@ def validation(
 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``(windows (V, L), task)``: the held-out windows and, for a synthetic task, its
     ``(labels, distances, sources)``, each ``(V, L)`` (``numerics.tasks.task_batch``)."""
-    if cfg.task in ("lm", "mlm"):
+    if cfg.task in TEXT_TASKS:
         return held_out_ids(cfg), None
     from ropesplit.numerics.tasks import task_batch
 
@@ -258,7 +259,7 @@ def corpus_entropy(cfg: TrainConfig) -> float:
     """Unigram entropy (nats per token) of the training data: the context-free baseline loss
     (a synthetic task's: of its answers, over the validation windows; recall's are uniform
     over the values, log(vocab // 4))."""
-    if cfg.task not in ("lm", "mlm"):
+    if cfg.task not in TEXT_TASKS:
         from ropesplit.numerics.tasks import task_vocab
 
         _, task = validation(cfg)

@@ -67,11 +67,11 @@ class TrainConfig:
                 raise RopesplitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.seq_len < 8:
             raise RopesplitError(f"seq_len must be at least 8, got {self.seq_len}")
-        from ropesplit.numerics.tasks import TASKS
+        from ropesplit.numerics.tasks import TASKS, TEXT_TASKS
 
         if self.task not in TASKS:
             raise RopesplitError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        if self.task not in ("lm", "mlm"):
+        if self.task not in TEXT_TASKS:
             from ropesplit.numerics.tasks import check_task
 
             check_task(self.seq_len, self.vocab)

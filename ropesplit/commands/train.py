@@ -89,8 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ropesplit.empirical.training.emergence import run_emergence
     from ropesplit.empirical.training.train import TrainConfig
+    from ropesplit.numerics.tasks import TEXT_TASKS
 
-    base = TASK_DEFAULTS if args.task not in ("lm", "mlm") else TrainConfig().to_dict()
+    base = TASK_DEFAULTS if args.task not in TEXT_TASKS else TrainConfig().to_dict()
     sized = {name: getattr(args, name) if getattr(args, name) is not None else base[name]
              for name in TASK_DEFAULTS}  # fmt: skip
     cfg = TrainConfig(
