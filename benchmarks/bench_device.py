@@ -1,8 +1,9 @@
 """Capture and analysis time over forward time with the model on a GPU, with peak device memory.
 
 For N = 1024, 2048, 4096 tokens of the default text, the default model
-loaded onto ``--device`` (default ``cuda``): one plain forward pass of the
-model (eager attention), then ``analyze`` with exact tightness
+loaded onto ``--device`` (default ``cuda``) under ``--attention`` (default eager; ``sdpa``
+or ``flash_attention_2``: the model's own kernel, the capture held to its output): one plain
+forward pass of the model, then ``analyze`` with exact tightness
 (the default ``Measure``: the bound on every causal pair), whose capture (one
 forward pass through the taps plus validation) is timed apart from the
 statistics of all heads; with the model on CUDA the statistics' ``O(N^2)``
@@ -15,7 +16,8 @@ available it says so in one line and exits 0 (``--device cpu`` runs the same
 measurements on the host, without a peak).
 
     .venv/bin/python benchmarks/bench_device.py [--tokens 1024 2048 4096] [--repeats 3]
-        [--device cuda] [--dtype float32] [--json PATH] [--geometry llama2-7b --layers 32]
+        [--device cuda] [--dtype float32] [--attention eager] [--json PATH]
+        [--geometry llama2-7b --layers 32]
 
 ``--geometry llama2-7b`` measures a random-init model of Llama-2-7B's shapes
 (``geometry.py``) instead, on seeded random tokens: with ``--layers 32`` the
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, help="--geometry's layers (default: its own)")
     parser.add_argument("--device", default="cuda", help="torch device of the model")
     parser.add_argument("--dtype", default="float32", help="the model's dtype (load_model's)")
+    parser.add_argument("--attention", default="eager",
+                        help="the attention kernel the model runs (eager, sdpa, "
+                             "flash_attention_2, ...: Placement's)")  # fmt: skip
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--repeats", type=int, default=3, help="medians over this many runs")
     parser.add_argument("--torch-stats", action="store_true",
@@ -139,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         from geometry import geometry_config
 
         config = geometry_config(args.geometry, args.layers)  # drawn on the device itself
-        loaded = load_model(config, placement=Placement(args.device, args.dtype))
+        loaded = load_model(config, placement=Placement(args.device, args.dtype,
+                                                        attention=args.attention))
     else:
         loaded = load_model(args.model, args.gguf_file,
-                            placement=Placement(args.device, args.dtype))  # fmt: skip
+                            placement=Placement(args.device, args.dtype,
+                                                attention=args.attention))  # fmt: skip
     gpu = torch.cuda.get_device_name(device) if cuda else "host"
     print(f"{loaded.name}: loaded in {time.perf_counter() - start:.1f} s on {device} ({gpu}), "
           f"{args.dtype}, {torch.get_num_threads()} host threads")  # fmt: skip

@@ -26,8 +26,10 @@ orders are the identity and the layout is the function's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import torch
 
 from ropesplit.core.errors import RopesplitError
 
@@ -67,11 +69,21 @@ class AppliedRotation:
         return int(self.cos.shape[-1])
 
 
+def _host(M: Any, out: np.ndarray | None = None, into: np.ndarray | None = None) -> np.ndarray:
+    """``M`` (or its entries ``M[..., out, into]``) as a float64 numpy array, from numpy or
+    a torch tensor on any device (the gather made where ``M`` is)."""
+    if isinstance(M, np.ndarray):
+        return (M if out is None else M[..., out, into]).astype(np.float64)
+    if out is not None:
+        M = M[..., torch.as_tensor(out, device=M.device), torch.as_tensor(into, device=M.device)]
+    return np.asarray(M.detach().double().cpu().numpy())
+
+
 def _wrap(angle: np.ndarray) -> np.ndarray:
     return np.pi - np.mod(np.pi - angle, 2 * np.pi)
 
 
-def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> AppliedRotation:
+def read_rotation(M: Any, positions: np.ndarray | None = None) -> AppliedRotation:
     r"""The pairs, turn direction and table of a RoPE map ``M (B, N, d_out, d_in)``.
 
     ``M[b, n]`` is the function's output for each unit input at token ``n`` of
@@ -81,16 +93,18 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
     are one position apart: a longer step can wrap). The pairing is
     read from the first :data:`STRUCTURE_TOKENS` tokens of the first sequence, the
     table from every sequence and token; a map that is not a rotation of coordinate
-    pairs plus pass-through coordinates is refused in one line.
+    pairs plus pass-through coordinates is refused in one line. ``M`` is a numpy array
+    or a torch tensor on any device: of a tensor only those tokens and the table's
+    entries come to the host.
     """
-    M = np.asarray(M)
     if M.ndim != 4:
-        raise RopesplitError(f"a RoPE map must be (B, N, d_out, d_in), got shape {M.shape}")
+        raise RopesplitError(f"a RoPE map must be (B, N, d_out, d_in), got shape "
+                             f"{tuple(M.shape)}")  # fmt: skip
     batch, n_tokens, d_out, d_in = M.shape
     p = (np.broadcast_to(np.arange(n_tokens, dtype=np.float64), (batch, n_tokens))
          if positions is None else np.asarray(positions, dtype=np.float64))  # fmt: skip
     rows = min(n_tokens, STRUCTURE_TOKENS)
-    first = M[0, :rows].astype(np.float64)  # (rows, d_out, d_in): the structure
+    first = _host(M[0, :rows])  # (rows, d_out, d_in): the structure
     scale = float(np.abs(first).max()) or 1.0
     support = np.abs(first).max(axis=0) > _ZERO * scale  # (d_out, d_in)
     pairs: dict[tuple[int, ...], list[int]] = {}
@@ -131,8 +145,8 @@ def read_rotation(M: np.ndarray, positions: np.ndarray | None = None) -> Applied
     a_, b_, c_, d_ = (np.array([quad[i] for quad in quads], dtype=np.int64) for i in range(4))
     rest_in = np.array([i for i, _ in rest], dtype=np.int64)
     rest_out = np.array([o for _, o in rest], dtype=np.int64)
-    cos = M[:, :, c_, a_].astype(np.float64)  # (B, N, P)
-    sin = M[:, :, d_, a_].astype(np.float64)
+    cos = _host(M, c_, a_)  # (B, N, P)
+    sin = _host(M, d_, a_)
     in_half = np.concatenate([a_, b_, rest_in])
     out_half = np.concatenate([c_, d_, rest_out])
     inter = np.stack([a_, b_], axis=1).ravel()

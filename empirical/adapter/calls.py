@@ -4,13 +4,13 @@ Everything ropesplit reads from inside a model's forward pass comes through
 :func:`taps`, and every seam it uses is named here:
 
 - **the attention function**, through transformers' public attention registry
-  (``AttentionInterface``): one function, :data:`NAME`, is registered once (with
-  transformers' eager mask under the same name in ``AttentionMaskInterface``)
-  and made the model's attention for the block; it hands every call, as an
-  :class:`AttentionCall` bound by position (``module, query, key, value,
-  attention_mask``, then ``scaling``), to the callbacks and to the model's own
-  eager attention (or to the ``attention`` function the caller installs:
-  LM-Infinite, the interventions);
+  (``AttentionInterface``): one function, :data:`NAME`, is registered once per kernel
+  (``ropesplit-sdpa`` stands for SDPA, with that kernel's mask function under the same
+  name in ``AttentionMaskInterface``) and made the model's attention for the block; it
+  hands every call, as an :class:`AttentionCall` bound by position (``module, query,
+  key, value, attention_mask``, then ``scaling``), to the callbacks and to the kernel the
+  model runs (or to the ``attention`` function the caller installs: LM-Infinite, the
+  interventions);
 - **the pre-softmax logits** ``W`` (docs/theory.md section 2, after any
   soft-cap, mask added), the input of the softmax inside the model's eager
   attention, through torch's public ``TorchFunctionMode``;
@@ -24,11 +24,14 @@ Everything ropesplit reads from inside a model's forward pass comes through
   (:data:`CONVENTIONS`, in the manner of transformers' ``ROPE_INIT_FUNCTIONS``;
   :data:`CONVENTION_OF` names the families that do not use the common one), and
   every RoPE function of the modeling module is read; the call kept is the one
-  whose output the attention call attends with. What the function applies is
-  read off the function itself: probed with unit vectors at every token, once
-  per table (:func:`ropesplit.numerics.applied.read_rotation`), so re-interleaved
-  tables, complex ``freqs_cis``, negated sines and DeepSeek-V3's interleave-to-half
-  are one rotation in a standard layout (:class:`RopeRecord`).
+  whose output the attention call attends with. What the function applies is the
+  table it was handed where that table, as a half-split rotation, reproduces the
+  call's output (Llama and most families: no probe); else it is read off the
+  function itself: probed with unit vectors at every token, once per table and
+  distinct set of positions, on the model's device
+  (:func:`ropesplit.numerics.applied.read_rotation`), so re-interleaved tables,
+  complex ``freqs_cis``, negated sines and DeepSeek-V3's interleave-to-half are
+  one rotation in a standard layout (:class:`RopeRecord`).
 
 Which layers are analysed, :func:`survey` decides once per model from a short
 forward pass: a layer whose attention makes a RoPE call and a softmax attention
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ropesplit.core.errors import RopesplitError, one_line
+from ropesplit.numerics.applied import STRUCTURE_TOKENS
 
 __all__ = [
     "CONVENTIONS",
@@ -70,6 +75,7 @@ __all__ = [
     "carries_rope",
     "fast_attention",
     "heads_first",
+    "kernel_names",
     "record_pre_rope",
     "survey",
     "taps",
@@ -95,18 +101,21 @@ class StopForward(Exception):  # noqa: N818 - control flow, not an error
 class RopeCall:
     """One RoPE application read by position: pre-RoPE ``x``, its rotation, and the function.
 
-    ``x`` and ``rotated`` are ``(B, heads, N, dx)`` (heads first); ``apply(E)`` runs the
-    model's own RoPE function, with the call's tables, on a heads-first ``E (B, m, N, dx)``
-    (the probe of :mod:`ropesplit.numerics.applied`), and ``table`` names those tables
-    (one probe per table); ``role`` is ``"q"``, ``"k"`` or ``None`` (a one-tensor call:
-    which it is, the attention call tells).
+    ``x`` and ``rotated`` are ``(B, heads, N, dx)`` (heads first); ``apply(E, rows)`` runs
+    the model's own RoPE function, with the call's tables (their sequences ``rows`` only,
+    when given), on a heads-first ``E (len(rows) or B, m, N, dx)`` (the probe of
+    :mod:`ropesplit.numerics.applied`), and ``table`` names those tables (one probe per
+    table); ``role`` is ``"q"``, ``"k"`` or ``None`` (a one-tensor call: which it is, the
+    attention call tells). ``passed``: the ``(cos, sin)`` the call was handed, where the
+    convention has them (the probe is skipped where they reproduce the call's output).
     """
 
     role: str | None
     x: torch.Tensor
     rotated: torch.Tensor
-    apply: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    apply: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = field(repr=False)
     table: tuple[Any, ...] = ()
+    passed: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
 
 Reader = Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any], Any], list[RopeCall]]
@@ -178,22 +187,37 @@ def _read_qk(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[
     q, k, cos, sin = args[:4]
     if not _all_tensors(q, k, cos, sin, *result):
         return []
-    return _pair(function, args, kwargs, result, _unsqueeze_dim(args, kwargs, 4))
+    return _pair(function, args, kwargs, result, _unsqueeze_dim(args, kwargs, 4), (cos, sin))
 
 
 def _pair(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
-          result: Any, unsq: int) -> list[RopeCall]:  # fmt: skip
+          result: Any, unsq: int, passed: tuple[torch.Tensor, torch.Tensor] | None = None
+          ) -> list[RopeCall]:  # fmt: skip
     """The query's and the key's calls of ``f(q, k, *tables) -> (R q, R k)``, heads at dim
     1 (``unsq`` 1) or tokens first (``unsq`` 2)."""
     q, k, rest = args[0], args[1], args[2:]
+    batch, tokens = q.shape[0], q.shape[2 if unsq == 1 else 1]
 
-    def apply(e: torch.Tensor) -> torch.Tensor:
+    def apply(e: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         e = heads_first(e, unsq)  # the call's own layout (a transpose is its own inverse)
-        return heads_first(function(e, e, *rest, **kwargs)[0], unsq)
+        tables = _sequences(rest, rows, batch, tokens)
+        return heads_first(function(e, e, *tables, **kwargs)[0], unsq)
 
     table = _table(function, rest)
-    return [RopeCall("q", heads_first(q, unsq), heads_first(result[0], unsq), apply, table),
-            RopeCall("k", heads_first(k, unsq), heads_first(result[1], unsq), apply, table)]
+    return [RopeCall("q", heads_first(q, unsq), heads_first(result[0], unsq), apply, table,
+                     passed),
+            RopeCall("k", heads_first(k, unsq), heads_first(result[1], unsq), apply, table,
+                     passed)]  # fmt: skip
+
+
+def _sequences(values: Sequence[Any], rows: torch.Tensor | None, batch: int, tokens: int
+               ) -> list[Any]:  # fmt: skip
+    """A call's table arguments for the sequences ``rows`` only: each tensor laid out
+    ``(B, N, ...)`` sliced on its batch; the rest (a table shared by the batch) as it is."""
+    if rows is None or batch == 1:
+        return list(values)
+    return [v.index_select(0, rows) if isinstance(v, torch.Tensor) and v.ndim >= 2
+            and v.shape[0] == batch and v.shape[1] == tokens else v for v in values]
 
 
 def _read_one(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -202,9 +226,11 @@ def _read_one(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping
     if len(args) < 3 or not _all_tensors(*args[:3], result):
         return []
     x, rest, unsq = args[0], args[1:], _unsqueeze_dim(args, kwargs, 3)
+    batch, tokens = x.shape[0], x.shape[2 if unsq == 1 else 1]
 
-    def apply(e: torch.Tensor) -> torch.Tensor:
-        return heads_first(function(heads_first(e, unsq), *rest, **kwargs), unsq)
+    def apply(e: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        tables = _sequences(rest, rows, batch, tokens)
+        return heads_first(function(heads_first(e, unsq), *tables, **kwargs), unsq)
 
     return [RopeCall(None, heads_first(x, unsq), heads_first(result, unsq), apply,
                      _table(function, rest))]  # fmt: skip
@@ -216,9 +242,11 @@ def _read_one_sin_cos(function: Callable[..., Any], args: Sequence[Any],
     if len(args) < 3 or not _all_tensors(*args[:3], result):
         return []
     x, rest = args[0], args[1:]
+    batch, tokens = x.shape[0], x.shape[1]
 
-    def apply(e: torch.Tensor) -> torch.Tensor:
-        return heads_first(function(heads_first(e, 2), *rest, **kwargs), 2)
+    def apply(e: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        tables = _sequences(rest, rows, batch, tokens)
+        return heads_first(function(heads_first(e, 2), *tables, **kwargs), 2)
 
     return [RopeCall(None, heads_first(x, 2), heads_first(result, 2), apply,
                      _table(function, rest))]  # fmt: skip
@@ -444,9 +472,11 @@ class AttentionCall:
     """One call of the model's attention function, bound by position.
 
     ``query`` ``(B, H, N, d)`` and ``key`` ``(B, Hkv, N, d)`` are rotated, as attended;
-    ``mask`` the additive mask (or None); ``kwargs`` the rest of the call
-    (``sliding_window``, ``softcap``, ``position_ids``, ...). :meth:`eager` runs the model's
-    own eager attention on the call, with another mask when given.
+    ``mask`` the mask the kernel's mask function built (additive under eager, boolean or
+    None under SDPA); ``kwargs`` the rest of the call (``sliding_window``, ``softcap``,
+    ``position_ids``, ...). :meth:`run` runs it through the kernel the model runs
+    (``kernel``: ``"eager"``, ``"sdpa"``, ...); :meth:`eager` through the model's own eager
+    attention, with another mask when given.
     """
 
     layer: int
@@ -459,6 +489,8 @@ class AttentionCall:
     dropout: float
     kwargs: dict[str, Any]
     _eager: Callable[..., Any] = field(repr=False)
+    kernel: str = "eager"
+    _kernel: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property
     def scale(self) -> float:
@@ -493,10 +525,17 @@ class AttentionCall:
 
     def eager(self, mask: torch.Tensor | None = None) -> Any:
         """The model's own eager attention on this call (``mask`` replaces the call's)."""
+        return self._through(self._eager, self.mask if mask is None else mask)
+
+    def run(self) -> Any:
+        """The call through the kernel the model runs: ``(out (B, N, H, dv), probs)``, probs
+        None where the kernel forms none (SDPA, flash attention)."""
+        return self._through(self._kernel or self._eager, self.mask)
+
+    def _through(self, kernel: Callable[..., Any], mask: torch.Tensor | None) -> Any:
         scaling = {} if self.scaling is None else {"scaling": self.scaling}
-        return self._eager(self.module, self.query, self.key, self.value,
-                           self.mask if mask is None else mask, dropout=self.dropout,
-                           **scaling, **self.kwargs)  # fmt: skip
+        return kernel(self.module, self.query, self.key, self.value, mask,
+                      dropout=self.dropout, **scaling, **self.kwargs)  # fmt: skip
 
 
 @dataclass
@@ -592,6 +631,7 @@ class Block:
     on_logits: LogitsTap | None
     attention: Callable[[AttentionCall], Any] | None
     positions: Any = None  # (B, N) the positions applied, for the turn's direction
+    kernel: str = "eager"  # the attention implementation the model runs (its config's)
     survey: dict[int, bool] | None = None  # survey mode: layer -> made a RoPE call
     layer: int | None = None
     depth: int = 0  # inside a RoPE function (or its probe): nested calls are not read
@@ -642,29 +682,42 @@ class Block:
                          f"layer {layer} attends with")  # fmt: skip
 
     def _probe(self, one: RopeCall) -> _Probe:
-        """The rotation behind ``one``'s tables, read once per table from the function's
-        response to unit vectors at every token."""
+        """The rotation behind ``one``'s tables, read once per table: the table the call was
+        handed where it reproduces the call's output (:func:`_as_passed`), else from the
+        function's response to unit vectors at every token of each distinct set of
+        positions (each sequence where the block was not told them), on the model's
+        device."""
         if one.table in self.probes:
             return self.probes[one.table]
         from ropesplit.numerics.applied import read_rotation
 
         b, _, n, dx = one.x.shape
-        eye = torch.eye(dx, dtype=one.x.dtype, device=one.x.device)
-        self.depth += 1
-        try:
-            with torch.no_grad():
-                response = one.apply(eye[None, :, None, :].expand(b, dx, n, dx).contiguous())
-        finally:
-            self.depth -= 1
-        m = response.detach().float().permute(0, 2, 3, 1).cpu().numpy()  # (B, N, out, in)
-        positions = (None if self.positions is None
-                     else np.broadcast_to(np.asarray(self.positions), (b, n)))  # fmt: skip
-        rotation = read_rotation(m, positions)  # pairs from one sequence, tables from each
-        device, dtype = one.rotated.device, one.rotated.dtype
-        probe = _Probe(torch.as_tensor(rotation.in_order, device=device),
-                       torch.as_tensor(rotation.out_order, device=device), rotation.identity,
-                       torch.as_tensor(rotation.cos, device=device).to(dtype),
-                       torch.as_tensor(rotation.sin, device=device).to(dtype))  # fmt: skip
+        positions = np.broadcast_to(np.arange(n) if self.positions is None
+                                    else np.asarray(self.positions), (b, n))  # fmt: skip
+        probe = _as_passed(one, positions)
+        if probe is None:
+            # one probe per distinct row of positions: a batch of one text's passages is one
+            distinct, first, inverse = np.unique(positions, axis=0, return_index=True,
+                                                 return_inverse=True)  # fmt: skip
+            if len(first) == b or self.positions is None:  # each its own (or not known)
+                distinct, first, inverse = positions, np.arange(b), np.arange(b)
+            rows = torch.as_tensor(first, device=one.x.device)
+            eye = torch.eye(dx, dtype=one.x.dtype, device=one.x.device)
+            self.depth += 1
+            try:
+                with torch.no_grad():
+                    response = one.apply(eye[None, :, None, :].expand(len(first), dx, n, dx)
+                                         .contiguous(), None if len(first) == b else rows)
+            finally:
+                self.depth -= 1
+            m = response.detach().permute(0, 2, 3, 1)  # (distinct, N, out, in), on the device
+            rotation = read_rotation(m, distinct)  # pairs from one sequence, tables from each
+            device, dtype = one.rotated.device, one.rotated.dtype
+            at = torch.as_tensor(inverse.reshape(-1), device=device)
+            probe = _Probe(torch.as_tensor(rotation.in_order, device=device),
+                           torch.as_tensor(rotation.out_order, device=device), rotation.identity,
+                           torch.as_tensor(rotation.cos, device=device).to(dtype)[at],
+                           torch.as_tensor(rotation.sin, device=device).to(dtype)[at])
         self.probes[one.table] = probe
         return probe
 
@@ -732,44 +785,73 @@ def _dispatch(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     """The registered attention: binds the call by position, reports it, runs it."""
     block = _ACTIVE.get()
     eager = getattr(_home(module), EAGER)
+    kernel = eager if block is None or block.kernel == "eager" else _kernel(block.kernel)
     if block is None:  # registered for good, used only inside a block: plain eager outside
         return eager(module, query, key, value, attention_mask, *args, **kwargs)
     layer = block.running()
     if block.survey is not None:  # which layers rotate: the survey
         block.survey[layer] = block.survey.get(layer, False) or bool(block.calls.pop(layer, None))
-        return eager(module, query, key, value, attention_mask, *args, **kwargs)
+        return kernel(module, query, key, value, attention_mask, *args, **kwargs)
     if layer not in block.attn.analysed:  # NoPE, say: attends as it would, nothing read
         block.calls.pop(layer, None)
-        return eager(module, query, key, value, attention_mask, *args, **kwargs)
+        return kernel(module, query, key, value, attention_mask, *args, **kwargs)
     scaling = kwargs.pop("scaling", args[0] if args else None)
     dropout = float(kwargs.pop("dropout", args[1] if len(args) > 1 else 0.0))
     call = AttentionCall(layer, module, query, key, value, attention_mask,
                          None if scaling is None else float(scaling), dropout, kwargs,
-                         eager)  # fmt: skip
+                         eager, block.kernel, kernel)  # fmt: skip
     if block.on_rope is not None:
         block.on_rope(layer, block.rope(layer, call))
     else:
         block.calls.pop(layer, None)
     if block.attention is not None:
         result = block.attention(call)
-    elif block.on_logits is not None:
+    elif block.on_logits is not None and block.kernel == "eager":
         report = block.on_logits
         with _SoftmaxInputs(lambda logits: report(layer, logits)):
-            result = call.eager()
+            result = call.run()
     else:
-        result = call.eager()
+        result = call.run()
     if block.on_attention is not None:
         block.on_attention(call, result)
     return result
 
 
-def _register() -> None:
-    """:data:`NAME` in transformers' attention and mask registries (once a process)."""
+def kernel_names() -> tuple[str, ...]:
+    """The attention kernels a model can be run under: ``eager`` and every name in
+    transformers' attention registry (``sdpa``, ``flash_attention_2``, ``flex_attention``,
+    ...), the adapter's own and the paged ones left out."""
+    from transformers import AttentionInterface
+
+    names = [n for n in AttentionInterface._global_mapping
+             if not n.startswith(NAME) and "|" not in n]  # fmt: skip
+    return ("eager", *sorted(names))
+
+
+def _kernel(name: str) -> Callable[..., Any]:
+    """The attention function transformers' registry holds for ``name`` (``"sdpa"``, ...)."""
+    from transformers import AttentionInterface
+
+    try:
+        return AttentionInterface()[name]  # type: ignore[no-any-return]
+    except KeyError:
+        raise RopesplitError(f"no attention kernel {name!r} in transformers' registry") from None
+
+
+def _register(kernel: str = "eager") -> str:
+    """The name under which :func:`_dispatch` runs a model whose kernel is ``kernel``:
+    :data:`NAME` for eager, ``"ropesplit-sdpa"`` and so on for another, each registered
+    once in transformers' attention registry and, in its mask registry, with the mask
+    function of the kernel it stands for (so the kernel gets the mask it builds as it runs:
+    SDPA's boolean one, or none where it attends causally by itself)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-    AttentionInterface.register(NAME, _dispatch)
-    AttentionMaskInterface.register(NAME, eager_mask)
+    name = NAME if kernel == "eager" else f"{NAME}-{kernel}"
+    masks = AttentionMaskInterface()
+    AttentionInterface.register(name, _dispatch)
+    AttentionMaskInterface.register(name, masks[kernel] if kernel in masks else eager_mask)
+    return name
 
 
 def _rope_hook(block: Block, function: Any) -> Callable[..., None]:
@@ -797,6 +879,47 @@ def _layer_setter(block: Block, index: int) -> Any:
         block.layer = index
 
     return hook
+
+
+def _as_passed(one: RopeCall, positions: np.ndarray) -> _Probe | None:
+    r"""The table a call was handed as the probe would read it, without the probe: where
+    ``(cos, sin)`` ``(B|1, N, dx)`` are one half-split rotation (``cos[:P] == cos[P:]``,
+    likewise ``sin``; every pair turning, forward) and reproduce the call's output to the
+    dtype's rounding, ``rotated = x cos + rotate_half(x) sin`` (Llama's, and most
+    families'). None elsewhere: the probe reads it. The capture's validation still holds
+    the rotation to the model's."""
+    if one.passed is None or one.x.is_complex():
+        return None
+    b, _, n, dx = one.x.shape
+    half = dx // 2
+    try:
+        cos, sin = (t.reshape(-1, n, dx).expand(b, n, dx) for t in one.passed)
+    except RuntimeError:  # another shape: not this table
+        return None
+    if cos.dtype != one.x.dtype or sin.dtype != one.x.dtype or dx % 2:
+        return None
+    if not (torch.equal(cos[..., :half], cos[..., half:])
+            and torch.equal(sin[..., :half], sin[..., half:])):  # fmt: skip
+        return None
+    x = one.x
+    rotated = x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), -1) * sin[:, None]
+    eps = float(torch.finfo(one.rotated.dtype).eps)
+    size = float(one.rotated.abs().max()) if one.rotated.numel() else 0.0
+    diff = float((rotated - one.rotated).abs().max())
+    if not (size > 0 and diff <= 8 * eps * size):  # a miss, NaN, or x all 0: the probe
+        return None
+    # each pair turns, and forward (read_rotation reads a pair that does not as another)
+    rows = min(n, STRUCTURE_TOKENS)
+    phase = torch.atan2(sin[0, :rows, :half].double(), cos[0, :rows, :half].double())
+    step = torch.as_tensor(np.diff(positions[0, :rows]), dtype=torch.float64, device=x.device)
+    turn = torch.remainder(phase.diff(dim=0) + math.pi, 2 * math.pi) - math.pi  # (rows-1, P)
+    unit = step.abs() == 1
+    if not bool(unit.any()) or bool((sin[0, :rows, :half] == 0).all(0).any()):
+        return None
+    if bool((torch.median(turn[unit] * step[unit, None], dim=0).values <= 0).any()):
+        return None
+    order = torch.arange(dx, device=x.device)
+    return _Probe(order, order, True, cos, sin)
 
 
 @contextlib.contextmanager
@@ -885,9 +1008,11 @@ def taps(
     callbacks hear the analysed layers only (another layer attends as it would). At each
     attention call of an analysed layer ``L``, in this order: ``on_rope(L, record)``
     (the layer's :class:`RopeRecord`: pre-RoPE q/k, the attended q/k, the table as
-    applied), then the attention runs (``attention(call)`` when given, else the model's
-    own eager attention, with ``on_logits(L, logits)`` reporting its pre-softmax logits
-    ``(B, H, N, N)``), then ``on_attention(call, (out, probs))``. ``positions (B, N)``
+    applied), then the attention runs (``attention(call)`` when given, under the eager
+    mask; else the kernel the model's config selects, :meth:`AttentionCall.run`, with
+    ``on_logits(L, logits)`` reporting the pre-softmax logits ``(B, H, N, N)`` where that
+    is eager attention), then ``on_attention(call, (out, probs))`` (probs None where the
+    kernel forms none). ``positions (B, N)``
     are the positions applied (default ``0..N-1``; read for each pair's direction of
     turn); ``survey`` puts the block in the survey's mode (:func:`survey`). The block's
     :meth:`Block.run` runs the forward pass, so that a failure in it is one
@@ -895,16 +1020,20 @@ def taps(
     """
     if _ACTIVE.get() is not None:
         raise RopesplitError("the adapter's blocks do not nest")
+    # the capture runs the model's own kernel; an attention the caller installs reads the
+    # eager mask (LM-Infinite and the interventions add to it)
+    kernel = getattr(model.config, "_attn_implementation", None) or "eager"
+    kernel = "eager" if attention is not None or kernel.startswith(NAME) else kernel
     block = Block(model, attn, convention(model), on_rope, on_attention, on_logits, attention,
-                  positions, survey)  # fmt: skip
-    _register()
+                  positions, kernel, survey)  # fmt: skip
+    name = _register(kernel)
     handles = [m.register_forward_pre_hook(_layer_setter(block, i))
                for i, m in zip(attn.index, attn.modules, strict=True)]  # fmt: skip
     token = _ACTIVE.set(block)
     reading = on_rope is not None or survey is not None
     try:
         with (_rope_seam(block) if reading else contextlib.nullcontext(),
-              _implementation(model, attn, NAME)):  # fmt: skip
+              _implementation(model, attn, name)):  # fmt: skip
             yield block
     finally:
         _ACTIVE.reset(token)

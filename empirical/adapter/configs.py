@@ -18,7 +18,7 @@ so only this module breaks when transformers renames a field:
 - **lengths and tokens**: :func:`max_positions`, :func:`original_context`,
   :func:`trained_length`, :func:`vocab_size`, :func:`bos_token_id`;
 - **the model's own record**: :func:`model_type`, :func:`name_or_path`,
-  :func:`lens_name`, :func:`lens_dtype`, :func:`attn_implementation`, :func:`set_eager`,
+  :func:`lens_name`, :func:`lens_dtype`, :func:`attn_implementation`, :func:`set_attention`,
   :func:`set_name_or_path` and :func:`save_config`.
 
 Nothing here imports transformers: a config is any object with the fields read.
@@ -54,7 +54,7 @@ __all__ = [
     "rope_spec",
     "save_config",
     "scaling",
-    "set_eager",
+    "set_attention",
     "set_name_or_path",
     "stated_head_dim",
     "trained_length",
@@ -334,7 +334,9 @@ def attn_implementation(config: Any) -> str | None:
     return getattr(config, "_attn_implementation", None)
 
 
-def set_eager(config: Any) -> None:
-    """Select transformers' eager attention in ``config`` (in place), the attention whose
-    probabilities the capture validates against."""
-    config._attn_implementation = "eager"
+def set_attention(config: Any, name: str) -> None:
+    """Select the attention kernel ``name`` in ``config`` (in place; ``"model"``: leave the
+    config's own). Eager attention is the one whose logits and probabilities the capture
+    compares; another kernel is held to its output."""
+    if name != "model":
+        config._attn_implementation = name

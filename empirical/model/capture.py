@@ -42,7 +42,6 @@ import torch
 from ropesplit.core.errors import RopesplitError, ValidationError
 from ropesplit.empirical.adapter import AttentionCall, Held, StopForward, record_pre_rope, taps
 from ropesplit.empirical.adapter.configs import (
-    attn_implementation,
     config_theta,
     layer_type_of,
     rope_base,
@@ -62,6 +61,7 @@ from ropesplit.empirical.model.validate import (
     max_rel,
     read_mask,
     rebuild_logits,
+    rebuild_probs,
     reconstruct,
     rotate_applied,
     sampled_rows,
@@ -149,6 +149,10 @@ class LayerCapture:
     # the pairs the attention call lets through when they are not the causal band of
     # spec.window: attention both ways, blocks, padding (docs/theory.md section 9)
     mask: Mask | None = None
+    # the attention kernel the model ran ("eager", "sdpa", ...); a kernel that forms no
+    # probabilities is validated by its output: max |A V - O_model| / max |V|
+    attention: str = "eager"
+    output_max_rel_diff: float = math.nan
 
     @property
     def theta(self) -> np.ndarray:
@@ -230,24 +234,41 @@ class Capture:
         return max(layer.logit_max_rel_diff for layer in self.layers)
 
     @property
+    def output_max_rel_diff(self) -> float:
+        """Largest per-layer ``max |A V - O_model| / max |V|`` (NaN under eager attention,
+        which is held to its probabilities and logits instead)."""
+        return max(layer.output_max_rel_diff for layer in self.layers)
+
+    @property
+    def attention(self) -> str:
+        """The attention kernel the model ran (``"eager"``, ``"sdpa"``, ...)."""
+        return self.layers[0].attention if self.layers else "eager"
+
+    @property
     def rope_max_rel_diff(self) -> float:
         """Largest per-layer relative difference of the rebuilt ``R q``/``R k``."""
         return max(layer.rope_max_rel_diff for layer in self.layers)
 
     def validation(self) -> dict[str, Any]:
-        """The three validation numbers, for JSON records: probabilities, logits, RoPE; and
-        ``validated_rows``, the query rows of each layer whose logits were compared (every
-        row, ``n_tokens``, for the first sequence of a forward pass; a seeded sample of
+        """The validation numbers, for JSON records: probabilities, logits and RoPE under
+        eager attention, the output and RoPE under another kernel (``attention``; a number
+        not measured is None, as JSON writes a NaN); and ``validated_rows``, the query rows
+        of each layer whose logits were compared (every row, ``n_tokens``, for the first
+        sequence of a forward pass; a seeded sample of
         :data:`~ropesplit.empirical.model.validate.VALIDATED_ROWS` for the others)."""
-        return {
+        numbers = {
             "validated_rows": min(layer.validated_rows for layer in self.layers),
             "reconstruction_max_abs_diff": self.reconstruction_max_abs_diff,
             "logit_max_rel_diff": self.logit_max_rel_diff,
             "logit_max_abs_diff": max(layer.logit_max_abs_diff for layer in self.layers),
             "logit_scale": max(layer.logit_scale for layer in self.layers),
             "rope_max_rel_diff": self.rope_max_rel_diff,
+            "output_max_rel_diff": self.output_max_rel_diff,
+            "attention": self.attention,
             **self.tolerances.as_dict(),
         }
+        return {key: None if isinstance(value, float) and math.isnan(value) else value
+                for key, value in numbers.items()}  # fmt: skip
 
     @property
     def n_tokens(self) -> int:
@@ -329,7 +350,7 @@ def _on_attention(state: _CaptureState) -> Any:
         layer = call.layer
         if layer not in state.raw:
             return
-        done = [_finish_layer(state, call, result[1], b)
+        done = [_finish_layer(state, call, result, b)
                 for b in range(state.positions.shape[0])]  # fmt: skip
         if state.on_layer is not None:  # streamed: checked, handed on, only the numbers kept
             if state.check:
@@ -408,9 +429,10 @@ def finish_layer(layer: int, seen: RopeSeen, spec: RopeSpec, attn_scale: float,
     )  # fmt: skip
 
 
-def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: int
+def _finish_layer(state: _CaptureState, call: AttentionCall, result: Any, b: int
                   ) -> LayerCapture:  # fmt: skip
-    """Assemble, check and validate sequence ``b`` of one layer from what the adapter saw."""
+    """Assemble, check and validate sequence ``b`` of one layer from what the adapter saw
+    and what the kernel returned, ``result = (out, probs or None)``."""
     raw = state.raw[call.layer]
     seen, base = _seen(state, call, b)
     pairs = _mask(state, call, b)
@@ -422,15 +444,19 @@ def _finish_layer(state: _CaptureState, call: AttentionCall, weights: Any, b: in
     attention = RotatedAttention(qr, kr[torch.as_tensor(one.kv_map)], one.attn_scale,
                                  call.softcap, spec.window,
                                  None if pairs.is_causal_band else pairs)  # fmt: skip
-    model = _model_attention(state, call, weights.detach()[b], b, gains, attention)
+    model = _model_attention(state, call, result, b, gains, attention)
     blocks = None if b == 0 else sampled_rows(seen.q.shape[1], (call.layer, b))
-    logit_diff, logit_scale, prob_diff = reconstruct(attention, model, blocks)
+    logit_diff, logit_scale, prob_diff, output_diff = reconstruct(attention, model, blocks)
     tapped = "logits" in raw
+    probs = None
+    if state.keep_probs:  # a kernel that forms none: the rebuilt ones its output matched
+        probs = (rebuild_probs(attention, model) if model.probs is None else model.probs).float()
     return replace(
         one, softcap=call.softcap, rope_base=base, reconstruction_max_abs_diff=prob_diff,
         logit_max_abs_diff=logit_diff if tapped else math.nan,
         logit_scale=logit_scale if tapped else math.nan,
-        probs=model.probs.float().clone() if state.keep_probs else None,
+        attention=call.kernel, output_max_rel_diff=output_diff,
+        probs=None if probs is None else probs.clone(),
         sinks=None if model.sinks is None else model.sinks.float().cpu(),
         shared_key=bool(raw["shared_key"]), mask=attention.mask,
         absolute_share=None if gains is None else gains.share,
@@ -498,13 +524,16 @@ def _mask(state: _CaptureState, call: AttentionCall, b: int) -> Mask:
 
 
 def _model_attention(
-    state: _CaptureState, call: AttentionCall, probs: torch.Tensor, b: int,
+    state: _CaptureState, call: AttentionCall, result: Any, b: int,
     gains: _Gains | None, rebuilt: RotatedAttention,
 ) -> ModelAttention:  # fmt: skip
     """What the model's attention produced for sequence ``b``, as the rebuild compares it:
     ``probs (H, N, N)``; its pre-softmax logits when tapped, less the mask's bias and the
-    gains' absolute term and :func:`unshifted`; sinks in the normaliser; the bias."""
+    gains' absolute term and :func:`unshifted`; sinks in the normaliser; the bias. A kernel
+    that forms no probabilities: its output ``(H, N, dv)`` and the values each head read."""
     raw, window = state.raw[call.layer], rebuilt.window
+    weights = result[1]
+    probs = None if weights is None else weights.detach()[b]
     model_logits = raw["logits"][b] if "logits" in raw else None
     # a sink in the softmax's normaliser shows as its column in the softmax input (gpt-oss);
     # a sink applied to the output (Granite-SWA) leaves the probabilities a plain softmax
@@ -521,7 +550,12 @@ def _model_attention(
         model_logits = model_logits - bias
     if model_logits is not None and rebuilt.mask is None:  # a decoder's shifted rows
         model_logits = unshifted(model_logits, sinks, window, lambda: rebuild_logits(rebuilt))
-    return ModelAttention(probs, model_logits, sinks, bias)
+    if probs is not None:
+        return ModelAttention(probs, model_logits, sinks, bias)
+    output = result[0].detach()[b].transpose(0, 1)  # (N, H, dv) -> (H, N, dv)
+    value = call.value.detach()[b][torch.as_tensor(repeat_kv_map(output.shape[0],
+                                                                 call.value.shape[1]))]
+    return ModelAttention(None, model_logits, sinks, bias, output, value)
 
 
 @dataclass(frozen=True)
@@ -640,8 +674,6 @@ def _run(
     """The forward pass through the taps: one :class:`Capture` per sequence of ``ids (B, N)``."""
     pos = as_position_ids(ids, position_ids)  # (B, N)
     check_positions(loaded, pos)
-    if attn_implementation(loaded.model.config) != "eager":
-        raise RopesplitError("capture needs attn_implementation='eager'; load with load_model")
     tol = tolerances(loaded.model.dtype)
     state = _CaptureState(loaded, pos.cpu().numpy(), keep_probs, tol, on_layer, validate,
                           stop_after=None if keep_logits else loaded.layers[-1],

@@ -37,7 +37,7 @@ class LoadedModel:
     config (pass token ids directly then).
     """
 
-    model: Any  # transformers.PreTrainedModel, eager attention, eval mode
+    model: Any  # transformers.PreTrainedModel in eval mode, under the kernel asked for
     tokenizer: Any  # transformers tokenizer or None
     name: str  # what the user asked for, e.g. "SmolLM2-135M-Instruct"
     random_init: bool

@@ -1,10 +1,11 @@
 r"""Loading a causal language model with RoPE, trained or at random initialisation.
 
 The empirical layer measures docs/theory.md section 5 on real activations; this
-module only gets the model into memory in the one form the capture needs:
-eager attention (so the model's own attention probabilities exist to validate
-against) and every attention module applying rotary embeddings where the one
-adapter (:mod:`ropesplit.empirical.adapter`) can follow it (docs/theory.md section 1).
+module only gets the model into memory in the one form the capture needs: the
+attention kernel asked for (eager by default, so that the model's own logits and
+probabilities exist to validate against; another kernel is held to its output) and every
+attention module applying rotary embeddings where the one adapter
+(:mod:`ropesplit.empirical.adapter`) can follow it (docs/theory.md section 1).
 
 Sources of a model:
 
@@ -16,7 +17,7 @@ Sources of a model:
 - a causal LM already in memory (``transformers.PreTrainedModel``, e.g.
   fine-tuned or patched in a notebook) with its ``tokenizer=``: kept on its
   own device and dtype unless ``device``/``dtype`` say otherwise, switched to
-  eager attention and eval mode in place, and checked like any other source.
+  the kernel asked for and eval mode in place, and checked like any other source.
 
 ``random_init=True`` builds the same config with ``from_config`` under
 ``torch.manual_seed(seed)``: the control of the paper's "the pattern is
@@ -169,21 +170,26 @@ def quiet_loading() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a model's weights live and in what precision (:func:`load_model`'s
-    ``placement``; ``ropesplit``'s ``--device``, ``--dtype`` and ``--device-map``).
+    """Where a model's weights live, in what precision and under which attention kernel
+    (:func:`load_model`'s ``placement``; ``ropesplit``'s ``--device``, ``--dtype``,
+    ``--device-map`` and ``--attention``).
 
     ``device``: ``"cpu"``, ``"cuda"``, ...; ``dtype``: one of float32, float64, bfloat16,
     float16 (None, both: ``"cpu"`` and ``"float32"`` for a model read from disk, where it
     already is for a model in memory); ``device_map``: ``from_pretrained``'s (``"auto"``
-    lets accelerate place layers).
+    lets accelerate place layers); ``attention``: the kernel the model runs, a name in
+    transformers' attention registry (``"eager"``, the default: the capture compares the
+    model's own logits and probabilities; ``"sdpa"``, ``"flash_attention_2"``, ...: its
+    output, docs/architecture.md) or ``"model"``, the one its config selects.
 
     >>> Placement(dtype="bfloat16")
-    Placement(device=None, dtype='bfloat16', device_map=None)
+    Placement(device=None, dtype='bfloat16', device_map=None, attention=None)
     """
 
     device: str | None = None
     dtype: str | None = None
     device_map: str | None = None
+    attention: str | None = None
 
 
 def load_model(
@@ -196,7 +202,8 @@ def load_model(
     seed: int = 0,
     placement: Placement = Placement(),
 ) -> LoadedModel:
-    r"""Load a RoPE causal LM with eager attention, trained or at random initialisation.
+    r"""Load a RoPE model under the kernel ``placement.attention`` (eager by default),
+    trained or at random initialisation.
 
     ``model`` is ``None`` (the embedded SmolLM2-135M-Instruct GGUF), a folder or
     Hugging Face id (with ``gguf_file`` for a GGUF inside it), a
@@ -218,10 +225,12 @@ def load_model(
     from transformers import PretrainedConfig
 
     device, dtype, device_map = placement.device, placement.dtype, placement.device_map
+    attention = placement.attention or "eager"
     if isinstance(model, LoadedModel):
         model, tokenizer = model.model, model.tokenizer if tokenizer is None else tokenizer
     if isinstance(model, torch.nn.Module):
-        loaded = from_model(model, tokenizer, name=name, device=device, dtype=dtype)
+        loaded = from_model(model, tokenizer, name=name, device=device, dtype=dtype,
+                            attention=attention)  # fmt: skip
         return random_init_twin(loaded, seed) if random_init else loaded
     _check_source(model, tokenizer)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
@@ -234,10 +243,10 @@ def load_model(
         config, name, tokenizer, random_init = model, f"{model_type(model)} (config)", None, True
     else:
         config, name, tokenizer, built = _pretrained(model, gguf_file, torch_dtype, device_map,
-                                                     weights=not random_init)  # fmt: skip
+                                                     attention, weights=not random_init)
     if random_init:
         home = torch.device(device if device_map is None else "cpu")
-        built = _drawn(config, name, seed, torch_dtype, home)
+        built = _drawn(config, name, seed, torch_dtype, home, attention)
     assert built is not None
     if device_map is None:
         built = built.to(device)
@@ -262,7 +271,8 @@ def _check_source(model: Any, tokenizer: Any) -> None:
 
 
 def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dtype,
-                device_map: str | None, *, weights: bool) -> tuple[Any, str, Any, Any]:  # fmt: skip
+                device_map: str | None, attention: str, *, weights: bool
+                ) -> tuple[Any, str, Any, Any]:  # fmt: skip
     """``(config, name, tokenizer, model)`` of a local folder, a GGUF or a Hugging Face id
     (:func:`resolve_source`); ``model`` None without ``weights`` (a random-init twin is
     drawn from the config instead). Every failure is one line."""
@@ -287,7 +297,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
                 built = model_class(config).from_pretrained(
                     native or source,
                     config=config,  # read above: a GGUF's metadata is parsed once less
-                    attn_implementation="eager",
+                    **_kernel(attention),
                     dtype=torch_dtype,
                     device_map=device_map,
                     **kwargs,
@@ -308,23 +318,29 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
     return config, name, tokenizer, built
 
 
+def _kernel(attention: str) -> dict[str, str]:
+    """``from_pretrained``'s and ``from_config``'s keyword for the kernel ``attention``
+    (:class:`Placement`): none for ``"model"``, the config's own choice."""
+    return {} if attention == "model" else {"attn_implementation": attention}
+
+
 def _drawn(config: Any, name: str, seed: int, torch_dtype: torch.dtype,
-           home: torch.device) -> Any:  # fmt: skip
-    """The architecture of ``config`` at random initialisation, eager attention, drawn under
-    ``torch.manual_seed(seed)`` by ``home``'s generator, tensor by tensor where it will live
-    (the caller's global RNG state untouched)."""
+           home: torch.device, attention: str = "eager") -> Any:  # fmt: skip
+    """The architecture of ``config`` at random initialisation, under the kernel
+    ``attention`` (:class:`Placement`), drawn under ``torch.manual_seed(seed)`` by ``home``'s
+    generator, tensor by tensor where it will live (the caller's global RNG state
+    untouched)."""
     import torch
 
-    from ropesplit.empirical.adapter.configs import set_eager
+    from ropesplit.empirical.adapter.configs import set_attention
 
-    set_eager(config)
+    set_attention(config, attention)
     with torch.random.fork_rng(devices=[home] if home.type == "cuda" else []):
         torch.manual_seed(seed)  # seeds the device's generator too: the draw is made there
         try:
             with home:  # allocated and drawn where the model will live, tensor by tensor
-                return model_class(config).from_config(
-                    config, attn_implementation="eager", dtype=torch_dtype
-                )
+                return model_class(config).from_config(config, dtype=torch_dtype,
+                                                       **_kernel(attention))  # fmt: skip
         except RopesplitError:
             raise
         except Exception as exc:  # transformers raises many types: one line
@@ -360,16 +376,18 @@ def from_model(
     name: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    attention: str = "eager",
 ) -> LoadedModel:
     r"""A causal LM already in memory, made ready for capture (in place).
 
     ``model`` is a ``transformers.PreTrainedModel`` (a causal LM, a masked LM or an
     encoder's base model: the analysis needs no head) on any device, in one of the dtypes
     ``load_model`` supports; ``tokenizer`` is its tokenizer (``None``: pass token ids). The
-    model is moved only when ``device``/``dtype`` are given, and is switched to
-    eager attention (the capture validates against the model's own attention
-    probabilities) and eval mode. The same checks as for a loaded model apply:
-    RoPE attention, even ``head_dim``, layer order; each failure is one line.
+    model is moved only when ``device``/``dtype`` are given, and is switched to the kernel
+    ``attention`` (:class:`Placement`; eager by default: the capture then validates against
+    the model's own attention probabilities; ``"model"`` leaves its own) and eval mode.
+    The same checks as for a loaded model apply: RoPE attention, even ``head_dim``, layer
+    order; each failure is one line.
     """
     import torch
     from transformers import PretrainedConfig
@@ -390,14 +408,17 @@ def from_model(
     if dtype is not None or device is not None:
         model.to(device=device, dtype=_torch_dtype(dtype) if dtype else None)
     try:
-        if hasattr(model, "set_attn_implementation"):
-            getattr(model, "set_attn_implementation")("eager")  # noqa: B009
+        if attention == "model":
+            pass
+        elif hasattr(model, "set_attn_implementation"):
+            getattr(model, "set_attn_implementation")(attention)  # noqa: B009
         else:  # pragma: no cover - older transformers
-            from ropesplit.empirical.adapter.configs import set_eager
+            from ropesplit.empirical.adapter.configs import set_attention
 
-            set_eager(config)
+            set_attention(config, attention)
     except Exception as exc:  # transformers raises ValueError/ImportError/...
-        raise RopesplitError(f"cannot switch {kind} to eager attention: {one_line(exc)}") from None
+        raise RopesplitError(f"cannot switch {kind} to {attention} attention: "
+                             f"{one_line(exc)}") from None  # fmt: skip
     model.eval()
     from ropesplit.empirical.adapter.configs import name_or_path
 
@@ -413,8 +434,11 @@ def random_init_twin(loaded: LoadedModel, seed: int = 0) -> LoadedModel:
     """
     import copy
 
+    from ropesplit.empirical.adapter.configs import attn_implementation
+
     where = Placement(device=str(loaded.device),
-                      dtype=str(loaded.model.dtype).removeprefix("torch."))  # fmt: skip
+                      dtype=str(loaded.model.dtype).removeprefix("torch."),
+                      attention=attn_implementation(loaded.config) or "eager")  # fmt: skip
     twin = load_model(copy.deepcopy(loaded.config), seed=seed, placement=where)
     return LoadedModel(twin.model, loaded.tokenizer, loaded.name, True, seed, twin.attn)
 

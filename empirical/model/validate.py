@@ -6,7 +6,10 @@ with the tensors the model's RoPE produced, relative to their largest entry
 (:data:`ROPE_TOL`); (2) the pre-softmax logits ``W`` of docs/theory.md section 2
 (then soft-cap), compared with the model's own on every attended pair,
 relative to the largest logit (:data:`LOGIT_TOL`); (3) the probabilities
-after mask and softmax, compared absolutely (:data:`RECONSTRUCTION_TOL`).
+after mask and softmax, compared absolutely (:data:`RECONSTRUCTION_TOL`). Under a
+kernel that forms neither logits nor probabilities (SDPA, flash attention: the model
+as it runs), (2) and (3) give way to (4) the attention's output ``A V``, compared
+with the kernel's relative to the largest value (the same tolerance as (3)).
 Passing says the captured ``q``, ``k``, ``cos``/``sin``, scale, soft-cap and
 mask reproduce this forward pass's logits to float32 rounding; it does not
 say the model's other parts, or other inputs, behave alike. A failure is a
@@ -52,6 +55,7 @@ __all__ = [
     "max_abs",
     "max_rel",
     "rebuild_logits",
+    "rebuild_probs",
     "reconstruct",
     "rotate_applied",
     "sampled_rows",
@@ -192,12 +196,16 @@ class ModelAttention:
     (None when not tapped); ``sinks (H,)`` a sink logit per head in the softmax's
     normaliser (gpt-oss), ``A_ij = e^{W_ij} / (sum_j e^{W_ij} + e^{s_h})``, else None;
     ``bias (1|H, N, N)`` what the mask adds on the attended pairs (:func:`mask_bias`, in
-    the probabilities' softmax), else None."""
+    the probabilities' softmax), else None. A kernel that forms no probabilities (SDPA,
+    flash attention) is held to its output instead: ``probs`` None, ``output`` ``(H, N,
+    dv)`` what it returned and ``value`` ``(H, N, dv)`` the values each query head read."""
 
-    probs: torch.Tensor  # (H, N, N)
+    probs: torch.Tensor | None  # (H, N, N)
     logits: torch.Tensor | None = None  # (H, N, N)
     sinks: torch.Tensor | None = None  # (H,)
     bias: torch.Tensor | None = None  # (1|H, N, N)
+    output: torch.Tensor | None = None  # (H, N, dv)
+    value: torch.Tensor | None = None  # (H, N, dv)
 
 
 def rebuild_logits(attention: RotatedAttention, *, rows: slice | None = None,
@@ -335,9 +343,9 @@ def max_rel(rebuilt: torch.Tensor, model: torch.Tensor) -> float:
 
 def reconstruct(
     attention: RotatedAttention, model: ModelAttention, blocks: list[tuple[int, int]] | None = None
-) -> tuple[float, float, float]:
-    """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff)`` over all heads, on every
-    query row, or on the runs of rows ``blocks`` (:func:`sampled_rows`).
+) -> tuple[float, float, float, float]:
+    """``(logit_max_abs_diff, logit_scale, probs_max_abs_diff, output_max_rel_diff)`` over
+    all heads, on every query row, or on the runs of rows ``blocks`` (:func:`sampled_rows`).
 
     Logits are rebuilt (:func:`rebuild_logits`, in the features' dtype: float32, the
     model's precision) in blocks of query rows ``[r0, r1)`` against the keys they may
@@ -352,9 +360,17 @@ def reconstruct(
     (:func:`_compare_kernels`; the torch ops they replace made ten passes over every pair
     of the block); elsewhere (a GPU, half precision, sinks, a bias) torch ops compare each
     block on the model's device (:func:`_compare_block`), nothing copied whole.
+
+    A kernel that forms no probabilities (``model.probs`` None: SDPA, flash attention) is
+    held to its output: the rebuilt probabilities times the values, ``O = A V``, against
+    the kernel's ``O``, relative to the largest value (``O`` is an average of the value
+    rows: ``|O - O_model| <= sum_j |A_ij - A^model_ij| max |V|``); the probabilities' and
+    logits' differences are then NaN, not measured.
     """
     (n_heads, n_tokens) = attention.qr.shape[:2]
     step = max(1, BLOCK_ELEMENTS // (n_heads * n_tokens))
+    if model.probs is None:
+        return _reconstruct_output(attention, model, step, blocks)
     compare = _comparison(attention, model)
     logit_diff = logit_scale = prob_diff = 0.0
     reach = n_tokens if attention.mask is not None else attention.window  # both ways: all
@@ -364,7 +380,28 @@ def reconstruct(
         if model.logits is not None:
             logit_scale, logit_diff = max(logit_scale, scale), max(logit_diff, diff)
         prob_diff = max(prob_diff, *probs_diff)
-    return logit_diff, logit_scale, prob_diff
+    return logit_diff, logit_scale, prob_diff, math.nan
+
+
+def _reconstruct_output(attention: RotatedAttention, model: ModelAttention, step: int,
+                        blocks: list[tuple[int, int]] | None) -> tuple[float, float, float, float]:
+    """:func:`reconstruct` held to the kernel's output ``O (H, N, dv)``: ``max |A V - O| /
+    max |V|`` over the rows compared (NaN anywhere read propagates)."""
+    if model.output is None or model.value is None:
+        raise ValidationError("the attention kernel returned neither probabilities nor an "
+                              "output to validate the capture against")  # fmt: skip
+    n_tokens = attention.qr.shape[1]
+    allowed = allowed_pairs(n_tokens, attention.window, attention.qr.device, attention.mask)
+    value = model.value.to(attention.qr.dtype)
+    diff = 0.0
+    reach = n_tokens if attention.mask is not None else attention.window
+    for rows, cols in _row_blocks(n_tokens, step, reach, blocks, attention.mask is None):
+        logits = rebuild_logits(attention, rows=rows, cols=cols)  # (H, n, c)
+        bias = None if model.bias is None else model.bias[:, rows, cols]
+        probs, _ = _softmax_block(logits, allowed[rows, cols], model.sinks, bias)
+        out = torch.matmul(probs, value[:, cols])  # (H, n, dv)
+        diff = max(diff, max_abs(out.sub_(model.output[:, rows].to(out.dtype))))
+    return math.nan, math.nan, math.nan, diff / max(max_abs(value), _TINY)
 
 
 def _row_blocks(n_tokens: int, step: int, window: int | None,
@@ -389,10 +426,12 @@ def _comparison(attention: RotatedAttention, model: ModelAttention) -> _Compare:
     Compiled on the CPU where the model's tensors are float32 already (:func:`_compare_kernels`);
     elsewhere (a GPU, half precision, sinks, a bias) block by block in torch
     (:func:`_compare_block`), nothing copied whole."""
+    model_probs = model.probs
+    assert model_probs is not None  # a kernel without them is held to its output
     n_tokens, window = attention.qr.shape[1], attention.window
-    compiled = (model.sinks is None and model.bias is None and model.probs.device.type == "cpu"
+    compiled = (model.sinks is None and model.bias is None and model_probs.device.type == "cpu"
                 and attention.mask is None  # the kernels walk the causal band
-                and all(x is None or x.dtype == torch.float32 for x in (model.logits, model.probs)))
+                and all(x is None or x.dtype == torch.float32 for x in (model.logits, model_probs)))
     if not compiled:
         allowed = allowed_pairs(n_tokens, window, attention.qr.device, attention.mask)  # (N, N)
 
@@ -400,14 +439,14 @@ def _comparison(attention: RotatedAttention, model: ModelAttention) -> _Compare:
                      ) -> tuple[float, float, float, float]:  # fmt: skip
             return _compare_block(
                 logits, None if model.logits is None else model.logits[:, rows, cols],
-                model.probs[:, rows, cols], allowed[rows, cols], model.sinks,
+                model_probs[:, rows, cols], allowed[rows, cols], model.sinks,
                 None if model.bias is None else model.bias[:, rows, cols])  # fmt: skip
 
         return in_torch
     logits_kernel, probs_kernel = _compare_kernels(not serial())
     tapped = (_plain(model.logits) if model.logits is not None  # (H, N, N) float32
               else np.zeros((0, 0, 0), dtype=np.float32))  # fmt: skip
-    probs = _plain(model.probs)
+    probs = _plain(model_probs)
     tapped_bits, probs_bits = tapped.view(np.uint32), probs.view(np.uint32)
     width = n_tokens if window is None else int(window)  # a row attends i - width < j <= i
 
@@ -434,19 +473,25 @@ def _compare_block(logits: torch.Tensor, model: torch.Tensor | None, probs: torc
     if model is not None:  # its masked entries may be -inf: where, not a product
         m = torch.where(attended, model.float(), 0.0)
         scale, diff = max_abs(m), max_abs(m.sub_(torch.where(attended, logits, 0.0)))
-    if bias is not None:  # the mask's bias enters the softmax, not the compared logits
-        logits = logits + bias
-    logits = logits.masked_fill_(~attended, -math.inf)
-    sink: torch.Tensor | float = 0.0
-    if sinks is None:
-        rebuilt = torch.softmax(logits, dim=-1)
-    else:  # the sink's column in the normaliser, then dropped
-        column = sinks.to(logits)[:, None, None].expand(*logits.shape[:2], 1)
-        both = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)
-        rebuilt, sink = both[..., :-1], both[..., -1].double()
+    rebuilt, sink = _softmax_block(logits, attended, sinks, bias)
     p = torch.where(attended, probs.float(), 0.0)
     outside = max_abs(1.0 - sink - p.sum(-1, dtype=torch.float64))
     return scale, diff, max_abs(rebuilt.sub_(p)), outside
+
+
+def _softmax_block(logits: torch.Tensor, attended: torch.Tensor, sinks: torch.Tensor | None,
+                   bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | float]:
+    """The rebuilt probabilities of one block ``(H, n, c)`` (``logits`` overwritten): the
+    mask's ``bias`` added, ``-inf`` off the ``attended`` pairs, a sink's column in the
+    normaliser; and the sink's share of each row (0 without sinks)."""
+    if bias is not None:  # the mask's bias enters the softmax, not the compared logits
+        logits = logits + bias
+    logits = logits.masked_fill_(~attended, -math.inf)
+    if sinks is None:
+        return torch.softmax(logits, dim=-1), 0.0
+    column = sinks.to(logits)[:, None, None].expand(*logits.shape[:2], 1)
+    both = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)  # then dropped
+    return both[..., :-1], both[..., -1].double()
 
 
 def _plain(x: torch.Tensor) -> np.ndarray:
@@ -517,14 +562,28 @@ def _compare_kernels(parallel: bool = True) -> tuple[Any, Any]:
     return logits, probs
 
 
+def rebuild_probs(attention: RotatedAttention, model: ModelAttention) -> torch.Tensor:
+    """The attention probabilities ``A (H, N, N)`` rebuilt from the capture (the mask's
+    bias and the sinks as the model applies them): what a kernel that forms none would
+    have formed, once its output has been matched (:func:`reconstruct`)."""
+    n_tokens = attention.qr.shape[1]
+    allowed = allowed_pairs(n_tokens, attention.window, attention.qr.device, attention.mask)
+    probs, _ = _softmax_block(rebuild_logits(attention), allowed, model.sinks, model.bias)
+    return probs
+
+
 def check_reconstruction(cache: Capture) -> None:
-    """Raise ``ValidationError`` when any rebuild misses its tolerance (one line, all numbers)."""
+    """Raise ``ValidationError`` when any rebuild misses its tolerance (one line, all numbers):
+    under eager attention the probabilities, the logits and RoPE; under a kernel that
+    forms no probabilities (SDPA, flash attention) its output and RoPE."""
     tol = cache.tolerances
-    checks = (
+    compared = (
         ("reconstruction_max_abs_diff", cache.reconstruction_max_abs_diff, tol.probs),
         ("logit_max_rel_diff", cache.logit_max_rel_diff, tol.logit),
-        ("rope_max_rel_diff", cache.rope_max_rel_diff, tol.rope),
-    )
+    ) if cache.attention == "eager" else (
+        ("output_max_rel_diff", cache.output_max_rel_diff, tol.probs),
+    )  # fmt: skip
+    checks = (*compared, ("rope_max_rel_diff", cache.rope_max_rel_diff, tol.rope))
     if all(value <= tol for _, value, tol in checks):
         return
     raise ValidationError(

@@ -93,23 +93,29 @@ def check_models(args: argparse.Namespace) -> None:
 
 
 def add_device_arguments(parser: argparse.ArgumentParser, *, device_map: bool = False) -> None:
-    """``--device`` and ``--dtype`` (checked by ``_types.device`` and ``_types.dtype``), and
-    ``--device-map`` where a command can spread a model over devices: the fields of
+    """``--device``, ``--dtype`` (checked by ``_types.device`` and ``_types.dtype``) and
+    ``--attention``, and ``--device-map`` where a command can spread a model over devices:
+    the fields of
     ``empirical.model.loading.Placement`` (:func:`placement`), whose loader defaults them."""
-    from ropesplit.commands._types import device, dtype
+    from ropesplit.commands._types import attention, device, dtype
 
     parser.add_argument("--device", type=device, help="torch device (default cpu)")
     parser.add_argument("--dtype", type=dtype, help="float32 (default), bfloat16, ...")
+    parser.add_argument("--attention", metavar="KERNEL", type=attention,
+                        help="the attention kernel the model runs: eager (default: its logits "
+                             "and probabilities are validated), sdpa, flash_attention_2, ... "
+                             "(its output is), or model (its config's own)")  # fmt: skip
     if device_map:
         parser.add_argument("--device-map", help="e.g. 'auto' to spread layers over GPUs")
 
 
 def placement(args: argparse.Namespace) -> Placement:
-    """``--device``, ``--dtype`` and ``--device-map`` (:func:`add_device_arguments`) as the
-    ``Placement`` that ``load_model`` takes (those not given: its defaults)."""
+    """``--device``, ``--dtype``, ``--device-map`` and ``--attention``
+    (:func:`add_device_arguments`) as the ``Placement`` that ``load_model`` takes (those not
+    given: its defaults)."""
     from ropesplit.empirical.model.loading import Placement
 
-    return Placement(**given(args, "device", "dtype", "device_map"))
+    return Placement(**given(args, "device", "dtype", "device_map", "attention"))
 
 
 def write_output(path: str | None, record: Any = None, *, text: str | None = None) -> None:

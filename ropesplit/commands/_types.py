@@ -15,9 +15,32 @@ import math
 from typing import Any
 
 __all__ = ["DTYPES", "SEED", "InputFile", "InputRecord", "IntAtLeast", "ListOf", "OutputFolder",
-           "OutputPath", "PathKind", "device", "dtype", "positive_float"]
+           "OutputPath", "PathKind", "attention", "device", "dtype", "positive_float"]
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def attention(value: str) -> str:
+    """``--attention``: ``model`` (the config's own kernel), a kernel transformers' attention
+    registry holds (``eager``, ``sdpa``, ``flash_attention_2``, ...) or a hub kernel
+    (``owner/name``).
+
+    >>> attention("sdpa")
+    'sdpa'
+    >>> attention("sdpx")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be model or one of eager, ..., sdpa, got 'sdpx'
+    """
+    if value in ("eager", "model") or "/" in value:
+        return value  # no transformers import for these
+    from ropesplit.empirical.adapter import kernel_names
+
+    names = kernel_names()
+    if value not in names:
+        raise argparse.ArgumentTypeError(f"must be model or one of {', '.join(names)}, "
+                                         f"got {value!r}")  # fmt: skip
+    return value
 
 
 def device(value: str) -> str:

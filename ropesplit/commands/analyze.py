@@ -214,7 +214,7 @@ def _table(trained: Any, control: Any, paper: float) -> str:
     lines = [
         f"{trained.model}: {len(trained.token_ids)} tokens, {len(trained.heads)} heads, "
         f"split under reference {trained.heads[0]['reference']}, "
-        f"reconstruction_max_abs_diff {trained.reconstruction_max_abs_diff:.1e}",
+        + _validated(trained.validation, trained.reconstruction_max_abs_diff),
         (
             f"tightness from {min(sampled)} sampled {'causal ' * (masks == ['causal'])}pairs "
             f"per head of "
@@ -275,3 +275,12 @@ def _csv(trained: Any, control: Any, statistics: tuple[str, ...]) -> str:
             flat |= {f"r_split[{spec}]": row["by_reference"][spec]["r_split"] for spec in specs}
             writer.writerow({"run": label, **flat})
     return buffer.getvalue()
+
+
+def _validated(validation: dict[str, Any], probs_diff: float) -> str:
+    """How the capture was validated: the probabilities under eager attention, the output
+    under a kernel that forms none (SDPA, flash attention)."""
+    kernel = validation.get("attention", "eager")
+    if kernel == "eager":
+        return f"reconstruction_max_abs_diff {probs_diff:.1e}"
+    return f"{kernel} output_max_rel_diff {validation['output_max_rel_diff']:.1e}"

@@ -50,7 +50,7 @@ def settings_from(args: argparse.Namespace, **more: Any) -> RunSettings:
     from ropesplit.report.figure_data import parse_head
 
     fields = given(args, "model", "gguf_file", "text", "tokens", "seed", "figure_tokens",
-                   "device", "dtype")  # fmt: skip
+                   "device", "dtype", "attention")  # fmt: skip
     if args.head:
         fields["head"] = parse_head(args.head)
     if args.draws is not None:

@@ -55,6 +55,7 @@ class RunSettings:
     intervention_tokens: int = 128  # tokens per passage of the interventions
     device: str | None = None  # torch device of a model read from disk (None: cpu)
     dtype: str | None = None  # its dtype (None: float32); the statistics are float64 anyway
+    attention: str | None = None  # the attention kernel it runs (None: eager; Placement)
     # given token ids in place of the corpora (a model without a tokenizer): the claims'
     # (``claims_run.run_claims``' passage_ids) and the interventions' passages
     claims_ids: Any = None

@@ -252,7 +252,8 @@ def _load(settings: RunSettings) -> tuple[Any, Any | None, Any, str]:
     loaded, ids, text = load_subject(settings.model, settings.gguf_file, text=settings.text,
                                      tokens=settings.tokens, seed=settings.seed,
                                      tokenizer=settings.tokenizer,
-                                     placement=Placement(settings.device, settings.dtype))
+                                     placement=Placement(settings.device, settings.dtype,
+                                                         attention=settings.attention))
     control = random_init_twin(loaded, settings.seed) if settings.control else None
     return loaded, control, ids, text
 

@@ -55,22 +55,87 @@ def test_a_hub_wrapped_rope_captures_what_the_plain_function_does(monkeypatch):
     assert plain.reconstruction_max_abs_diff <= 1e-6 and plain.rope_max_rel_diff <= 1e-6
 
 
+def _count(monkeypatch, module, name):
+    """Calls of ``module.name`` from now on (it still runs)."""
+    calls = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
 @pytest.mark.parametrize("hub", [False, True])
-def test_layers_that_share_one_table_are_probed_once_a_pass(monkeypatch, hub):
+def test_layers_that_share_one_table_are_read_once_a_pass(monkeypatch, hub):
     """Llama hands every layer the same cos/sin: the rotation is read once a forward pass,
     whether the RoPE function is plain or the hub's module (whose bound ``forward`` is a
-    new object at each access, so it cannot name the table by its ``id``)."""
+    new object at each access, so it cannot name the table by its ``id``); and read off the
+    table handed to the call, which reproduces its output, with no probe."""
     import ropesplit.numerics.applied as applied
+    from ropesplit.empirical.adapter import calls
 
     if hub:
         monkeypatch.setattr(wrapped_rope, "apply_rotary_pos_emb", wrapped_rope.HubRope())
-    reads = []
-    real = applied.read_rotation
-    monkeypatch.setattr(applied, "read_rotation", lambda *a, **k: reads.append(1) or real(*a, **k))
+    reads = _count(monkeypatch, calls, "_as_passed")
+    probes = _count(monkeypatch, applied, "read_rotation")
     loaded = wrapped()
     assert len(loaded.layers) == 2
     capture(loaded, ids())
-    assert len(reads) == 1
+    assert (len(reads), len(probes)) == (1, 0)
+
+
+def test_the_table_handed_over_is_the_one_the_probe_reads(monkeypatch):
+    """Without the shortcut (the probe at every table) the capture is the same bit for bit,
+    so the shortcut changes no record; a batch whose sequences share their positions is
+    probed once, with one sequence, and reads the table of each."""
+    import ropesplit.numerics.applied as applied
+    from ropesplit.empirical.adapter import calls
+    from ropesplit.empirical.model.capture import capture_batch
+
+    batch = torch.stack([ids(seed=s) for s in range(3)])
+    held: dict[str, list] = {"passed": [], "probed": []}
+
+    def keep(kind):
+        return lambda layers: held[kind].append([(one.cos, one.sin, one.q) for one in layers])
+
+    capture_batch(wrapped(), batch, on_layer=keep("passed"))
+    monkeypatch.setattr(calls, "_as_passed", lambda one, positions: None)
+    probes = []
+    real = applied.read_rotation
+    monkeypatch.setattr(applied, "read_rotation",
+                        lambda m, p: probes.append(m.shape[0]) or real(m, p))  # fmt: skip
+    capture_batch(wrapped(), batch, on_layer=keep("probed"))
+    assert probes == [1]  # three sequences at positions 0..23: one probe of one
+    for ours, theirs in zip(held["passed"], held["probed"], strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_a_block_not_told_the_positions_probes_each_sequence(monkeypatch):
+    """The interventions hand the model their own position ids, and the adapter's block is
+    not told them: each sequence's table is read from that sequence (a regression: one
+    probe of the first sequence served a batch at other positions)."""
+    from ropesplit.empirical.adapter import calls
+    from ropesplit.empirical.experiments.intervene import Edit, intervened_nll
+
+    monkeypatch.setattr(calls, "_as_passed", lambda one, positions: None)  # the probe's path
+    batch = torch.stack([ids(20, seed=s) for s in range(3)])
+    positions = torch.stack([torch.randperm(20, generator=torch.Generator().manual_seed(s))
+                             for s in range(3)])  # fmt: skip
+    nll = intervened_nll(tiny_llama(2), batch, Edit("shuffle", layers=(0, 1)), positions)
+    assert nll.shape == (3, 19) and np.isfinite(nll).all()
+
+
+def test_a_table_that_does_not_reproduce_the_call_is_probed(monkeypatch):
+    """A RoPE function that turns the other way from the table it is handed (sin negated
+    inside) is read by the probe, which finds its pairs reversed; the capture validates."""
+    import ropesplit.numerics.applied as applied
+
+    def backwards(q, k, cos, sin, unsqueeze_dim=1):
+        return wrapped_rope.plain_rope(q, k, cos, -sin, unsqueeze_dim)
+
+    monkeypatch.setattr(wrapped_rope, "apply_rotary_pos_emb", backwards)
+    probes = _count(monkeypatch, applied, "read_rotation")
+    cache = capture(wrapped(), ids())
+    assert len(probes) == 1 and cache.rope_max_rel_diff <= 1e-6
 
 
 def test_a_plain_rope_function_is_restored_after_the_block():

@@ -189,7 +189,10 @@ def test_a_batch_is_its_sequences_one_by_one(tiny_model):
         [(one.layer, tuple(one.q.shape)) for one in layers]))  # fmt: skip
     assert seen == [[(layer, (4, 40, 16))] * 3 for layer in range(2)]
     assert all(lc.q.numel() == 0 and lc.probs is None for c in caches for lc in c.layers)
-    assert caches[1].validation() == pytest.approx(batch[1].validation, nan_ok=True)
+    assert caches[1].validation()["attention"] == batch[1].validation["attention"]
+    numbers = {k: v for k, v in caches[1].validation().items() if isinstance(v, int | float)}
+    assert numbers == pytest.approx({k: v for k, v in batch[1].validation.items()
+                                     if isinstance(v, int | float)}, nan_ok=True)  # fmt: skip
 
 
 def test_memory_check_names_both_numbers(monkeypatch):

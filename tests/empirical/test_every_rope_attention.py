@@ -150,14 +150,17 @@ def test_planted_mla_makes_the_rope_subhead_split_exact_and_a_varying_k_pe_break
     assert np.median([r["r_split_rope_subhead"] for r in broken]) < 0.999
 
 
-def test_each_sequence_of_a_batch_gets_the_table_of_its_own_positions():
+@pytest.mark.parametrize("shifts", [(0, None, 9), (9, 0, 9)])
+def test_each_sequence_of_a_batch_gets_the_table_of_its_own_positions(shifts):
     """claims measures each passage at positions 0..N-1 and at jittered ones in one batch:
-    the table is read per sequence (a regression: the first sequence's served all)."""
+    the table is read per sequence (a regression: the first sequence's served all), also
+    where sequences share their positions and are probed once (None: reversed)."""
     from ropesplit.empirical.model.capture import capture_batch
 
-    loaded = tiny("qwen3_5_text")
+    loaded = tiny("qwen3_5_text")  # a quarter of the head rotates: the probe reads it
     batch = torch.stack([ids(), ids(), ids()])
-    positions = torch.stack([torch.arange(24), torch.arange(24).flip(0), torch.arange(24) + 9])
+    positions = torch.stack([torch.arange(24).flip(0) if shift is None
+                             else torch.arange(24) + shift for shift in shifts])  # fmt: skip
     caches = capture_batch(loaded, batch, positions, on_layer=lambda layers: None)
     assert max(cache.rope_max_rel_diff for cache in caches) < 1e-6
 
