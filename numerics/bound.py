@@ -42,8 +42,8 @@ import torch
 from ropesplit.numerics.mask import Mask, causal_window
 from ropesplit.numerics.workers import serial
 
-__all__ = ["ATOL", "RTOL", "CausalPairs", "causal_ratios", "remainder_and_bound", "rotation_gap",
-           "violations"]
+__all__ = ["ATOL", "RTOL", "CausalPairs", "causal_ratios", "pair_ratios", "remainder_and_bound",
+           "rotation_gap", "violations"]
 
 RTOL = 1e-12  # relative rounding allowance of |E| over the bound (float64)
 ATOL = 1e-300  # absolute allowance: below this everything is underflow
@@ -133,6 +133,38 @@ def _parts(z: Any) -> tuple[torch.Tensor, torch.Tensor]:
 def violations(e: torch.Tensor, bound: torch.Tensor) -> int:
     r"""Number of pairs with :math:`|E| > \mathrm{bound}(1 + \mathrm{RTOL}) + \mathrm{ATOL}`."""
     return int((e.abs() > bound * (1.0 + RTOL) + ATOL).sum())
+
+
+def pair_ratios(
+    qc: np.ndarray, dc: np.ndarray, theta: np.ndarray, pairs: tuple[np.ndarray, np.ndarray],
+    delta: np.ndarray, scale: float, one_minus_m: Any = None, chunk: int = 512,
+) -> tuple[list[torch.Tensor], list[int]]:  # fmt: skip
+    r"""Per head the ratios :math:`|E_{ij}| / B_{ij}` at the listed pairs (those with
+    :math:`B > 0`) and the count of violations (:func:`violations`).
+
+    ``qc``, ``dc`` ``(H, N, P)`` are the query pairs and the key-deviation pairs each head
+    reads, ``pairs = (i, j)`` ``(S,)`` the query and key index of each pair and ``delta``
+    ``(S,)`` their distance :math:`\Delta_{ij}`; :func:`remainder_and_bound` runs on
+    ``chunk`` pairs at a time, every head at once. The sampled tightness check and the
+    check on any mask (:mod:`.masked`) are this one loop.
+    """
+    h = qc.shape[0]
+    q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
+    d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
+    i, j = pairs
+    ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
+    bad = [0] * h
+    for c0 in range(0, i.size, chunk):
+        ti, tj = (torch.from_numpy(v[c0 : c0 + chunk]) for v in (i, j))
+        e, bound = remainder_and_bound(
+            (q_parts[0][:, ti], q_parts[1][:, ti]), (d_parts[0][:, tj], d_parts[1][:, tj]),
+            theta, delta[c0 : c0 + chunk], scale, one_minus_m=one_minus_m,
+        )  # (H, chunk)  # fmt: skip
+        for x in range(h):
+            pos = bound[x] > 0
+            ratios[x].append(e[x][pos].abs() / bound[x][pos])
+            bad[x] += violations(e[x], bound[x])
+    return [torch.cat(r) if r else torch.zeros(0, dtype=torch.float64) for r in ratios], bad
 
 
 def causal_ratios(

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ropesplit.numerics.bound import causal_ratios, remainder_and_bound, violations
+from ropesplit.numerics.bound import causal_ratios, pair_ratios, remainder_and_bound, violations
 from ropesplit.numerics.mask import Mask
 from ropesplit.numerics.pairing import WORK_BYTES, BoundCheck, Factors, Moments, whole_steps
 
@@ -149,10 +149,7 @@ def mask_ratios(
     allowed pair checked; else a seeded uniform sample of ``pair_budget``, the same pairs
     for every head).  ``check.window`` is not read: the mask says which pairs there are.
     """
-    qc, dc, theta, pq, pk, s = check.qc, check.dc, check.theta, check.pq, check.pk, check.scale
-    h, n, p = qc.shape
-    q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
-    d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
+    h, n, p = check.qc.shape
     flat = np.flatnonzero(allowed)  # the allowed pairs, row by row
     sampled = None
     if pair_budget is not None and pair_budget < flat.size:
@@ -160,17 +157,7 @@ def mask_ratios(
         flat = np.sort(flat[rng.choice(flat.size, size=int(pair_budget), replace=False)])
         sampled = flat.size
     i, j = np.divmod(flat, n)
-    ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
-    bad = [0] * h
     chunk = max(1, WORK_BYTES // (8 * 8 * h * max(p, 1)))  # pairs per chunk: (H, chunk, P)
-    for c0 in range(0, flat.size, chunk):
-        ti, tj = (torch.from_numpy(v[c0 : c0 + chunk]) for v in (i, j))
-        e, bound = remainder_and_bound(
-            (q_parts[0][:, ti], q_parts[1][:, ti]), (d_parts[0][:, tj], d_parts[1][:, tj]),
-            theta, pq[i[c0 : c0 + chunk]] - pk[j[c0 : c0 + chunk]], s, one_minus_m=check.gap,
-        )  # (H, chunk)  # fmt: skip
-        for x in range(h):
-            pos = bound[x] > 0
-            ratios[x].append(e[x][pos].abs() / bound[x][pos])
-            bad[x] += violations(e[x], bound[x])
-    return [torch.cat(r) if r else torch.zeros(0) for r in ratios], bad, sampled
+    ratios, bad = pair_ratios(check.qc, check.dc, check.theta, (i, j), check.pq[i] - check.pk[j],
+                              check.scale, check.gap, chunk)  # fmt: skip
+    return ratios, bad, sampled

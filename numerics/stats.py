@@ -78,7 +78,13 @@ import torch
 
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs, masked, pairing
-from ropesplit.numerics.bound import RTOL, CausalPairs, remainder_and_bound, violations
+from ropesplit.numerics.bound import (
+    RTOL,
+    CausalPairs,
+    pair_ratios,
+    remainder_and_bound,
+    violations,
+)
 from ropesplit.numerics.fit import BandGram, band_gram, mask_gram
 from ropesplit.numerics.mask import Mask, causal_window
 from ropesplit.numerics.measure import EXACT, Measure
@@ -808,41 +814,30 @@ def tightness(
             out += [_screened_summary(pairs, x, ratio[x], float(top[x]), int(unsure[x]))
                     for x in range(ratio.shape[0])]  # fmt: skip
         return out
+    if flat is not None:  # a sample: cache-sized chunks of pairs, ~2x faster than one pass
+        i, j = pair_indices(n, window, flat)  # (S,) each
+        sampled, bad = pair_ratios(qc, dc, theta, (i, j), pq[i] - pk[j], s, gap, _SAMPLE_CHUNK)
+        return [_summary(sampled[x], flat.size, bad[x]) for x in range(h)]
     q_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (qc.real, qc.imag)]
     d_parts = [torch.from_numpy(np.ascontiguousarray(z)) for z in (dc.real, dc.imag)]
     ratios: list[list[torch.Tensor]] = [[] for _ in range(h)]
     bad = [0] * h
-    sampled = None
-    if flat is not None:
-        sampled = flat.size
-        i, j = pair_indices(n, window, flat)  # (S,) each
-        dist = pq[i] - pk[j]  # (S,)
-        for c0 in range(0, sampled, _SAMPLE_CHUNK):  # cache-sized chunks: ~2x faster than one pass
-            ti, tj = (torch.from_numpy(v[c0 : c0 + _SAMPLE_CHUNK]) for v in (i, j))
-            e, bound = remainder_and_bound(
-                (q_parts[0][:, ti], q_parts[1][:, ti]), (d_parts[0][:, tj], d_parts[1][:, tj]),
-                theta, dist[c0 : c0 + _SAMPLE_CHUNK], s, one_minus_m=gap,
-            )  # (H, chunk)  # fmt: skip
-            for x in range(h):
-                ratios[x].append(_ratio(e[x], bound[x]))
-                bad[x] += violations(e[x], bound[x])
-    else:
-        rows = max(1, _EXACT_CHUNK // (n * max(p, 1) * h))  # cache-sized: (H, rows, cols, P)
-        for i0 in range(0, n, rows):
-            i1 = min(n, i0 + rows)
-            j0 = 0 if window is None else max(0, i0 - window + 1)
-            e, bound = remainder_and_bound(
-                (q_parts[0][:, i0:i1, None], q_parts[1][:, i0:i1, None]),
-                (d_parts[0][:, None, j0:i1], d_parts[1][:, None, j0:i1]),
-                theta, pq[i0:i1, None] - pk[None, j0:i1], s, one_minus_m=gap,
-            )  # (H, rows, cols)  # fmt: skip
-            ii, jj = np.arange(i0, i1)[:, None], np.arange(j0, i1)[None, :]
-            keep = torch.from_numpy((jj <= ii) & (ii - jj < (n if window is None else window)))
-            e, bound = e[:, keep], bound[:, keep]  # (H, pairs in chunk)
-            for x in range(h):
-                ratios[x].append(_ratio(e[x], bound[x]))
-                bad[x] += violations(e[x], bound[x])
-    return [_summary(torch.cat(ratios[x]) if ratios[x] else torch.zeros(0), sampled, bad[x])
+    rows = max(1, _EXACT_CHUNK // (n * max(p, 1) * h))  # cache-sized: (H, rows, cols, P)
+    for i0 in range(0, n, rows):
+        i1 = min(n, i0 + rows)
+        j0 = 0 if window is None else max(0, i0 - window + 1)
+        e, bound = remainder_and_bound(
+            (q_parts[0][:, i0:i1, None], q_parts[1][:, i0:i1, None]),
+            (d_parts[0][:, None, j0:i1], d_parts[1][:, None, j0:i1]),
+            theta, pq[i0:i1, None] - pk[None, j0:i1], s, one_minus_m=gap,
+        )  # (H, rows, cols)  # fmt: skip
+        ii, jj = np.arange(i0, i1)[:, None], np.arange(j0, i1)[None, :]
+        keep = torch.from_numpy((jj <= ii) & (ii - jj < (n if window is None else window)))
+        e, bound = e[:, keep], bound[:, keep]  # (H, pairs in chunk)
+        for x in range(h):
+            ratios[x].append(_ratio(e[x], bound[x]))
+            bad[x] += violations(e[x], bound[x])
+    return [_summary(torch.cat(ratios[x]) if ratios[x] else torch.zeros(0), None, bad[x])
             for x in range(h)]  # fmt: skip
 
 

@@ -80,14 +80,16 @@ def _halved_ratios(real):
     return Halved
 
 
-@pytest.mark.parametrize("kernel, planted, budget",
-                         [("CausalPairs", _halved_ratios, []),  # exact: compiled, every pair
-                          ("remainder_and_bound", _halved_pairs, ["--pair-budget", "50"])])
-def test_a_violation_exits_1(monkeypatch, capsys, kernel, planted, budget):
+@pytest.mark.parametrize("where, kernel, planted, budget",
+                         [("stats", "CausalPairs", _halved_ratios, []),  # exact: every pair
+                          ("bound", "remainder_and_bound", _halved_pairs,  # a sample of pairs
+                           ["--pair-budget", "50"])])  # fmt: skip
+def test_a_violation_exits_1(monkeypatch, capsys, where, kernel, planted, budget):
     # a kernel whose bound is half the true one must be caught, not reported as a pass
-    import ropesplit.numerics.stats as stats
+    import importlib
 
-    monkeypatch.setattr(stats, kernel, planted(getattr(stats, kernel)))
+    module = importlib.import_module(f"ropesplit.numerics.{where}")
+    monkeypatch.setattr(module, kernel, planted(getattr(module, kernel)))
     assert main(["bound", "--pattern", "random", "--tokens", "20", "--d", "4", *budget]) == 1
     assert "the bound FAILED" in capsys.readouterr().out
 
