@@ -434,6 +434,30 @@ def encoder_families() -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
+def base_only() -> list[str]:
+    """The RoPE model types transformers builds only as a base model (in no causal-LM,
+    masked-LM or text-encoding mapping) and not named in :data:`ENCODERS`: vision towers,
+    audio encoders and codecs, the text parts of multimodal decoders."""
+    from transformers.models.auto import modeling_auto as auto
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ropesplit.empirical.adapter import carries_rope
+
+    headed = {*auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, *auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+              *auto.MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES,
+              *(model_type for model_type, _ in ENCODERS.values())}  # fmt: skip
+    out = []
+    with _quiet():
+        for model_type in sorted(set(auto.MODEL_MAPPING_NAMES) - headed):
+            try:
+                rope = carries_rope(CONFIG_MAPPING[model_type]())
+            except Exception:  # a config that cannot be made is counted nowhere
+                continue
+            if rope:
+                out.append(model_type)
+    return out
+
+
 def run_encoders(root: Path | None = None) -> list[Family]:
     with contextlib.ExitStack() as stack:
         base = Path(root) if root else Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -451,8 +475,12 @@ def encoder_table(families: list[Family]) -> str:
         kinds.setdefault(f.kind, [0, 0])[f.status == "analysed"] += 1
     counts = "; ".join(f"{kind}: {done} of {done + refused} analysed"
                        for kind, (refused, done) in sorted(kinds.items()))  # fmt: skip
+    rest = base_only()
     lines = [f"transformers {transformers.__version__}: {len(families)} RoPE families that "
-             f"attend both ways or carry no LM head ({counts}).", "",
+             f"attend both ways or carry no LM head ({counts}). Beyond these, {len(rest)} RoPE "
+             "model types are built only as a base model (vision towers, audio encoders and "
+             "codecs, the text parts of multimodal decoders: positions on several axes) and "
+             "are not measured here.", "",
              "| family | kind | status | reason, or the tolerances validated |",
              "|---|---|---|---|"]  # fmt: skip
     lines += [f"| `{f.model_type}` | {f.kind} | {f.status} | {f.reason.replace('|', '/')} |"

@@ -339,6 +339,12 @@ class AttentionLayers:
     analysed: list[int]
     not_analysed: dict[int, str]
 
+    def both_ways(self) -> bool:
+        """Whether an analysed layer's attention looks both ways (its module's ``is_causal``
+        False: an encoder's, docs/theory.md section 9)."""
+        return any(getattr(self.modules[self.index.index(layer)], "is_causal", True) is False
+                   for layer in self.analysed)  # fmt: skip
+
     def describe(self) -> str:
         """``"3 of 4 layers analysed; not: 3 NoPE"``: what the record and the CLI print."""
         total = len(self.analysed) + len(self.not_analysed)

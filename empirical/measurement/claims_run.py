@@ -60,6 +60,7 @@ def run_claims(
     """
     from ropesplit.empirical.measurement.passages import measure_passages
 
+    _check_causal(loaded)
     s = settings or ClaimsSettings()
     say = on_stage or (lambda text: None)
     measured, ordered = s.ranges()
@@ -81,6 +82,20 @@ def run_claims(
         order += _word_order(loaded, (label, chosen), ordered, lengths, s, on_passage)
     header = _header(loaded, s, (corpora, lengths, tokens), power)
     return judge_record(header, rows, order)
+
+
+def _check_causal(loaded: LoadedModel) -> None:
+    """The claims' measurements are a causal model's: claim 1 scores the next-token loss,
+    and each passage is captured once at its longest length because a causal model's q and
+    k at positions < L do not depend on later tokens. An encoder's do, and it predicts no
+    next token: refused in one line (``ropesplit analyze`` measures the split on it)."""
+    from ropesplit.core.errors import RopesplitError
+
+    if loaded.attn.both_ways():
+        raise RopesplitError(
+            f"{loaded.name} attends both ways: the claims are measured on causal models (claim "
+            "1 scores next-token loss; one capture per passage serves every length only where "
+            "q and k do not depend on later tokens); `ropesplit analyze` measures its split")
 
 
 def _corpora(loaded: LoadedModel, s: ClaimsSettings, passage_ids: Any

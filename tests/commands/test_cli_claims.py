@@ -135,13 +135,31 @@ def test_report_takes_the_claims_flags_and_refuses_bad_ones_first(flags, message
     assert not out.exists()
 
 
-def test_report_and_figures_take_device_and_dtype():
-    """Regression: 'report' and 'figures' loaded the model without --device/--dtype."""
+def test_report_and_figures_take_device_dtype_and_attention():
+    """Regression: 'report' and 'figures' loaded the model without --device/--dtype; the
+    kernel travels the same way, and a misspelt one is refused while parsing."""
     from ropesplit.cli import build_parser
     from ropesplit.commands.figures import settings_from
 
     for command in ("report", "figures"):
-        args = build_parser().parse_args([command, "--dtype", "bfloat16", "--device", "cpu"])
+        args = build_parser().parse_args([command, "--dtype", "bfloat16", "--device", "cpu",
+                                          "--attention", "sdpa"])  # fmt: skip
         settings = settings_from(args)
-        assert (settings.device, settings.dtype) == ("cpu", "bfloat16")
+        assert (settings.device, settings.dtype, settings.attention) == ("cpu", "bfloat16", "sdpa")
     assert main(["figures", "--dtype", "int8"]) == 2  # refused while parsing
+    assert main(["figures", "--attention", "sdpx"]) == 2
+
+
+def test_an_encoder_is_refused_in_one_line_naming_why(tmp_path, capsys):
+    """The claims measure a causal model (next-token loss, one capture per passage for every
+    length): a tiny ESM, whose attention looks both ways, is refused in one line."""
+    import families
+    from conftest import save_model
+
+    model_type, fields = families.ENCODERS["esm"]
+    folder = save_model(tmp_path / "esm", families.tiny_config(model_type, **fields))
+    capsys.readouterr()
+    assert main(["claims", "--model", folder, "--corpus", "swissprot", "--tokens", "16",
+                 "--grid-tokens", "16"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attends both ways: the claims are measured on causal" in err
