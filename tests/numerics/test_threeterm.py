@@ -342,6 +342,9 @@ def test_their_normal_matrix_is_not_the_gram_matrix(n: int) -> None:
 @given(w=arrays(np.float64, (2, 3, 5, 5), elements=VALUES),
        convention=st.sampled_from(["least_squares", "released"]))  # fmt: skip
 def test_a_batch_is_its_matrices_one_by_one(w, convention) -> None:
+    # a fixed slope under every drawn matrix: a constant one (which hypothesis draws often,
+    # and whose fit is undefined) needs the draw to cancel it exactly
+    w = w + np.arange(25.0).reshape(5, 5) / 8
     assume(all(np.ptp(m) > 1e-3 for m in w.reshape(-1, 5, 5)))
     fits = three_term_fits(w, convention=convention)
     assert fits.r.shape == fits.log_var_ratio.shape == (2, 3)
