@@ -74,8 +74,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy theory numerics empirical ropesplit
 
+# the suite spread over the cores (pytest-xdist; at most 4 workers, each module's tests in
+# one worker, so a module's shared fixture is built once)
+PYTEST_WORKERS := -n auto --maxprocesses 4 --dist loadscope
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
 
 # pytest includes the strict docs build and runs the tutorial's code
 test: lint typecheck pytest
@@ -84,7 +87,7 @@ test: lint typecheck pytest
 # the notebook, the report, the calibration, the real model, training); make test is all
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_WORKERS)
 
 # the main job: theory checks, numerics table, every head of the embedded model
 # beside its random-init control, the paper's experiments, figures -> report/

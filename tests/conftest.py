@@ -10,14 +10,29 @@ _MADE_CACHE: list[str] = []  # the GGUF cache this session made (pytest_configur
 
 def pytest_configure(config):
     """The de-quantised GGUF cache (``empirical.model.converted``) in a folder of this session,
-    not the user's home, unless ``ROPESPLIT_CACHE`` names one; the CLI's child processes
-    inherit it."""
+    not the user's home, unless ``ROPESPLIT_CACHE`` names one; the CLI's child processes and
+    pytest-xdist's workers inherit it. Each worker gets its share of the cores' threads."""
     import os
     import tempfile
 
     if "ROPESPLIT_CACHE" not in os.environ:
         _MADE_CACHE.append(tempfile.mkdtemp(prefix="ropesplit-cache-"))
         os.environ["ROPESPLIT_CACHE"] = _MADE_CACHE[0]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # pytest-xdist's workers share the cores: none oversubscribes them
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules holding a test marked slow run first, each module's tests in their own
+    order: pytest-xdist hands out whole modules (``--dist loadscope``), so the long ones
+    start early and no worker is left running one alone at the end."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: order kept
 
 
 def pytest_unconfigure(config):
