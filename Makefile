@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 LOCK   := constraints.txt
 # what the capture and family tests need beyond the package and its empirical extra
 COMPAT_TESTS := tests/empirical/test_adapter.py tests/empirical/test_empirical_capture.py \
-	tests/test_families.py
+	tests/empirical/test_kernels.py tests/test_families.py
 
 .PHONY: test test-fast report lint typecheck pytest docs docs-check bench clean lock test-compat \
 	test-compat-lowest test-compat-newest
