@@ -32,11 +32,15 @@ def rope_map(theta, positions, pairs_in, pairs_out, signs, rest_in, rest_out, d_
     return M
 
 
-def standard(x, cos, sin):
-    """``rotate_half`` of ``x (N, d)`` by the half-split table ``(N, r)``."""
+def standard(x, cos, sin, layout="half"):
+    """``x (N, d)`` turned by the table ``(N, r)`` in ``layout``: ``rotate_half`` for the
+    half split, each pair ``(2l, 2l+1)`` interleaved (float64 twin)."""
     r = cos.shape[-1]
     rot, rest = x[:, :r], x[:, r:]
-    turned = np.concatenate([-rot[:, r // 2:], rot[:, : r // 2]], axis=-1)
+    if layout == "half":
+        turned = np.concatenate([-rot[:, r // 2:], rot[:, : r // 2]], axis=-1)
+    else:
+        turned = np.stack([-rot[:, 1::2], rot[:, 0::2]], axis=-1).reshape(rot.shape)
     return np.concatenate([rot * cos + turned * sin, rest], axis=-1)
 
 
@@ -62,8 +66,10 @@ def test_any_written_rotation_reads_back_as_the_standard_one(theta, data):
     got = read_rotation(M)
     x = data.draw(arrays(np.float64, (12, d), elements=st.floats(-2, 2)))
     y = np.einsum("noi,ni->no", M[0], x)  # the function's output
+    # a function already interleaved is read in its own layout (the orders the identity)
     np.testing.assert_allclose(y[:, got.out_order], standard(x[:, got.in_order], got.cos[0],
-                                                              got.sin[0]), atol=1e-12)
+                                                              got.sin[0], got.layout),
+                               atol=1e-12)  # fmt: skip
     # every turn reads positive: the table's phase steps are +theta of some pair
     pair = slice(0, P) if got.layout == "half" else slice(0, 2 * P, 2)  # a column per pair
     step = np.angle(np.exp(1j * (np.arctan2(got.sin[0, 1, pair], got.cos[0, 1, pair])
