@@ -33,7 +33,7 @@ import torch
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["AppliedRotation", "read_rotation"]
+__all__ = ["AppliedRotation", "read_rotation", "rotate_applied"]
 
 # a coordinate a RoPE function does not touch gets exact zeros (0 * x is 0 in floating point):
 # any nonzero entry is support, however small (a base of 1e9 turns its slowest pair by 1e-8)
@@ -67,6 +67,20 @@ class AppliedRotation:
     @property
     def rotary_dim(self) -> int:
         return int(self.cos.shape[-1])
+
+
+def rotate_applied(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   layout: str) -> torch.Tensor:  # fmt: skip
+    """Apply RoPE as the model does: ``x (..., N, d)`` turned by the table ``cos``/``sin``
+    ``(..., N, r)`` as applied (broadcast against ``x``), in ``layout``; the ``d - r``
+    coordinates after the rotating ones pass through."""
+    r = cos.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]
+    if layout == "half":
+        turned = torch.cat((-rot[..., r // 2 :], rot[..., : r // 2]), dim=-1)  # rotate_half
+    else:
+        turned = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)  # (..., N, r)
+    return torch.cat((rot * cos + turned * sin, rest), dim=-1)
 
 
 def _host(M: Any, out: np.ndarray | None = None, into: np.ndarray | None = None) -> np.ndarray:

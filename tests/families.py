@@ -416,22 +416,11 @@ def encoder_families() -> dict[str, tuple[str, dict[str, Any]]]:
     """:data:`ENCODERS`, and every other masked-LM or text-encoder family (not a causal LM)
     whose own config states RoPE, with no fields of its own: name -> (type, fields)."""
     from transformers.models.auto import modeling_auto as auto
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from ropesplit.empirical.adapter import carries_rope
-
-    out = dict(ENCODERS)
     named = {model_type for model_type, _ in ENCODERS.values()}
     listed = {*auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, *auto.MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES}
-    with _quiet():
-        for model_type in sorted(listed - set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - named):
-            try:
-                rope = carries_rope(CONFIG_MAPPING[model_type]())
-            except Exception:  # a config that cannot be made is no encoder to list here
-                continue
-            if rope:
-                out[model_type] = (model_type, {})
-    return out
+    found = _with_rope(listed - set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - named)
+    return {**ENCODERS, **{model_type: (model_type, {}) for model_type in found}}
 
 
 def base_only() -> list[str]:
@@ -439,19 +428,26 @@ def base_only() -> list[str]:
     masked-LM or text-encoding mapping) and not named in :data:`ENCODERS`: vision towers,
     audio encoders and codecs, the text parts of multimodal decoders."""
     from transformers.models.auto import modeling_auto as auto
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from ropesplit.empirical.adapter import carries_rope
 
     headed = {*auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, *auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES,
               *auto.MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES,
               *(model_type for model_type, _ in ENCODERS.values())}  # fmt: skip
+    return _with_rope(set(auto.MODEL_MAPPING_NAMES) - headed)
+
+
+def _with_rope(model_types: set[str]) -> list[str]:
+    """Those of ``model_types`` whose default config states RoPE, sorted (a config that
+    cannot be made is counted nowhere)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ropesplit.empirical.adapter import carries_rope
+
     out = []
     with _quiet():
-        for model_type in sorted(set(auto.MODEL_MAPPING_NAMES) - headed):
+        for model_type in sorted(model_types):
             try:
                 rope = carries_rope(CONFIG_MAPPING[model_type]())
-            except Exception:  # a config that cannot be made is counted nowhere
+            except Exception:  # transformers raises many types
                 continue
             if rope:
                 out.append(model_type)

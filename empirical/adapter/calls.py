@@ -58,7 +58,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ropesplit.core.errors import RopesplitError, one_line
-from ropesplit.numerics.applied import STRUCTURE_TOKENS
+from ropesplit.numerics.applied import STRUCTURE_TOKENS, rotate_applied
 
 __all__ = [
     "CONVENTIONS",
@@ -638,6 +638,8 @@ class Block:
     attention: Callable[[AttentionCall], Any] | None
     positions: Any = None  # (B, N) the positions applied, for the turn's direction
     kernel: str = "eager"  # the attention implementation the model runs (its config's)
+    # its function in transformers' registry, looked up once (None: each module's own eager)
+    kernel_function: Callable[..., Any] | None = None
     survey: dict[int, bool] | None = None  # survey mode: layer -> made a RoPE call
     layer: int | None = None
     depth: int = 0  # inside a RoPE function (or its probe): nested calls are not read
@@ -703,10 +705,12 @@ class Block:
         probe = _as_passed(one, positions)
         if probe is None:
             # one probe per distinct row of positions: a batch of one text's passages is one
-            distinct, first, inverse = np.unique(positions, axis=0, return_index=True,
-                                                 return_inverse=True)  # fmt: skip
-            if len(first) == b or self.positions is None:  # each its own (or not known)
-                distinct, first, inverse = positions, np.arange(b), np.arange(b)
+            distinct, first, inverse = positions, np.arange(b), np.arange(b)  # each its own
+            if self.positions is not None:  # (a block not told them probes each sequence)
+                distinct, first, inverse = np.unique(positions, axis=0, return_index=True,
+                                                     return_inverse=True)  # fmt: skip
+                if len(first) == b:  # every sequence its own positions: in the batch's order
+                    distinct, first, inverse = positions, np.arange(b), np.arange(b)
             rows = torch.as_tensor(first, device=one.x.device)
             eye = torch.eye(dx, dtype=one.x.dtype, device=one.x.device)
             self.depth += 1
@@ -791,9 +795,9 @@ def _dispatch(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     """The registered attention: binds the call by position, reports it, runs it."""
     block = _ACTIVE.get()
     eager = getattr(_home(module), EAGER)
-    kernel = eager if block is None or block.kernel == "eager" else _kernel(block.kernel)
     if block is None:  # registered for good, used only inside a block: plain eager outside
         return eager(module, query, key, value, attention_mask, *args, **kwargs)
+    kernel = block.kernel_function or eager
     layer = block.running()
     if block.survey is not None:  # which layers rotate: the survey
         block.survey[layer] = block.survey.get(layer, False) or bool(block.calls.pop(layer, None))
@@ -907,8 +911,7 @@ def _as_passed(one: RopeCall, positions: np.ndarray) -> _Probe | None:
     if not (torch.equal(cos[..., :half], cos[..., half:])
             and torch.equal(sin[..., :half], sin[..., half:])):  # fmt: skip
         return None
-    x = one.x
-    rotated = x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), -1) * sin[:, None]
+    rotated = rotate_applied(one.x, cos[:, None], sin[:, None], "half")  # (B, h, N, dx)
     eps = float(torch.finfo(one.rotated.dtype).eps)
     size = float(one.rotated.abs().max()) if one.rotated.numel() else 0.0
     diff = float((rotated - one.rotated).abs().max())
@@ -917,14 +920,15 @@ def _as_passed(one: RopeCall, positions: np.ndarray) -> _Probe | None:
     # each pair turns, and forward (read_rotation reads a pair that does not as another)
     rows = min(n, STRUCTURE_TOKENS)
     phase = torch.atan2(sin[0, :rows, :half].double(), cos[0, :rows, :half].double())
-    step = torch.as_tensor(np.diff(positions[0, :rows]), dtype=torch.float64, device=x.device)
+    step = torch.as_tensor(np.diff(positions[0, :rows]), dtype=torch.float64,
+                           device=cos.device)  # fmt: skip
     turn = torch.remainder(phase.diff(dim=0) + math.pi, 2 * math.pi) - math.pi  # (rows-1, P)
     unit = step.abs() == 1
     if not bool(unit.any()) or bool((sin[0, :rows, :half] == 0).all(0).any()):
         return None
     if bool((torch.median(turn[unit] * step[unit, None], dim=0).values <= 0).any()):
         return None
-    order = torch.arange(dx, device=x.device)
+    order = torch.arange(dx, device=cos.device)
     return _Probe(order, order, True, cos, sin)
 
 
@@ -1031,7 +1035,8 @@ def taps(
     kernel = getattr(model.config, "_attn_implementation", None) or "eager"
     kernel = "eager" if attention is not None or kernel.startswith(NAME) else kernel
     block = Block(model, attn, convention(model), on_rope, on_attention, on_logits, attention,
-                  positions, kernel, survey)  # fmt: skip
+                  positions, kernel, None if kernel == "eager" else _kernel(kernel),
+                  survey)  # fmt: skip
     name = _register(kernel)
     handles = [m.register_forward_pre_hook(_layer_setter(block, i))
                for i, m in zip(attn.index, attn.modules, strict=True)]  # fmt: skip

@@ -63,11 +63,11 @@ from ropesplit.empirical.model.validate import (
     rebuild_logits,
     rebuild_probs,
     reconstruct,
-    rotate_applied,
     sampled_rows,
     tolerances,
     unshifted,
 )
+from ropesplit.numerics.applied import rotate_applied
 from ropesplit.numerics.mask import Mask
 from ropesplit.numerics.spec import RopeSpec, repeat_kv_map, spec_scale
 

@@ -297,7 +297,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
                 built = model_class(config).from_pretrained(
                     native or source,
                     config=config,  # read above: a GGUF's metadata is parsed once less
-                    **_kernel(attention),
+                    **_attention_keyword(attention),
                     dtype=torch_dtype,
                     device_map=device_map,
                     **kwargs,
@@ -318,7 +318,7 @@ def _pretrained(model: str | None, gguf_file: str | None, torch_dtype: torch.dty
     return config, name, tokenizer, built
 
 
-def _kernel(attention: str) -> dict[str, str]:
+def _attention_keyword(attention: str) -> dict[str, str]:
     """``from_pretrained``'s and ``from_config``'s keyword for the kernel ``attention``
     (:class:`Placement`): none for ``"model"``, the config's own choice."""
     return {} if attention == "model" else {"attn_implementation": attention}
@@ -340,7 +340,7 @@ def _drawn(config: Any, name: str, seed: int, torch_dtype: torch.dtype,
         try:
             with home:  # allocated and drawn where the model will live, tensor by tensor
                 return model_class(config).from_config(config, dtype=torch_dtype,
-                                                       **_kernel(attention))  # fmt: skip
+                                                       **_attention_keyword(attention))  # fmt: skip
         except RopesplitError:
             raise
         except Exception as exc:  # transformers raises many types: one line
@@ -408,11 +408,9 @@ def from_model(
     if dtype is not None or device is not None:
         model.to(device=device, dtype=_torch_dtype(dtype) if dtype else None)
     try:
-        if attention == "model":
-            pass
-        elif hasattr(model, "set_attn_implementation"):
+        if attention != "model" and hasattr(model, "set_attn_implementation"):
             getattr(model, "set_attn_implementation")(attention)  # noqa: B009
-        else:  # pragma: no cover - older transformers
+        else:  # "model" (set_attention leaves the config's own), or an older transformers
             from ropesplit.empirical.adapter.configs import set_attention
 
             set_attention(config, attention)

@@ -57,7 +57,6 @@ __all__ = [
     "rebuild_logits",
     "rebuild_probs",
     "reconstruct",
-    "rotate_applied",
     "sampled_rows",
     "tolerances",
     "mask_bias",
@@ -142,18 +141,6 @@ def sampled_rows(n_tokens: int, seed: Any) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------- rebuild
 
 
-def rotate_applied(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   layout: str) -> torch.Tensor:  # fmt: skip
-    """Apply RoPE as the model does: ``x (..., N, d)`` with ``cos``/``sin`` ``(N, r)``."""
-    (_, r) = cos.shape
-    rot, rest = x[..., :r], x[..., r:]
-    if layout == "half":
-        turned = torch.cat((-rot[..., r // 2 :], rot[..., : r // 2]), dim=-1)  # rotate_half
-    else:
-        turned = torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)  # (..., N, r)
-    return torch.cat((rot * cos + turned * sin, rest), dim=-1)
-
-
 def allowed_pairs(n_tokens: int, window: int | None = None, device: Any = None,
                   mask: Mask | None = None) -> torch.Tensor:  # fmt: skip
     """``(N, N)`` bool: ``j <= i`` (causal by index) and ``i - j < window`` when windowed;
@@ -175,10 +162,11 @@ class RotatedAttention:
               \quad j \le i,\ i - j < w
 
     ``qr`` = ``R q (H, N, d)`` and ``kr`` = ``R k (H, N, d)`` (the keys repeated per query
-    head, :func:`rotate_applied`), in the dtype the logits are rebuilt in; ``scale`` the
-    module's own ``s``; ``softcap`` ``c`` (None: no ``tanh``); ``window`` ``w`` (None:
-    every causal pair); ``mask`` any other set of pairs the call lets through (both ways,
-    blocks, padding: docs/theory.md section 9), None for the causal band.
+    head, :func:`~ropesplit.numerics.applied.rotate_applied`), in the dtype the logits are
+    rebuilt in; ``scale`` the module's own ``s``; ``softcap`` ``c`` (None: no ``tanh``);
+    ``window`` ``w`` (None: every causal pair); ``mask`` any other set of pairs the call
+    lets through (both ways, blocks, padding: docs/theory.md section 9), None for the
+    causal band.
     """
 
     qr: torch.Tensor  # (H, N, d)

@@ -30,8 +30,8 @@ from ropesplit.empirical.model.validate import (
     allowed_pairs,
     rebuild_logits,
     reconstruct,
-    rotate_applied,
 )
+from ropesplit.numerics.applied import rotate_applied
 
 COMMON = dict(
     hidden_size=64,
