@@ -300,33 +300,47 @@ def span_gram(n: int, before: int | None, after: int | None) -> SpanGram:
 
 
 class _MaskGram(_Gram):
-    """``G`` for an arbitrary mask, applied through its pair list (``O(pairs)`` per product)."""
+    """``G`` for an arbitrary mask, applied through its pair list (``O(pairs)`` per product);
+    ``axes=3``: unknowns ``(a, b, c)``; ``axes=2``: ``(b, c)`` only (``n_a = 0``)."""
 
-    def __init__(self, mask: np.ndarray) -> None:
+    def __init__(self, mask: np.ndarray, axes: int = 3) -> None:
+        if axes not in (2, 3):
+            raise RopesplitError(f"axes must be 2 or 3, got {axes}")
         self.n = mask.shape[0]
         self.rows, self.cols = np.nonzero(mask)  # (pairs,) each
         self.pairs = self.rows.size
         dist = self.rows - self.cols
         self.d_min = int(dist.min())
         self.dist = dist - self.d_min
-        self.n_a = int(self.dist.max()) + 1
+        self.n_a = int(self.dist.max()) + 1 if axes == 3 else 0
+        self._axes = ((self.dist, self.n_a),) * (axes == 3) + ((self.rows, self.n),
+                                                               (self.cols, self.n))  # fmt: skip
         self.diag = np.concatenate([np.bincount(v, minlength=m).astype(np.float64)
-                                    for v, m in ((self.dist, self.n_a), (self.rows, self.n),
-                                                 (self.cols, self.n))])  # fmt: skip
+                                    for v, m in self._axes])  # fmt: skip
 
     def sums(self, v: np.ndarray) -> np.ndarray:
         """``A^T v`` for pair values ``v (pairs,)``: distance, row and column sums, ``(K,)``."""
         return np.concatenate([np.bincount(idx, weights=v, minlength=m)
-                               for idx, m in ((self.dist, self.n_a), (self.rows, self.n),
-                                              (self.cols, self.n))])  # fmt: skip
+                               for idx, m in self._axes])  # fmt: skip
+
+    def matrix_sums(self, w: np.ndarray) -> np.ndarray:
+        """``A^T w`` for ``K`` matrices ``w (K, N, N)``: ``(rows, K)``; entries off the mask
+        are ignored."""
+        return np.stack([self.sums(x[self.rows, self.cols]) for x in w], axis=1)
 
     def fit_values(self, x: np.ndarray) -> np.ndarray:
         """``A x`` for ``x (K,)``: the fit at each pair, ``(pairs,)``."""
-        a, b, c = x[: self.n_a], x[self.n_a : self.n_a + self.n], x[self.n_a + self.n :]
-        return a[self.dist] + b[self.rows] + c[self.cols]
+        b, c = x[self.n_a : self.n_a + self.n], x[self.n_a + self.n :]
+        fit = b[self.rows] + c[self.cols]
+        return fit + x[: self.n_a][self.dist] if self.n_a else fit
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         return np.stack([self.sums(self.fit_values(col)) for col in x.T], axis=1)
+
+
+@functools.lru_cache(maxsize=8)
+def _pair_gram(n: int, mask: Mask, axes: int) -> _MaskGram:
+    return _MaskGram(mask.allowed(n), axes)
 
 
 @functools.lru_cache(maxsize=8)
@@ -378,33 +392,39 @@ def three_axis_fit(W: Any, mask: Any = None) -> ThreeAxisFit:
 
 @dataclass(frozen=True)
 class AdditiveFits:
-    """Fits of ``K`` matrices on the causal band: ``a[i - j] + b[i] + c[j]`` (or ``b + c``)."""
+    """Fits of ``K`` matrices on the masked pairs: ``a[i - j] + b[i] + c[j]`` (or ``b + c``)."""
 
-    a: np.ndarray | None  # (K, n_a) distance effect a_D, D = 0 .. n_a - 1; None for two axes
+    a: np.ndarray | None  # (K, n_a) distance effect a_D, D = d_min .. d_min + n_a - 1; None: 2
     b: np.ndarray  # (K, N) query (row) effect
     c: np.ndarray  # (K, N) key (column) effect: mean 0 (three axes: no linear trend either)
     iterations: int  # CG iterations to convergence
+    d_min: int = 0  # the smallest masked distance i - j (0 on the causal band)
 
     def fitted(self) -> np.ndarray:
         """The fitted values ``(K, N, N)`` (every entry, masked or not)."""
         out = self.b[:, :, None] + self.c[:, None, :]  # (K, N, N)
         if self.a is not None:
             n = self.b.shape[1]
-            gap = np.clip(np.subtract.outer(np.arange(n), np.arange(n)), 0, self.a.shape[1] - 1)
+            gap = np.clip(np.subtract.outer(np.arange(n), np.arange(n)) - self.d_min, 0,
+                          self.a.shape[1] - 1)  # fmt: skip
             out = out + self.a[:, gap]  # a[i - j] (clipped off the mask)
         return out
 
 
-def additive_fits(w: Any, *, axes: int, window: int | None = None) -> AdditiveFits:
-    r"""Least squares of ``K`` matrices ``w (K, N, N)`` at once over the causal band.
+def additive_fits(w: Any, *, axes: int, window: int | Mask | None = None) -> AdditiveFits:
+    r"""Least squares of ``K`` matrices ``w (K, N, N)`` at once over the masked pairs.
 
-    .. math:: \min \sum_{0 \le i - j < \mathrm{window}} (W_{ij} - u_i - v_j)^2
+    .. math:: \min \sum_{(i,j)\in\mathcal M} (W_{ij} - u_i - v_j)^2
               \quad (\text{axes}=2),\qquad
-              \min \sum (W_{ij} - a_{i-j} - b_i - c_j)^2 \quad (\text{axes}=3)
+              \min \sum_{(i,j)\in\mathcal M} (W_{ij} - a_{i-j} - b_i - c_j)^2
+              \quad (\text{axes}=3)
 
-    One cached ``O(N)`` Gram (:func:`band_gram`) serves every matrix; each
-    matrix is centred on its masked mean first (the constant is in every
-    fit's span) and the mean goes back into ``b`` (two axes) or ``a``.
+    :math:`\mathcal M`: the causal band ``0 <= i - j < window`` (None: every causal pair),
+    or ``window`` a :class:`.mask.Mask` (attention both ways, blocks, padding). One cached
+    Gram serves every matrix: the causal band's ``O(N)`` one (:func:`band_gram`), any
+    other mask's through its pair list. Each matrix is centred on its masked mean
+    first (the constant is in every fit's span) and the mean goes back into ``b`` (two
+    axes) or ``a``.
 
     >>> import numpy as np
     >>> i, j = np.indices((5, 5))
@@ -416,8 +436,13 @@ def additive_fits(w: Any, *, axes: int, window: int | None = None) -> AdditiveFi
     k, n, n2 = x.shape
     if n != n2 or n < 1:
         raise RopesplitError(f"w must be (K, N, N) with N >= 1, got {x.shape}")
-    gram = band_gram(n, window, axes)
-    sums = gram.sums(x)  # (rows, K)
+    gram: BandGram | _MaskGram
+    if isinstance(window, Mask) and not window.is_causal_band:
+        gram = _pair_gram(n, window, axes)
+        sums = gram.matrix_sums(x)  # (rows, K)
+    else:
+        gram = band_gram(n, window, axes)
+        sums = gram.sums(x)  # (rows, K)
     mean = sums[gram.n_a : gram.n_a + n].sum(axis=0) / gram.pairs  # (K,) masked mean
     rhs = sums - gram.diag[:, None] * mean  # A^T (w - mean)
     # a constant matrix leaves only rounding in rhs: nothing to fit (CG would chase the noise)
@@ -430,4 +455,5 @@ def additive_fits(w: Any, *, axes: int, window: int | None = None) -> AdditiveFi
     solution = gram.normalise(solution)  # (rows, K)
     a = solution[: gram.n_a].T + mean[:, None] if axes == 3 else None  # (K, n_a)
     b = solution[gram.n_a : gram.n_a + n].T + (mean[:, None] if axes == 2 else 0.0)  # (K, N)
-    return AdditiveFits(a=a, b=b, c=solution[gram.n_a + n :].T, iterations=iterations)
+    return AdditiveFits(a=a, b=b, c=solution[gram.n_a + n :].T, iterations=iterations,
+                        d_min=gram.d_min)  # fmt: skip

@@ -14,7 +14,8 @@ distance ``D`` for every pair, and the split of docs/theory.md section 3:
 
 ``f(q_i, D)`` is query-only, so the two-axis fit ``u_i + v_j`` (:mod:`.fit`)
 of ``W^D`` and of ``g`` differ in their key effects ``v`` by exactly the key
-effect of ``E^D``. Per head and ``D`` (over the causal pairs):
+effect of ``E^D``. Per head and ``D`` (over the causal pairs, or a mask's:
+docs/theory.md section 9):
 
 - ``key_corr``: Pearson ``corr_j(v^D_j, v^g_j)``, the same fit on both
   sides; exactly 1 when ``E = 0`` (keys deviate only in non-rotating pairs),
@@ -65,11 +66,13 @@ import numpy as np
 from ropesplit.core.errors import RopesplitError
 from ropesplit.numerics import _inputs
 from ropesplit.numerics.fit import additive_fits
+from ropesplit.numerics.mask import Mask
 
 __all__ = [
     "DISTANCE_MEASURES",
     "causal_pairs",
     "controlled_distance",
+    "mask_pairs",
     "pair_logits",
     "query_only_share",
     "remainder_change_share",
@@ -147,7 +150,7 @@ def controlled_distance(
     distances: Any,
     *,
     kbar: Any = None,
-    window: int | None = None,
+    window: int | Mask | None = None,
     measures: Sequence[str] = DISTANCE_MEASURES,
 ) -> dict[str, np.ndarray]:
     r"""The controlled-distance measures of the module docstring, each ``(H, K)``.
@@ -168,7 +171,8 @@ def controlled_distance(
     subset computes only those, each to the same bits) and ``key_var`` (the
     same for every ``D``: the weight of :func:`weighted_key_corr`).
     ``query_share`` is descriptive only (see :func:`query_only_share`);
-    ``visible_change`` is NaN where ``rc(W^0)`` is 0.
+    ``visible_change`` is NaN where ``rc(W^0)`` is 0. :math:`\mathcal M`: the causal pairs
+    within ``window``, or ``window`` a :class:`.mask.Mask` (docs/theory.md section 9).
     """
     unknown = sorted(set(measures) - set(DISTANCE_MEASURES))
     if unknown:
@@ -180,37 +184,40 @@ def controlled_distance(
     if dist.size == 0 or not np.all(dist > 0):
         raise RopesplitError(f"distances must be positive, got {dist.tolist()}")
     (n_heads, n, _) = q.shape
-    mask = _inputs.causal_mask(n, _inputs.check_window(window))
+    mask = window if isinstance(window, Mask) else Mask.causal(_inputs.check_window(window))
+    allowed = mask.allowed(n)  # (N, N)
     kt = np.conj(k).transpose(0, 2, 1)  # (H, P, N)
     w0 = s * np.real(q @ kt)  # (H, N, N): W at D = 0
     g = s * np.real(q @ np.conj(dev).transpose(0, 2, 1))  # (H, N, N)
     out = {name: np.empty((n_heads, dist.size)) for name in measures}
     if "logit_change" in measures:
-        spread = np.sqrt(_masked_mean((w0 - _masked_mean(w0, mask)[:, None, None]) ** 2, mask))
+        centred0 = w0 - _masked_mean(w0, allowed)[:, None, None]
+        spread = np.sqrt(_masked_mean(centred0**2, allowed))
     if "visible_change" in measures:
-        visible0 = np.linalg.norm(_row_centred(w0, mask), axis=(1, 2))  # (H,): ||rc(W^0)||_F
-    key_g = additive_fits(g, axes=2, window=window).c  # (H, N)
+        visible0 = np.linalg.norm(_row_centred(w0, allowed), axis=(1, 2))  # (H,): ||rc(W^0)||_F
+    key_g = additive_fits(g, axes=2, window=mask).c  # (H, N)
     out["key_var"] = np.repeat(key_g.var(axis=1)[:, None], dist.size, axis=1)  # (H, K)
     for index, d in enumerate(dist):
         turn = np.exp(1j * th * d)  # (P,)
         wd = s * np.real((q * turn) @ kt)  # (H, N, N)
         if "key_corr" in measures:
-            key_d = additive_fits(wd, axes=2, window=window).c  # (H, N)
+            key_d = additive_fits(wd, axes=2, window=mask).c  # (H, N)
             out["key_corr"][:, index] = [_corr(key_d[h], key_g[h]) for h in range(n_heads)]
         if "query_share" in measures:
-            out["query_share"][:, index] = query_only_share(wd - w0, mask)
+            out["query_share"][:, index] = query_only_share(wd - w0, allowed)
         with np.errstate(invalid="ignore", divide="ignore"):
             if "visible_change" in measures:
-                visible = np.linalg.norm(_row_centred(wd - w0, mask), axis=(1, 2))  # (H,)
+                visible = np.linalg.norm(_row_centred(wd - w0, allowed), axis=(1, 2))  # (H,)
                 out["visible_change"][:, index] = np.where(visible0 > 0, visible / visible0,
                                                            np.nan)  # fmt: skip
             if "logit_change" in measures:
-                change = np.sqrt(_masked_mean((wd - w0) ** 2, mask))  # (H,)
+                change = np.sqrt(_masked_mean((wd - w0) ** 2, allowed))  # (H,)
                 out["logit_change"][:, index] = np.where(spread > 0, change / spread, np.nan)
             if "remainder_share" in measures:
                 f = s * np.real((q * turn) @ np.conj(kb)[:, :, None])  # (H, N, 1): f(q_i, D)
-                centred = _masked_mean((wd - _masked_mean(wd, mask)[:, None, None]) ** 2, mask)
-                remainder = _masked_mean((wd - f - g) ** 2, mask)  # (H,): E^D = W^D - f - g
+                centred = _masked_mean((wd - _masked_mean(wd, allowed)[:, None, None]) ** 2,
+                                       allowed)  # fmt: skip
+                remainder = _masked_mean((wd - f - g) ** 2, allowed)  # (H,): E^D = W^D - f - g
                 out["remainder_share"][:, index] = np.where(
                     centred > 0, np.sqrt(remainder / centred), np.nan
                 )
@@ -274,6 +281,31 @@ def causal_pairs(
     i -= (i * (i + 1) // 2 > m).astype(np.int64)  # float rounding guard, both directions
     i += ((i + 1) * (i + 2) // 2 <= m).astype(np.int64)
     return i, m - i * (i + 1) // 2
+
+
+def mask_pairs(
+    n_tokens: int, budget: int | None, rng: np.random.Generator, mask: Mask | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Query/key indices ``(i, j)`` of ``mask``'s pairs (:class:`.mask.Mask`; None: the
+    causal pairs ``j <= i``, :func:`causal_pairs`): all of them, or ``budget`` drawn
+    uniformly without replacement, in row-major order.
+
+    .. math:: \{(i, j) \in \mathcal M\},\qquad |\text{draw}| = \min(\text{budget},
+              |\mathcal M|)
+
+    >>> i, j = mask_pairs(3, None, np.random.default_rng(0), Mask.both())
+    >>> i.tolist(), j.tolist()
+    ([0, 0, 0, 1, 1, 1, 2, 2, 2], [0, 1, 2, 0, 1, 2, 0, 1, 2])
+    """
+    if mask is None:
+        return causal_pairs(n_tokens, budget, rng)
+    i, j = np.nonzero(mask.allowed(n_tokens))
+    if budget is None or budget >= i.size:
+        return i, j
+    if budget < 1:
+        raise RopesplitError(f"pair budget must be at least 1, got {budget}")
+    m = np.sort(rng.choice(i.size, size=budget, replace=False))
+    return i[m], j[m]
 
 
 def _check_pairs(pairs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,12 @@ share of the :math:`N` positions whose token changed:
 (``curvature``) is 0 in expectation for a damage linear in the dose, > 0
 when it bends upward. Shapes: losses ``(N - 1,)`` or ``(R, N - 1)``, column
 ``t - 1`` the loss of target ``t``.
+
+**Both ways** (an encoder, docs/theory.md section 9): no next token, so the loss is the
+masked-token loss :math:`\ell_t(y) = -\log p(y_t \mid y_{\setminus S})` on one fixed set
+:math:`S` of masked targets (:func:`masked_targets`, the same for the passage and every
+perturbed copy); every target reads every moved token, so :math:`D(r)` is the mean over
+all of :math:`S` (``suffix_damage`` from 0 on the columns of :math:`S`).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import numpy as np
 
 from ropesplit.core.errors import RopesplitError
 
-__all__ = ["curvature", "dose", "first_moved", "relative_damage", "suffix_damage"]
+__all__ = ["curvature", "dose", "first_moved", "masked_targets", "relative_damage",
+           "suffix_damage"]
 
 
 def first_moved(clean: Any, perturbed: Any) -> int:
@@ -101,3 +108,33 @@ def curvature(damage_low: Any, damage_high: Any, dose_low: Any, dose_high: Any) 
     if np.any(low <= 0):
         raise RopesplitError("the lower rate's dose must be above 0 (some token moved)")
     return np.asarray(damage_high, dtype=np.float64) - high / low * np.asarray(damage_low)
+
+
+def masked_targets(movable: Any, bounds: Any, rate: float, rng: np.random.Generator
+                   ) -> np.ndarray:  # fmt: skip
+    r"""``(N,)`` bool: the masked targets :math:`S` of an encoder's word-order damage.
+
+    .. math:: t \in S \iff \mathrm{movable}_t \wedge u_t < \mathrm{rate},\qquad
+              u_t \sim U(0, 1)
+
+    and at least one in each segment ``[bounds[i-1], bounds[i])`` (``bounds``: the lengths
+    scored, ascending, from 0), so every length's first tokens hold a target: a segment left
+    empty by the draw gets one of its movable positions, drawn from ``rng`` too.
+
+    >>> s = masked_targets(np.ones(8, bool), [4, 8], 1.0, np.random.default_rng(0))
+    >>> s.tolist()
+    [True, True, True, True, True, True, True, True]
+    """
+    can = np.asarray(movable, dtype=bool).reshape(-1)  # (N,)
+    edges = [0, *(int(b) for b in bounds)]
+    if not 0.0 < rate <= 1.0 or edges != sorted(set(edges)) or edges[-1] > can.size:
+        raise RopesplitError(f"masked targets need a rate in (0, 1] and ascending bounds within "
+                             f"{can.size} tokens, got {rate} and {list(bounds)}")  # fmt: skip
+    chosen = can & (rng.random(can.size) < rate)
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        if not chosen[lo:hi].any():
+            free = np.flatnonzero(can[lo:hi])
+            if not free.size:
+                raise RopesplitError(f"no movable token in positions [{lo}, {hi}) to mask")
+            chosen[lo + int(rng.choice(free))] = True
+    return chosen

@@ -298,6 +298,12 @@ def bos_token_id(config: Any) -> int | None:
 # -------------------------------------------------------------------- the model's own record
 
 
+def mask_token_id(config: Any) -> int | None:
+    """The ``<mask>`` token's id (a masked-LM's), None when the config states none."""
+    mask = getattr(config, "mask_token_id", None)
+    return None if mask is None else int(mask)
+
+
 def model_type(config: Any) -> str:
     """The config's ``model_type`` (``"llama"``, ``"qwen2"``, ...)."""
     return str(config.model_type)

@@ -11,6 +11,11 @@ each) and judges every claim of ``ropesplit.claims.registry.CLAIMS`` in the head
 cell and in every cell of the grid (``ropesplit.claims.verdicts``). The power
 statement of the order test is fixed before it runs.
 
+A model whose attention looks both ways (an encoder, docs/theory.md section 9) is measured
+the same way, with two changes the header's ``attends`` records: each length is its own
+capture (its q and k read the later tokens), and claim 1 scores the masked-token loss (it
+predicts no next token).
+
 The record's layout, its merge and its judging live in ``ropesplit.claims.records``
 (no model needed); this module only measures the rows.
 """
@@ -60,10 +65,13 @@ def run_claims(
     """
     from ropesplit.empirical.measurement.passages import measure_passages
 
-    _check_causal(loaded)
     s = settings or ClaimsSettings()
     say = on_stage or (lambda text: None)
     measured, ordered = s.ranges()
+    if ordered and loaded.attn.both_ways():  # an encoder's claim 1 needs its <mask>: ask first
+        from ropesplit.empirical.model.inputs import mask_id
+
+        mask_id(loaded)
     corpora, lengths, tokens = _corpora(loaded, s, passage_ids)
     if on_stage is not None:  # the plan, before the first forward pass
         say(_plan(loaded, lengths, len(corpora), (measured, ordered), s))
@@ -82,20 +90,6 @@ def run_claims(
         order += _word_order(loaded, (label, chosen), ordered, lengths, s, on_passage)
     header = _header(loaded, s, (corpora, lengths, tokens), power)
     return judge_record(header, rows, order)
-
-
-def _check_causal(loaded: LoadedModel) -> None:
-    """The claims' measurements are a causal model's: claim 1 scores the next-token loss,
-    and each passage is captured once at its longest length because a causal model's q and
-    k at positions < L do not depend on later tokens. An encoder's do, and it predicts no
-    next token: refused in one line (``ropesplit analyze`` measures the split on it)."""
-    from ropesplit.core.errors import RopesplitError
-
-    if loaded.attn.both_ways():
-        raise RopesplitError(
-            f"{loaded.name} attends both ways: the claims are measured on causal models (claim "
-            "1 scores next-token loss; one capture per passage serves every length only where "
-            "q and k do not depend on later tokens); `ropesplit analyze` measures its split")
 
 
 def _corpora(loaded: LoadedModel, s: ClaimsSettings, passage_ids: Any
@@ -138,7 +132,8 @@ def _plan(loaded: LoadedModel, lengths: list[int], corpora: int, spans: tuple[ra
     from ropesplit.empirical.analysis.analyze import DEFAULT_MEASURE
     from ropesplit.empirical.measurement.plan import claims_plan, warmup
 
-    plan = claims_plan(lengths, corpora, *spans, s.batch_size, run=s.passages)
+    plan = claims_plan(lengths, corpora, *spans, s.batch_size, run=s.passages,
+                       both_ways=loaded.attn.both_ways())  # fmt: skip
     split = replace(DEFAULT_MEASURE, split_only=True)
     return replace(plan, cost=warmup(loaded, measure=split)).text()
 
@@ -187,4 +182,5 @@ def _header(loaded: LoadedModel, s: ClaimsSettings,
         twins_drawn_on=loaded.device.type,
         seed=s.seed, level=LEVEL, power=power,
         registry=[t.claim for t in CLAIMS], shards=[[lo, hi]],
+        attends="both ways" if loaded.attn.both_ways() else None,
     )  # fmt: skip

@@ -36,6 +36,17 @@ passage, averaged over the draws:
   loss at 5% to the original's.
 
 An order-blind model gives every damage exactly 0.
+
+**Both ways** (an encoder, docs/theory.md section 9). An encoder predicts no next token:
+its loss is the masked-token loss (:func:`masked_losses`) on one fixed set of masked
+targets per passage (``numerics.tolerance.masked_targets``: a ``MASK_RATE`` of the
+movable tokens, one at least in each segment), masked in the passage and in every
+perturbed copy alike. Each length is its own forward pass of the first ``L`` tokens (an
+encoder's loss at a target reads the later tokens too). Every target reads every moved
+token, so ``damage_R`` is the mean over all of the length's masked targets, and
+``ppl_R``, the whole-text ratio, is the same number; ``local_5`` scores the masked
+targets unchanged at 2.5% within ``near`` tokens of a token moved at 2.5%, on either side;
+``scored`` counts the masked targets.
 """
 
 from __future__ import annotations
@@ -57,8 +68,11 @@ from ropesplit.numerics.schemes import movable_positions, nested_adjacent_swaps
 
 __all__ = [
     "DRAWS",
+    "MASKED_STREAM",
     "NEAR",
+    "MaskedLosses",
     "OrderDesign",
+    "masked_losses",
     "order_passage",
     "scored_targets",
     "token_losses",
@@ -66,6 +80,7 @@ __all__ = [
 
 DRAWS = 2  # nested draws per passage
 NEAR = 8  # the local window: a target within NEAR tokens after a moved position
+MASKED_STREAM = 1789  # the stream of an encoder's masked targets: rng([seed, MASKED_STREAM])
 
 
 def token_losses(
@@ -112,14 +127,65 @@ def token_losses(
     return losses[inverse.ravel()]
 
 
-def scored_targets(clean: Any, perturbed: Any, near: int = NEAR) -> np.ndarray:
+def masked_losses(
+    loaded: LoadedModel,
+    inputs: Any,
+    labels: Any,
+    *,
+    batch_size: int = 8,
+    on_forward: Callable[[int], Any] | None = None,
+) -> np.ndarray:
+    r"""Masked-token losses (nats) of every row, ``(B, N)`` float64, NaN where ``labels`` is
+    ``-100``: attention both ways, an encoder's objective.
+
+    .. math:: L_{b,t} = -\log \mathrm{softmax}(z_{b,t})_{y_{b,t}},\qquad y_{b,t} \ne -100
+
+    ``inputs (B, N)`` hold ``<mask>`` at the targets, ``labels (B, N)`` the token there;
+    read at positions ``0..N-1`` through the model's fastest attention. Identical rows share
+    one forward pass; ``on_forward(k)`` as :func:`token_losses`.
+    """
+    from ropesplit.empirical.adapter import fast_attention
+    from ropesplit.empirical.model.passes import model_pass
+
+    x = np.asarray(inputs, dtype=np.int64)
+    y = np.asarray(labels, dtype=np.int64)
+    if x.ndim != 2 or y.shape != x.shape:
+        raise RopesplitError(f"inputs and labels must both be (B, N), got {x.shape}, {y.shape}")
+    positions = np.broadcast_to(np.arange(x.shape[1]), x.shape)  # (B, N)
+    check_inputs(loaded, x, positions, 1)
+    if batch_size < 1:
+        raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
+    _, first, inverse = np.unique(np.concatenate([x, y], 1), axis=0, return_index=True,
+                                  return_inverse=True)  # fmt: skip
+    losses = np.full((len(first), x.shape[1]), np.nan)  # (U, N): one row per distinct input
+    for lo in range(0, len(first), batch_size):
+        chosen = first[lo : lo + batch_size]
+        ids = torch.as_tensor(x[chosen], device=loaded.device)  # (b, N)
+        pos = torch.as_tensor(np.ascontiguousarray(positions[chosen]), device=loaded.device)
+        with torch.no_grad(), fast_attention(loaded.model, loaded.attn):
+            logits = model_pass(loaded.model, ids, pos).logits  # (b, N, vocab)
+        for row, index in enumerate(chosen):
+            at = np.flatnonzero(y[index] >= 0)
+            target = torch.as_tensor(y[index, at], device=logits.device)
+            losses[lo + row, at] = token_nll(logits[row, at], target).cpu().numpy()
+        if on_forward is not None:
+            on_forward(len(chosen))
+    scored = np.asarray(y >= 0)[first]
+    if not np.all(np.isfinite(losses[scored])):
+        raise RopesplitError("masked-token loss is not finite (NaN or inf logits)")
+    return losses[inverse.ravel()]
+
+
+def scored_targets(clean: Any, perturbed: Any, near: int = NEAR, *,
+                   both_ways: bool = False) -> np.ndarray:  # fmt: skip
     r"""``(N,)`` bool: the targets ``t`` scored for a perturbed passage (the module docstring).
 
     .. math:: t \in S \iff y_t = x_t\ \text{and}\ \exists m:\ y_m \ne x_m,\ 0 < t - m \le
               \mathrm{near}
 
     ``clean`` is ``x (N,)``, ``perturbed`` is ``y (N,)``. Position 0 is
-    never a target (nothing predicts it).
+    never a target (nothing predicts it). ``both_ways`` (an encoder): within ``near``
+    tokens of a moved position on either side, :math:`0 < |t - m| \le \mathrm{near}`.
     """
     x = np.asarray(clean).reshape(-1)
     y = np.asarray(perturbed).reshape(-1)
@@ -131,6 +197,8 @@ def scored_targets(clean: Any, perturbed: Any, near: int = NEAR) -> np.ndarray:
     after = np.zeros_like(moved)  # (N,): within near tokens after a moved position
     for step in range(1, min(int(near), moved.size - 1) + 1):
         after[step:] |= moved[:-step]
+        if both_ways:
+            after[:-step] |= moved[step:]
     return after & ~moved
 
 
@@ -196,6 +264,60 @@ def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
     return out
 
 
+def _masked_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
+                   losses: np.ndarray, rates: Sequence[float], near: int
+                   ) -> dict[str, float]:  # fmt: skip
+    """One draw at one length both ways (the module docstring): ``base (n,)`` and ``losses
+    (R, n)`` the masked-token losses of the passage's first ``n`` tokens and of each rate's
+    copy, NaN off the masked targets."""
+    from ropesplit.numerics.intervention import log_ratio
+    from ropesplit.numerics.tolerance import dose, suffix_damage
+
+    n = base.size
+    x = clean[:n]
+    ys = [y[:n] for y in rows]  # (n,) per rate
+    still = [rate_label(r) for r, y in zip(rates, ys, strict=True) if not np.any(y != x)]
+    if still:
+        raise RopesplitError(f"no token moves at {still[0]}% of {n} tokens: the passage is too "
+                             "short or has too few movable neighbours")  # fmt: skip
+    targets = np.isfinite(base)  # (n,): the masked targets
+    damage = suffix_damage(base[targets], losses[:, targets], 0)  # (R,)
+    out = {}
+    for r, rate in enumerate(rates):
+        label = rate_label(rate)
+        out[f"damage_{label}"] = float(damage[r])
+        out[f"dose_{label}"] = dose(x, ys[r])
+        out[f"ppl_{label}"] = float(damage[r])  # every target reads every move: the whole text
+    local = targets & scored_targets(x, ys[0], near, both_ways=True)  # (n,)
+    five = rates.index(PAPER_ORDER_HARMLESS)
+    with np.errstate(divide="ignore", invalid="ignore"):  # numerics' log ratio of mean losses
+        out["local_5"] = (float(log_ratio(losses[five][local][None], base[local][None])[0])
+                          if local.any() else float("nan"))  # fmt: skip
+    out["scored"] = float(targets.sum())
+    return out
+
+
+def _masked_tables(loaded: LoadedModel | None, batch: np.ndarray, lengths: Sequence[int],
+                   targets: np.ndarray, losses: Callable[..., np.ndarray] | None,
+                   run: dict[str, Any]) -> dict[int, np.ndarray]:  # fmt: skip
+    """Each length's masked-token losses ``(B, L)`` of ``batch (B, N)``'s first ``L`` tokens,
+    ``targets[:L]`` masked (:func:`masked_losses`, or ``losses(rows, targets)`` when given)."""
+    from ropesplit.empirical.model.inputs import mask_id
+    from ropesplit.numerics.tasks import IGNORE
+
+    tables = {}
+    for length in lengths:
+        rows, chosen = batch[:, :length], targets[:length]
+        if losses is not None:
+            tables[length] = np.asarray(losses(rows, chosen), dtype=np.float64)
+            continue
+        assert loaded is not None
+        inputs = np.where(chosen, mask_id(loaded), rows)
+        labels = np.where(chosen, rows, IGNORE)
+        tables[length] = masked_losses(loaded, inputs, labels, **run)
+    return tables
+
+
 @dataclass(frozen=True)
 class OrderDesign:
     """What a passage is perturbed by: ``draws`` nested draws, each at every one of
@@ -220,6 +342,52 @@ class OrderDesign:
         return tuple(float(r) for r in self.rates)
 
 
+@dataclass(frozen=True)
+class MaskedLosses:
+    """A model of known response both ways, for :func:`order_passage` without a model:
+    ``losses(rows (B, L), targets (L,) bool) -> (B, L)``, the masked-token losses of each
+    row's first ``L`` tokens with ``targets`` masked, NaN off the targets."""
+
+    losses: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _loss_tables(loaded: LoadedModel | None, clean: np.ndarray, lengths: list[int],
+                 design: OrderDesign, seed: int,
+                 losses: Callable[[np.ndarray], np.ndarray] | MaskedLosses | None,
+                 run: dict[str, Any]) -> tuple[list[np.ndarray], dict[int, np.ndarray], bool]:
+    """``(rows, tables, masked)``: the passage then each draw's perturbed copies (``(N,)``
+    each), each length's loss table (``(1 + R D, N - 1)`` next-token, one for every length;
+    both ways ``(1 + R D, L)``, NaN off the masked targets) and whether it is both ways."""
+    n = clean.size
+    fixed = special_positions(loaded, clean).tolist() if loaded is not None else []
+    movable = movable_positions(n, fixed)  # (N,)
+    masked = isinstance(losses, MaskedLosses) or (
+        losses is None and loaded is not None and loaded.attn.both_ways())
+    if masked:  # the masked targets stay in place: only their context moves
+        from ropesplit.numerics.tasks import MASK_RATE
+        from ropesplit.numerics.tolerance import masked_targets
+
+        targets = masked_targets(movable, lengths, MASK_RATE,
+                                 np.random.default_rng([seed, MASKED_STREAM]))  # fmt: skip
+        movable = movable & ~targets
+    rows = [clean]
+    for d in range(int(design.draws)):
+        perms = _segment_swaps(n, lengths, design.levels, np.random.default_rng([seed, d]),
+                               movable, clean)  # fmt: skip
+        rows.extend(clean[perm] for perm in perms)  # (N,) each, in the order of levels
+    batch = np.stack(rows)  # (1 + R D, N)
+    if masked:
+        hook = losses.losses if isinstance(losses, MaskedLosses) else None
+        return rows, _masked_tables(loaded, batch, lengths, targets, hook, run), True
+    assert not isinstance(losses, MaskedLosses)
+    if losses is None:
+        assert loaded is not None
+        table = token_losses(loaded, batch, **run)
+    else:
+        table = np.asarray(losses(batch), dtype=np.float64)
+    return rows, dict.fromkeys(lengths, table), False
+
+
 def order_passage(
     loaded: LoadedModel | None,
     ids: Any,
@@ -228,7 +396,7 @@ def order_passage(
     lengths: Sequence[int] | None = None,
     design: OrderDesign = OrderDesign(),
     batch_size: int = 8,
-    losses: Callable[[np.ndarray], np.ndarray] | None = None,
+    losses: Callable[[np.ndarray], np.ndarray] | MaskedLosses | None = None,
     on_forward: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
     r"""One passage ``ids (N,)`` at every one of ``lengths`` (default: ``N``; each at most
@@ -242,38 +410,32 @@ def order_passage(
     "draws": [{"draw", "tokens=L": {...}}], "baseline_loss"}``: each cell the draws' means,
     with ``relative_5`` and ``curvature`` formed from the mean damages and per draw. Draw
     ``d`` uses ``numpy.random.default_rng([seed, d])``: the same seed gives the same dict.
+
+    A model whose attention looks both ways (or ``losses`` a :class:`MaskedLosses`) is
+    scored by the masked-token loss (the module docstring), one pass per length, on targets
+    drawn with ``numpy.random.default_rng([seed, MASKED_STREAM])``.
     """
     from ropesplit.numerics.tolerance import curvature, relative_damage
 
-    levels, draws, near = design.levels, int(design.draws), int(design.near)
+    levels, near = design.levels, int(design.near)
     clean = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
     n = clean.size
     lengths = sorted({int(t) for t in (lengths or (n,))})
     if n < 3 or lengths[0] < 3 or lengths[-1] > n:
         raise RopesplitError(f"lengths must lie in [3, {n}] tokens, got {lengths}")
-    fixed = special_positions(loaded, clean).tolist() if loaded is not None else []
-    movable = movable_positions(n, fixed)  # (N,)
-    inputs = [clean]
-    for d in range(draws):
-        perms = _segment_swaps(n, lengths, levels, np.random.default_rng([seed, d]), movable,
-                               clean)  # fmt: skip
-        inputs.extend(clean[perm] for perm in perms)  # (N,) each, in the order of levels
-    batch = np.stack(inputs)  # (1 + R D, N)
-    if losses is None:
-        assert loaded is not None
-        table = token_losses(loaded, batch, batch_size=batch_size, on_forward=on_forward)
-    else:
-        table = np.asarray(losses(batch), dtype=np.float64)
-    base = table[0]  # (N - 1,): column t - 1 is target t
+    run = {"batch_size": batch_size, "on_forward": on_forward}
+    inputs, tables, masked = _loss_tables(loaded, clean, lengths, design, seed, losses, run)
     r = len(levels)
     five, ten, half = (levels.index(x) for x in (PAPER_ORDER_HARMLESS, PAPER_ORDER_HARMFUL, 0.5))
     per_draw = []
-    for d in range(draws):
+    for d in range(int(design.draws)):
         rows = inputs[1 + r * d : 1 + r * (d + 1)]
-        got = table[1 + r * d : 1 + r * (d + 1)]  # (R, N - 1)
         entry: dict[str, Any] = {"draw": d}
         for length in lengths:
-            one = _one_length(clean, rows, base, got, levels, length, near)
+            table = tables[length]  # column t - 1 is target t (both ways: t, NaN off targets)
+            got = table[1 + r * d : 1 + r * (d + 1)]  # (R, N - 1) or (R, L)
+            one = (_masked_length(clean, rows, table[0], got, levels, near) if masked
+                   else _one_length(clean, rows, table[0], got, levels, length, near))
             d5, d10, d50 = (one[f"damage_{rate_label(levels[i])}"] for i in (five, ten, half))
             one["curvature"] = float(curvature(d5, d10, one[f"dose_{rate_label(levels[five])}"],
                                                one[f"dose_{rate_label(levels[ten])}"]))
@@ -288,4 +450,5 @@ def order_passage(
         d5, d50 = (mean[f"damage_{rate_label(levels[i])}"] for i in (five, half))
         mean["relative_5"] = float(relative_damage(d5, d50))  # of the draws' mean damages
         cells[key] = mean
-    return {"cells": cells, "draws": per_draw, "baseline_loss": float(base.mean())}
+    return {"cells": cells, "draws": per_draw,
+            "baseline_loss": float(np.nanmean(tables[lengths[-1]][0]))}

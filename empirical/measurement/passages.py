@@ -5,7 +5,10 @@ is read at the longest length of the grid's ``tokens`` axis, once by each
 model; a causal model's queries and keys at positions ``< L`` do not depend
 on later tokens, so the first ``L`` positions of that capture *are* the
 capture of the passage's first ``L`` tokens, and every length of the axis
-is measured from it. Three forward passes per group of passages:
+is measured from it. An encoder's do (attention both ways, docs/theory.md section 9):
+it reads the passage's first ``L`` tokens once per length ``L``, and every statistic
+runs over the pairs its attention lets through (the call's mask). Three kinds of forward
+pass per group of passages:
 
 - the **trained** model at the text's positions and, in the same batch,
   with its position ids jittered by up to :data:`JITTER` (BOS and special
@@ -72,7 +75,7 @@ __all__ = [
 ]
 
 JITTER = 4  # position ids move by up to this many places (claim 5)
-PAIR_BUDGET = 1024  # causal pairs per layer for e_share and g_share
+PAIR_BUDGET = 1024  # pairs per layer (of the attention's mask) for e_share and g_share
 SPLITS: tuple[str, ...] = tuple(axis("split").values)  # the grid's reference rotations
 TOOLKIT_SPLIT = "mean"  # the toolkit's own best split (docs/theory.md 6); never judges the paper
 # a measure's value in one cell: (the run's heads, the layers kept, pooled?, the split)
@@ -178,7 +181,8 @@ def _split_heads(v: _View, refs: Sequence[str], order: np.ndarray | None = None
     if order is not None:
         spec = replace(spec, theta=tuple(spec.theta[i] for i in order))
     measure = Measure(reference=refs[0], references=tuple(refs), split_only=True)
-    stats = layer_statistics(v.pairs.q, v.pairs.k, spec, measure, positions=np.arange(v.pairs.n))
+    stats = layer_statistics(v.pairs.q, v.pairs.k, spec, measure, positions=np.arange(v.pairs.n),
+                             mask=v.layer.mask)  # fmt: skip
     kv = spec.kv_heads(v.pairs.q.shape[0], v.pairs.k.shape[0])
     energy = deviation_energy(v.pairs.kc_kv)[kv]  # (H, P)
     out = {"lowfreq": np.array([s.lowfreq_share_k for s in stats]),
@@ -196,16 +200,20 @@ def _distance_heads(v: _View) -> dict[str, np.ndarray]:
     from ropesplit.numerics.perturbation import controlled_distance
 
     lay, z = v.layer, v.pairs
-    out = controlled_distance(z.qc, z.kc, lay.theta, lay.scale, (z.n // 2,), window=lay.window,
+    pairs = lay.window if lay.mask is None else lay.mask  # the causal band, or the call's mask
+    out = controlled_distance(z.qc, z.kc, lay.theta, lay.scale, (z.n // 2,), window=pairs,
                               measures=("key_corr", "visible_change"))  # fmt: skip
     return {"key_corr": out["key_corr"][:, 0], "key_var": out["key_var"][:, 0],
             "visible": out["visible_change"][:, 0]}  # fmt: skip
 
 
 def _layer_pairs(v: _View, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from ropesplit.numerics.perturbation import causal_pairs
+    """:data:`PAIR_BUDGET` pairs the layer's attention lets through (the causal pairs of a
+    decoder), drawn by the passage's seed and the layer."""
+    from ropesplit.numerics.perturbation import mask_pairs
 
-    return causal_pairs(v.pairs.n, PAIR_BUDGET, np.random.default_rng([seed, v.layer.layer]))
+    rng = np.random.default_rng([seed, v.layer.layer])
+    return mask_pairs(v.pairs.n, PAIR_BUDGET, rng, v.layer.mask)
 
 
 def _e_share_heads(v: _View, after: np.ndarray, seed: int) -> np.ndarray:
@@ -272,6 +280,19 @@ def _twin_layer(p: _Passage, text: LayerCapture, n: int, fitted: set[int]) -> No
 def _stream(loaded: LoadedModel, ids: torch.Tensor, positions: np.ndarray,
             each: Callable[[int, int, list[LayerCapture]], None], measured: Sequence[int],
             lengths: Sequence[int], null: ShuffledFrequencies | None = None) -> None:  # fmt: skip
+    """:func:`_pass` of ``ids (B, N)`` at ``positions (B, N)`` for every length of
+    ``lengths``: one pass of the longest for a causal model, one pass per length, of the
+    first ``L`` tokens, for a model whose attention looks both ways (its q and k at
+    positions ``< L`` read the later tokens too: docs/theory.md section 9)."""
+    if not loaded.attn.both_ways():
+        return _pass(loaded, ids, positions, each, measured, lengths, null)
+    for n in sorted(lengths, reverse=True):
+        _pass(loaded, ids[:, :n], positions[:, :n], each, measured, [n], null)
+
+
+def _pass(loaded: LoadedModel, ids: torch.Tensor, positions: np.ndarray,
+          each: Callable[[int, int, list[LayerCapture]], None], measured: Sequence[int],
+          lengths: Sequence[int], null: ShuffledFrequencies | None = None) -> None:  # fmt: skip
     """One validated forward pass of ``ids (B, N)`` at ``positions (B, N)``; per layer,
     ``each(b, n, layers)`` for every ``b`` of ``measured`` and length ``n`` of ``lengths``,
     side by side, in workers even alone (``map_each``'s ``in_worker``: an item's numbers do

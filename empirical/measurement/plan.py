@@ -120,29 +120,37 @@ def warmup(loaded: LoadedModel, tokens: int = WARMUP_TOKENS, measure: Any = None
 
 
 def claims_plan(lengths: Sequence[int], corpora: int, measured: range, ordered: range,
-                batch_size: int, run: int | None = None) -> Plan:  # fmt: skip
+                batch_size: int, run: int | None = None, *, both_ways: bool = False
+                ) -> Plan:  # fmt: skip
     """The claims run's passes (``empirical.measurement.passages``, ``measurement.order_passages``):
     per corpus, each measured passage captured twice on the trained model (its text's
     positions and jittered), twice under shuffled frequencies and once on its random-init
     twin, in the batches ``passages.passes`` forms from the run's ``run`` passages (default
     ``measured.stop``; a shard's batches carry the others of their batch along); each
     word-order passage's original and perturbed rows as loss passes of up to
-    ``batch_size`` rows; all at the longest length (every cell reads its prefix)."""
+    ``batch_size`` rows; all at the longest length (every cell reads its prefix), or, for a
+    model whose attention looks both ways, at each length."""
     from ropesplit.claims.registry import SWAP_RATES
     from ropesplit.empirical.measurement.order_passages import DRAWS
     from ropesplit.empirical.measurement.passages import passes
 
-    n, o = int(max(lengths)), len(ordered)
+    o = len(ordered)
     batches, groups = passes(measured, measured.stop if run is None else run)
     trained, grouped = sum(map(len, batches)), sum(map(len, groups))
     rows = 1 + len(SWAP_RATES) * DRAWS
-    return Plan([
-        Kind("trained model", corpora * len(batches), corpora * 2 * trained, n, True),
-        Kind("shuffled-frequency null", corpora * len(groups), corpora * 2 * grouped, n, True),
-        Kind("random-init twins", corpora * len(groups), corpora * grouped, n, True),
-        Kind("word order", corpora * o * math.ceil(rows / batch_size), corpora * o * rows, n,
-             False),
-    ])  # fmt: skip
+    each = sorted({int(t) for t in lengths}) if both_ways else [int(max(lengths))]
+    kinds = []
+    for n in each:
+        at = f" at {n} tokens" if len(each) > 1 else ""
+        kinds += [
+            Kind("trained model" + at, corpora * len(batches), corpora * 2 * trained, n, True),
+            Kind("shuffled-frequency null" + at, corpora * len(groups), corpora * 2 * grouped,
+                 n, True),
+            Kind("random-init twins" + at, corpora * len(groups), corpora * grouped, n, True),
+            Kind("word order" + at, corpora * o * math.ceil(rows / batch_size),
+                 corpora * o * rows, n, False),
+        ]  # fmt: skip
+    return Plan(kinds)
 
 
 def experiments_plan(counts: dict[str, int], tokens: int) -> Plan:

@@ -19,6 +19,7 @@ __all__ = [
     "as_input_ids",
     "as_position_ids",
     "check_positions",
+    "mask_id",
     "special_positions",
 ]
 
@@ -81,3 +82,17 @@ def special_positions(loaded: LoadedModel, ids: Any) -> np.ndarray:
     special = set(getattr(tokenizer, "all_special_ids", None) or []) if tokenizer else set()
     values = np.asarray(torch.as_tensor(ids).reshape(-1).cpu(), dtype=np.int64)  # (N,)
     return np.flatnonzero(np.isin(values, sorted(special)))
+
+
+def mask_id(loaded: LoadedModel) -> int:
+    """The ``<mask>`` token's id a masked-token loss puts in place of its targets (the
+    tokenizer's, else the config's); refused in one line for a model that has none."""
+    from ropesplit.empirical.adapter.configs import mask_token_id
+
+    tokenizer = loaded.tokenizer
+    found = getattr(tokenizer, "mask_token_id", None) if tokenizer else None
+    found = mask_token_id(loaded.config) if found is None else int(found)
+    if found is None:
+        raise RopesplitError(f"{loaded.name} has no <mask> token: an encoder's word-order "
+                             "damage (claim 1) scores the masked-token loss")  # fmt: skip
+    return found

@@ -189,11 +189,15 @@ class Header:
     shards: list[list[int]]  # the passage spans measured, [[A, B], ...]
     partial: str | None = None  # "passages 4:6 of 8 missing": a merge that leaves some out
     seconds: float | None = None  # the run's wall time, where the CLI measured it
+    # "both ways": an encoder's run (claim 1 scores the masked-token loss, each length its
+    # own capture; docs/theory.md section 9); None: a causal model's
+    attends: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The record's ``header``: every field, ``partial`` and ``seconds`` only when set."""
+        """The record's ``header``: every field, ``partial``, ``seconds`` and ``attends`` only
+        when set."""
         out = asdict(self)
-        for key in ("partial", "seconds"):
+        for key in ("partial", "seconds", "attends"):
             if out[key] is None:
                 del out[key]
         return out
@@ -206,7 +210,7 @@ class Header:
         unknown = sorted(set(header) - known)
         if unknown:
             raise RopesplitError(f"a claims header has no field {unknown[0]!r}")
-        optional = {"partial", "seconds", "twins_drawn_on"}
+        optional = {"partial", "seconds", "twins_drawn_on", "attends"}
         missing = sorted(known - optional - set(header))
         if missing:
             raise RopesplitError(f"the claims header lacks {missing[0]!r}")

@@ -150,16 +150,41 @@ def test_report_and_figures_take_device_dtype_and_attention():
     assert main(["figures", "--attention", "sdpx"]) == 2
 
 
-def test_an_encoder_is_refused_in_one_line_naming_why(tmp_path, capsys):
-    """The claims measure a causal model (next-token loss, one capture per passage for every
-    length): a tiny ESM, whose attention looks both ways, is refused in one line."""
+def _tiny_esm(folder, **fields):
     import families
     from conftest import save_model
 
-    model_type, fields = families.ENCODERS["esm"]
-    folder = save_model(tmp_path / "esm", families.tiny_config(model_type, **fields))
+    model_type, pattern = families.ENCODERS["esm"]
+    return save_model(folder, families.tiny_config(model_type, **{**pattern, **fields}))
+
+
+@pytest.mark.slow  # a whole claims run on a tiny encoder: 8 passages, every claim
+def test_an_encoder_s_claims_are_judged_with_its_masked_token_loss(tmp_path, capsys):
+    """Both ways: every claim measured over the two-way pairs, each length its own
+    capture, claim 1 on the masked-token loss; the header says the run attends both ways."""
+    import json
+
+    folder = _tiny_esm(tmp_path / "esm")
+    out = tmp_path / "claims.json"
+    assert main(["claims", "--model", folder, "--corpus", "swissprot", "--second-corpus",
+                 "none", "--tokens", "48", "--grid-tokens", "48", "--passages", "8",
+                 "--order-passages", "8", "--json", str(out)]) == 0  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["header"]["attends"] == "both ways"
+    assert [c["claim"] for c in record["claims"]] == [1, 2, 3, 4, 5]
+    assert all(c["verdict"] for c in record["claims"])
+    cells = [row["cells"]["tokens=48"] for row in record["order"]]
+    for cell in cells:  # the masked targets: about 15% of the 47 movable tokens, at least 1
+        assert 1 <= cell["scored"] <= 47 and cell["ppl_50"] == cell["damage_50"]
+    assert "claim 5:" in capsys.readouterr().out
+
+
+def test_an_encoder_without_a_mask_token_is_refused_in_one_line(tmp_path, capsys):
+    """Claim 1 on an encoder scores the masked-token loss: no <mask>, no claims run, said
+    before the first forward pass."""
+    folder = _tiny_esm(tmp_path / "esm", mask_token_id=None)
     capsys.readouterr()
-    assert main(["claims", "--model", folder, "--corpus", "swissprot", "--tokens", "16",
-                 "--grid-tokens", "16"]) == 2  # fmt: skip
+    assert main(["claims", "--model", folder, "--corpus", "swissprot", "--tokens", "48",
+                 "--grid-tokens", "48"]) == 2  # fmt: skip
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "attends both ways: the claims are measured on causal" in err
+    assert err.count("\n") == 1 and "has no <mask> token" in err

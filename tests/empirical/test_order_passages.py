@@ -27,8 +27,11 @@ from hypothesis.extra.numpy import arrays
 from ropesplit.claims.registry import SWAP_RATES, rate_label
 from ropesplit.core.errors import RopesplitError
 from ropesplit.empirical import load_model
+from ropesplit.empirical.adapter.calls import AttentionLayers
 from ropesplit.empirical.measurement.order_passages import (
     DRAWS,
+    MASKED_STREAM,
+    MaskedLosses,
     OrderDesign,
     order_passage,
     scored_targets,
@@ -199,7 +202,44 @@ class Successor(torch.nn.Module):
 
 def fake(vocab: int = 512, **kwargs) -> LoadedModel:
     return LoadedModel(model=Successor(vocab, **kwargs), tokenizer=None, name="successor",
-                       random_init=False, seed=0, attn=[])  # fmt: skip
+                       random_init=False, seed=0, attn=AttentionLayers([], [], [], {}))
+
+
+class MaskedSuccessor(torch.nn.Module):
+    """An encoder "model" that predicts ``x + 1 (mod V)`` at the position after ``x``, its
+    logit ``confidence``, unless ``x`` is ``<mask>`` (then uniform); ``blind=True`` reads
+    only the bag of its unmasked inputs, never their order. Its masked-token loss at a
+    target is then ``a`` where the token before it is its predecessor, else ``b``."""
+
+    def __init__(self, vocab: int, confidence: float = 6.0, *, blind: bool = False):
+        super().__init__()
+        self.config = SimpleNamespace(vocab_size=vocab, max_position_embeddings=4096,
+                                      mask_token_id=vocab - 1)  # fmt: skip
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.vocab, self.confidence, self.blind = vocab, confidence, blind
+        self.calls: list[dict] = []
+        self.is_causal = False  # the survey's mark of attention both ways
+
+    def forward(self, *, input_ids, position_ids, attention_mask, use_cache):
+        self.calls.append({"ids": input_ids.clone()})
+        b, n = input_ids.shape
+        logits = torch.zeros(b, n, self.vocab)  # (B, N, V)
+        mask = self.vocab - 1
+        if self.blind:  # a bag of the unmasked tokens: the same at every position
+            bag = torch.zeros(b, self.vocab).scatter_add_(
+                1, input_ids, (input_ids != mask).float())  # (B, V)
+            return SimpleNamespace(logits=bag[:, None, :].expand(b, n, self.vocab))
+        before = input_ids[:, :-1]  # (B, N - 1): the token before each position from 1
+        hit = torch.zeros(b, n - 1, self.vocab)
+        hit.scatter_(2, ((before + 1) % self.vocab)[..., None], self.confidence)
+        logits[:, 1:] = torch.where((before == mask)[..., None], 0.0, hit)
+        return SimpleNamespace(logits=logits)
+
+
+def fake_encoder(vocab: int = 512, **kwargs) -> LoadedModel:
+    model = MaskedSuccessor(vocab, **kwargs)
+    return LoadedModel(model=model, tokenizer=None, name="masked successor", random_init=False,
+                       seed=0, attn=AttentionLayers([model], [0], [0], {}))  # fmt: skip
 
 
 N_PASSAGE = 400
@@ -264,6 +304,117 @@ def test_order_blind_model_gives_exactly_zero():
     assert all(cell[f"damage_{k}"] == 0.0 for k in KEYS) and cell["curvature"] == 0.0
     assert math.isnan(cell["relative_5"])  # no damage at 50%: the ratio is undefined
     assert math.isclose(out["baseline_loss"], math.log(512), rel_tol=1e-12)
+
+
+def _masked_successor_loss(y: np.ndarray, t: int, targets: np.ndarray, vocab: int,
+                           c: float) -> float:  # fmt: skip
+    """The closed form of :class:`MaskedSuccessor`'s loss at target ``t`` of row ``y``."""
+    if targets[t - 1]:  # the token before is masked too: a uniform guess
+        return math.log(vocab)
+    hit = (y[t - 1] + 1) % vocab == y[t]
+    return math.log(math.exp(c) + vocab - 1) - (c if hit else 0.0)
+
+
+def test_an_encoder_s_damage_is_its_masked_token_closed_form():
+    """Both ways: one fixed set of masked targets that never move, each length its own
+    forward pass of its first L tokens, the damage the mean over every masked target."""
+    from ropesplit.numerics.tasks import MASK_RATE
+    from ropesplit.numerics.tolerance import masked_targets
+
+    loaded = fake_encoder()
+    ids = np.arange(N_PASSAGE)
+    out = order_passage(loaded, ids, seed=7, lengths=(200, N_PASSAGE))
+    movable = movable_positions(N_PASSAGE)
+    targets = masked_targets(movable, [200, N_PASSAGE], MASK_RATE,
+                             np.random.default_rng([7, MASKED_STREAM]))  # fmt: skip
+    free = movable & ~targets
+    for entry in out["draws"]:
+        rng = np.random.default_rng([7, entry["draw"]])
+        first = nested_adjacent_swaps(200, SWAP_RATES, rng, free[:200], ids=ids[:200])
+        second = nested_adjacent_swaps(200, SWAP_RATES, rng, free[200:], ids=ids[200:])
+        perms = [np.concatenate([p, q + 200]) for p, q in zip(first, second, strict=True)]
+        for length in (200, N_PASSAGE):
+            cell = entry[f"tokens={length}"]
+            scored = np.flatnonzero(targets[:length])
+            assert cell["scored"] == scored.size
+            for key, perm in zip(KEYS, perms, strict=True):
+                y = ids[perm][:length]
+                assert np.array_equal(y[scored], ids[scored])  # the targets never move
+                want = np.mean([_masked_successor_loss(y, t, targets, 512, 6.0)
+                                - _masked_successor_loss(ids, t, targets, 512, 6.0)
+                                for t in scored])  # fmt: skip
+                assert math.isclose(cell[f"damage_{key}"], want, rel_tol=1e-9, abs_tol=1e-12)
+                assert cell[f"ppl_{key}"] == cell[f"damage_{key}"]
+                assert cell[f"dose_{key}"] == float(np.mean(y != ids[:length]))
+            damages = [cell[f"damage_{k}"] for k in KEYS]
+            assert all(np.diff(damages) >= 0) and damages[-1] > 0  # nested: more moves, more
+    lengths = sorted({c["ids"].shape[1] for c in loaded.model.calls})
+    assert lengths == [200, N_PASSAGE]  # each length its own pass
+    for call in loaded.model.calls:
+        n = call["ids"].shape[1]
+        assert bool((call["ids"][:, targets[:n]] == 511).all())  # <mask> at every target
+        assert bool((call["ids"][:, ~targets[:n]] != 511).all())
+
+
+def test_an_order_blind_encoder_gives_exactly_zero():
+    """A bag of its unmasked tokens: swaps among them change nothing it reads."""
+    out = order_passage(fake_encoder(blind=True), np.arange(N_PASSAGE), seed=3)
+    cell = out["cells"][f"tokens={N_PASSAGE}"]
+    assert all(cell[f"damage_{k}"] == 0.0 for k in KEYS) and cell["curvature"] == 0.0
+    assert cell["local_5"] == 0.0 and cell["scored"] > 0
+
+
+def test_an_encoder_without_a_mask_token_is_one_line():
+    loaded = fake_encoder()
+    loaded.model.config.mask_token_id = None
+    with pytest.raises(RopesplitError, match="has no <mask> token"):
+        order_passage(loaded, np.arange(N_PASSAGE), seed=0)
+
+
+def test_a_masked_model_of_known_response_needs_no_model():
+    """:class:`MaskedLosses` stands for an encoder: its table per length, NaN off the
+    targets, read as the masked-token losses (a loss of 1 at a target whose left neighbour
+    moved, 0 elsewhere: the damage is the share of targets next to a move)."""
+
+    def losses(rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        moved = np.concatenate([np.zeros((rows.shape[0], 1), bool),
+                                rows[:, :-1] != rows[:1, :-1]], axis=1)  # fmt: skip
+        return np.where(targets, moved.astype(float), np.nan)
+
+    out = order_passage(None, np.arange(300), seed=1, losses=MaskedLosses(losses))
+    cell = out["cells"]["tokens=300"]
+    assert 0.0 < cell["damage_5"] < cell["damage_50"] <= 1.0 and out["baseline_loss"] == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(movable=arrays(bool, st.integers(2, 80)), rate=st.floats(0.01, 1.0), seed=SEEDS,
+       cut=st.floats(0.0, 1.0))  # fmt: skip
+def test_masked_targets_are_movable_and_fill_every_segment(movable, rate, seed, cut):
+    from ropesplit.numerics.tolerance import masked_targets
+
+    n = movable.size
+    bounds = sorted({max(1, int(cut * n)), n})
+    edges = [0, *bounds]
+    segments = list(zip(edges, edges[1:], strict=False))
+    if not all(movable[lo:hi].any() for lo, hi in segments):
+        with pytest.raises(RopesplitError, match="no movable token"):
+            masked_targets(movable, bounds, rate, np.random.default_rng(seed))
+        return
+    got = masked_targets(movable, bounds, rate, np.random.default_rng(seed))
+    assert not (got & ~movable).any()
+    assert all(got[lo:hi].any() for lo, hi in segments)
+    again = masked_targets(movable, bounds, rate, np.random.default_rng(seed))
+    assert np.array_equal(got, again)
+
+
+def test_the_both_ways_local_window_looks_either_side():
+    x = np.arange(12)
+    y = x.copy()
+    y[[5, 6]] = y[[6, 5]]
+    after = scored_targets(x, y, 2)
+    both = scored_targets(x, y, 2, both_ways=True)
+    assert np.flatnonzero(after).tolist() == [7, 8]
+    assert np.flatnonzero(both).tolist() == [3, 4, 7, 8]
 
 
 def _linear_losses(c: float = 0.01, a: float = 8.0):

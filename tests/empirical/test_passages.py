@@ -92,3 +92,61 @@ def test_shards_measure_each_passage_in_the_whole_runs_batch_and_thread(tiny, mo
         assert merged == whole, shards
         assert set(seen) <= whole_passes, shards
     assert set(workers) == {torch.get_num_threads() >= 2}  # in a worker where there are two
+
+
+@pytest.fixture(scope="module")
+def tiny_esm():
+    """A tiny random-init ESM (rotary, attention both ways), its twins, and 3 passages."""
+    import families
+
+    from ropesplit.empirical import load_model
+
+    model_type, fields = families.ENCODERS["esm"]
+    config = families.tiny_config(model_type, **fields)
+    loaded = load_model(config, seed=1)
+    controls = {s: load_model(config, seed=100 + s) for s in CONTROL_SEEDS}
+    ids = torch.randint(4, 30, (3, 48), generator=torch.Generator().manual_seed(0))
+    return loaded, controls, PassageIds([f"p{k}" for k in range(3)], ids, 48, 0, "t")
+
+
+def test_an_encoder_is_captured_once_per_length_over_its_two_way_pairs(tiny_esm, monkeypatch):
+    """Both ways, q and k at positions < L read the later tokens: each length is its own
+    pass of the first L tokens (a prefix of the longest capture would be another number),
+    and the split runs over every pair the mask lets through, offsets of both signs."""
+    from ropesplit.empirical.model.capture import capture
+    from ropesplit.numerics.mask import Mask
+    from ropesplit.numerics.measure import Measure
+    from ropesplit.numerics.stats import layer_statistics
+
+    loaded, controls, chosen = tiny_esm
+    assert loaded.attn.both_ways()
+    shapes: list[tuple[int, int]] = []
+    real_capture = passages.capture_batch
+
+    def capture_batch(model, ids, positions, **kw):
+        shapes.append(tuple(ids.shape))
+        return real_capture(model, ids, positions, **kw)
+
+    monkeypatch.setattr(passages, "capture_batch", capture_batch)
+    (row, *_) = passages.measure_passages(loaded, controls, ("t", chosen), range(3),
+                                          lengths=[24, 48], run=3)  # fmt: skip
+    assert {n for _, n in shapes} == {24, 48}  # every model, at each length
+    cell = row["cells"]["tokens=24,split=zero,heads=mean,layers=all"]
+
+    def mean_r_split(cap, n, mask):
+        values = []
+        for layer in cap.layers:
+            z = layer.pairs(n)
+            split = Measure(reference="zero", split_only=True)
+            values += [s.r_split for s in layer_statistics(z.q, z.k, layer.spec, split,
+                                                           positions=np.arange(n), mask=mask)]
+        return float(np.mean(values))
+
+    alone = capture(loaded, chosen.ids[0, :24])
+    assert all(layer.mask == Mask.both() for layer in alone.layers)
+    assert cell["r_split"] == pytest.approx(mean_r_split(alone, 24, Mask.both()), rel=1e-9)
+    longer = capture(loaded, chosen.ids[0, :48])  # its first 24 positions read 24 more tokens
+    assert abs(cell["r_split"] - mean_r_split(longer, 24, Mask.both())) > 1e-6
+    assert abs(cell["r_split"] - mean_r_split(alone, 24, None)) > 1e-6  # not the causal pairs
+    assert np.isfinite([cell[k] for k in ("key_corr", "g_share", "e_share", "visible_change",
+                                          "lowfreq_share_k", "r_split_control")]).all()

@@ -9,7 +9,7 @@ import math
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ropesplit.core.errors import RopesplitError
@@ -208,6 +208,39 @@ def test_the_two_sided_band_gram_is_the_pair_lists(mask):
     x = np.random.default_rng(0).normal(size=(span.diag.size, 3))
     np.testing.assert_allclose(span.apply(x), pairs.apply(x), atol=1e-12)
     np.testing.assert_array_equal(span.diag, pairs.diag)
+
+
+def dense_fit(w, allowed, axes):
+    """Float64 twin of a two- or three-axis fit over any pairs: the explicit design of
+    (a_{i-j}, over the offsets present, both signs) + u_i + v_j, numpy's lstsq."""
+    n = w.shape[0]
+    i, j = np.nonzero(allowed)
+    blocks = [np.eye(n)[i], np.eye(n)[j]]
+    if axes == 3:
+        blocks.insert(0, (i - j)[:, None] == np.unique(i - j)[None])
+    design = np.concatenate(blocks, axis=1).astype(float)
+    return design @ np.linalg.lstsq(design, w[i, j], rcond=None)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(w=hnp.arrays(np.float64, (2, N, N), elements=value), mask=masks(N),
+       axes=st.sampled_from([2, 3]))  # fmt: skip
+def test_additive_fits_over_any_mask_match_their_float64_twin(w, mask, axes):
+    allowed = mask.allowed(N)
+    assume(allowed.any())
+    fits = fit.additive_fits(w, axes=axes, window=mask)
+    fitted = fits.fitted()
+    for k in range(2):
+        np.testing.assert_allclose(fitted[k][allowed], dense_fit(w[k], allowed, axes),
+                                   rtol=0, atol=1e-8 * max(1.0, np.abs(w).max()))  # fmt: skip
+
+
+def test_additive_fits_on_the_causal_band_s_mask_are_the_window_s():
+    w = np.random.default_rng(3).normal(size=(3, 11, 11))
+    for axes in (2, 3):
+        by_window = fit.additive_fits(w, axes=axes, window=4)
+        by_mask = fit.additive_fits(w, axes=axes, window=Mask.causal(window=4))
+        np.testing.assert_array_equal(by_mask.fitted(), by_window.fitted())
 
 
 @settings(max_examples=80, deadline=None)

@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ropesplit.core.errors import RopesplitError
+from ropesplit.numerics.mask import Mask
 from ropesplit.numerics.perturbation import (
     DISTANCE_MEASURES,
     causal_pairs,
     controlled_distance,
+    mask_pairs,
     pair_logits,
     query_only_share,
     remainder_change_share,
@@ -48,10 +50,12 @@ def two_axis_twin(w, mask):
     return v - v.mean()
 
 
-def controlled_twin(qc, kc, theta, s, distances):
-    """Loop twin of controlled_distance: every logit a sum over pairs, fits by lstsq."""
+def controlled_twin(qc, kc, theta, s, distances, mask=None):
+    """Loop twin of controlled_distance: every logit a sum over pairs, fits by lstsq, over
+    ``mask (N, N)`` (default the causal pairs)."""
     n_heads, n, p = qc.shape
-    mask = np.tril(np.ones((n, n), dtype=bool))
+    mask = np.tril(np.ones((n, n), dtype=bool)) if mask is None else mask
+    seen = [np.flatnonzero(mask[i]) for i in range(n)]  # the keys row i reads
     out = {key: np.empty((n_heads, len(distances)))
            for key in ("key_corr", "query_share", "visible_change", "logit_change",
                        "remainder_share", "key_var")}  # fmt: skip
@@ -74,12 +78,12 @@ def controlled_twin(qc, kc, theta, s, distances):
                                   for l in range(p)) for i in range(n)])  # fmt: skip
             out["key_corr"][h, index] = np.corrcoef(two_axis_twin(wd, mask), vg)[0, 1]
             x = wd - w0
-            resid = sum((x[i, j] - np.mean(x[i, : i + 1])) ** 2 for i in range(n)
-                        for j in range(i + 1))  # fmt: skip
+            resid = sum((x[i, j] - np.mean(x[i, seen[i]])) ** 2 for i in range(n)
+                        for j in seen[i])  # fmt: skip
             with np.errstate(invalid="ignore"):  # D = 0: no change at all, the share is NaN
                 out["query_share"][h, index] = 1 - resid / np.sum(x[mask] ** 2)
             out["visible_change"][h, index] = np.sqrt(resid / sum(
-                (w0[i, j] - np.mean(w0[i, : i + 1])) ** 2 for i in range(n) for j in range(i + 1)
+                (w0[i, j] - np.mean(w0[i, seen[i]])) ** 2 for i in range(n) for j in seen[i]
             ))  # fmt: skip
             out["logit_change"][h, index] = np.sqrt(np.mean(x[mask] ** 2)) / np.std(w0[mask])
             e = wd - f[:, None] - g
@@ -101,6 +105,71 @@ def test_controlled_distance_matches_its_loop_twin(q, kbar, spread, mix):
     twin = controlled_twin(q, k, theta, 0.7, [3, 40])
     for key, value in twin.items():
         np.testing.assert_allclose(ours[key], value, rtol=1e-6, atol=1e-8, err_msg=key)
+
+
+@pytest.mark.parametrize("mask", [Mask.both(), Mask.both(reach=3), Mask(before=2, after=5)],
+                         ids=str)
+def test_controlled_distance_both_ways_matches_its_loop_twin(mask):
+    """Attention both ways (docs/theory.md section 9): every measure over the mask's pairs,
+    offsets of both signs, against the loop twin on the same pairs."""
+    rng = np.random.default_rng(11)
+    qc = rng.normal(size=(2, 9, 3)) + 1j * rng.normal(size=(2, 9, 3))
+    kc = rng.normal(size=(2, 9, 3)) + 1j * rng.normal(size=(2, 9, 3))
+    theta = np.array([1.0, 0.3, 0.05])
+    ours = controlled_distance(qc, kc, theta, 0.7, [3, 40], window=mask)
+    twin = controlled_twin(qc, kc, theta, 0.7, [3, 40], mask=mask.allowed(9))
+    for key, value in twin.items():
+        np.testing.assert_allclose(ours[key], value, rtol=1e-6, atol=1e-8, err_msg=key)
+    causal = controlled_distance(qc, kc, theta, 0.7, [3, 40])
+    assert not np.allclose(ours["visible_change"], causal["visible_change"])  # other pairs
+
+
+def test_controlled_distance_on_a_causal_band_mask_is_the_window_s():
+    rng = np.random.default_rng(12)
+    qc = rng.normal(size=(2, 10, 3)) + 1j * rng.normal(size=(2, 10, 3))
+    kc = rng.normal(size=(2, 10, 3)) + 1j * rng.normal(size=(2, 10, 3))
+    theta = np.array([1.0, 0.3, 0.05])
+    by_window = controlled_distance(qc, kc, theta, 0.5, [2, 7], window=4)
+    by_mask = controlled_distance(qc, kc, theta, 0.5, [2, 7], window=Mask.causal(window=4))
+    for key, value in by_window.items():
+        np.testing.assert_array_equal(by_mask[key], value, err_msg=key)
+
+
+def test_key_corr_is_one_and_the_change_invisible_both_ways_when_e_is_zero():
+    """Known truth both ways: keys that deviate only in non-rotating pairs leave E = 0, so
+    key_corr is 1 and visible_change 0 on the two-way pairs too."""
+    rng = np.random.default_rng(13)
+    theta = theta_with_still_pairs(6, 2)
+    q = rng.normal(size=(2, 20, 6)) + 1j * rng.normal(size=(2, 20, 6))
+    kbar = rng.normal(size=6) + 1j * rng.normal(size=6)
+    deviation = np.zeros((2, 20, 6), dtype=complex)
+    deviation[..., 4:] = rng.normal(size=(2, 20, 2)) + 1j * rng.normal(size=(2, 20, 2))
+    for mask in (Mask.both(), Mask.both(reach=4)):
+        out = controlled_distance(q, kbar + deviation, theta, 0.5, [1, 16], window=mask)
+        np.testing.assert_allclose(out["key_corr"], 1.0, atol=1e-9)
+        np.testing.assert_allclose(out["visible_change"], 0.0, atol=1e-9)
+        moved = deviation + 0.5 * (rng.normal(size=(2, 20, 6)) * (theta > 0))
+        broken = controlled_distance(q, kbar + moved, theta, 0.5, [16], window=mask)
+        assert broken["key_corr"].max() < 1 - 1e-6 and broken["visible_change"].min() > 1e-6
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 12), budget=st.one_of(st.none(), st.integers(1, 200)),
+       before=st.one_of(st.none(), st.integers(0, 12)),
+       after=st.one_of(st.none(), st.integers(0, 12)), seed=st.integers(0, 2**32 - 1))
+def test_mask_pairs_draw_only_the_mask_s_pairs(n, budget, before, after, seed):
+    mask = Mask(before=before, after=after)
+    allowed = mask.allowed(n)
+    i, j = mask_pairs(n, budget, np.random.default_rng(seed), mask)
+    assert allowed[i, j].all()
+    assert i.size == (allowed.sum() if budget is None else min(budget, allowed.sum()))
+    order = i * n + j
+    assert (np.diff(order) > 0).all()  # distinct, row-major
+    a, b = mask_pairs(n, budget, np.random.default_rng(seed), None)
+    c, d = causal_pairs(n, budget, np.random.default_rng(seed))
+    assert np.array_equal(a, c) and np.array_equal(b, d)  # None: the causal pairs
+    e, f = mask_pairs(n, budget, np.random.default_rng(seed), Mask.causal())
+    assert np.array_equal(a, e) and np.array_equal(b, f)  # the same draw as the formula
 
 
 @settings(max_examples=20, deadline=None)

@@ -30,7 +30,8 @@ CARRY_OVER = (
     ("claims 2, 3, 5 (the split's strength, its bound, the reference)", "carry over",
      "per pair and per row; the offsets run over [-(N-1), N-1]"),
     ("claim 1 (word-order tolerance)", "changes its loss",
-     "it reads a next-token loss; an encoder has a masked-token loss in its place"),
+     "it reads a next-token loss; `ropesplit claims` scores an encoder's masked-token loss "
+     "in its place, on targets that stay put while their context moves"),
     ("length generalization (LM-Infinite's cap)", "does not carry over as stated",
      "the cap is on i - j >= 0 of a causal row; both ways it caps |i - j|, which no "
      "encoder here was trained or tested with"),
