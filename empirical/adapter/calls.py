@@ -423,6 +423,16 @@ def survey(model: Any) -> AttentionLayers:
                     for i in range(total) if i not in analysed}  # fmt: skip
     if not analysed:
         what = sorted(set(not_analysed.values()))
+        if what == ["NoPE"] and not carries_rope(config):  # a rotary module no call reads
+            import transformers
+
+            raise AdapterError(
+                f"ropesplit does not analyse {model_type}: it has a rotary module, yet none of its "
+                f"{total} attention layers calls a RoPE function the capture follows "
+                f"({' or '.join(f'{name}(q, k, ...)' for name in conv.functions)} in its "
+                "modeling file); "
+                f"transformers {transformers.__version__}'s {model_type} rotates q and k "
+                "another way")  # fmt: skip
         raise AdapterError(f"ropesplit does not analyse {model_type}: none of its "
                            f"{total} layers is softmax attention with RoPE "
                            f"({', '.join(what)})")  # fmt: skip

@@ -154,6 +154,24 @@ def test_a_model_that_applies_no_rope_is_refused_in_one_line():
                        "attention with RoPE (NoPE)")
 
 
+def test_a_rotary_module_no_call_reads_is_refused_naming_that(monkeypatch):
+    """A model whose config states no RoPE field but which holds a rotary module (ESM's in
+    transformers 5.1 rotates q and k one at a time inside it): every layer attends with no
+    RoPE call the capture follows, and the refusal says so, not that the model is NoPE."""
+    import transformers
+
+    from ropesplit.empirical.adapter import calls
+
+    monkeypatch.setattr(calls, "carries_rope", lambda config: False)
+    with pytest.raises(AdapterError) as info:
+        wrapped(wrapped_rope.NoRopeAttention)
+    message = str(info.value)
+    assert "\n" not in message and "(NoPE)" not in message
+    assert message.startswith("ropesplit does not analyse llama: it has a rotary module, yet "
+                              "none of its 2 attention layers calls a RoPE function")
+    assert f"transformers {transformers.__version__}'s llama rotates q and k" in message
+
+
 def test_an_error_inside_the_block_is_one_line_naming_the_model(monkeypatch):
     def broken(*args, **kwargs):
         raise IndexError("tuple index out of range\nsecond line")
