@@ -75,8 +75,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy theory numerics empirical ropesplit
 
 # the suite spread over the cores (pytest-xdist; at most 4 workers, each module's tests in
-# one worker, so a module's shared fixture is built once)
-PYTEST_WORKERS := -n auto --maxprocesses 4 --dist loadscope
+# one worker, so a module's shared fixture is built once), the modules handed out in the
+# order tests/conftest.py gives them, the longest first (xdist's default reorders them by
+# their count of tests, which left the calibration to start last and run alone)
+PYTEST_WORKERS := -n auto --maxprocesses 4 --dist loadscope --no-loadscope-reorder
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
 
@@ -84,7 +86,8 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 # the maintainer's lane while editing: every test but those marked slow (the docs build,
-# the notebook, the report, the calibration, the real model, training); make test is all
+# the notebook, the report, the calibration, the real model, training, most figures' byte-for-
+# byte reruns); make test is all
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_WORKERS)

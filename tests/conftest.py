@@ -27,12 +27,29 @@ def pytest_configure(config):
         torch.set_num_threads(threads)
 
 
+# the longest modules, longest first (each over 20 s of one core, `make test` on 2 cores):
+# started first, none is left running alone at the end
+LONGEST = ("empirical/test_calibration.py", "report/test_report.py", "empirical/test_converted.py",
+           "figures/test_figures.py", "empirical/test_empirical_analyze.py",
+           "empirical/test_train.py", "test_families.py", "docs/test_docs.py",
+           "figures/test_figures_recorded.py", "theory/test_theory_steps.py")  # fmt: skip
+
+
 def pytest_collection_modifyitems(config, items):
-    """The modules holding a test marked slow run first, each module's tests in their own
-    order: pytest-xdist hands out whole modules (``--dist loadscope``), so the long ones
-    start early and no worker is left running one alone at the end."""
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: order kept
+    """The longest modules (:data:`LONGEST`) run first, then the other modules holding a test
+    marked slow, then the rest, each module's tests in their own order: pytest-xdist hands out
+    whole modules in this order (``--dist loadscope --no-loadscope-reorder``), so the long
+    ones start early and no worker is left running one alone at the end."""
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def rank(item):
+        name = item.path.relative_to(here).as_posix() if item.path.is_relative_to(here) else ""
+        return LONGEST.index(name) if name in LONGEST else len(LONGEST) + (item.path not in slow)
+
+    items.sort(key=rank)  # stable: each module's order kept
 
 
 def pytest_unconfigure(config):
@@ -68,6 +85,54 @@ def tiny_llama(layers: int = 2, *, seed: int = 0, context: int = 256, heads: int
         **config,
     )
     return load_model(config, seed=seed)
+
+
+def shared_tmp(tmp_path_factory: pytest.TempPathFactory):
+    """The run's temporary folder, the one every pytest-xdist worker sees (each worker's
+    own folder is inside it)."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+# test_converted's cache of the embedded GGUF (in shared_tmp), which the real-model analysis
+# (test_empirical_analyze) reads once it is made: the GGUF de-quantised once less
+SMOLLM2_CACHE = "smollm2-cache"
+
+
+@pytest.fixture(scope="session")
+def step_results(tmp_path_factory):
+    """Every step's check (``theory.check_all``, about 15 s of sympy) once per run: the first
+    pytest-xdist worker to need it runs it, the others wait for it and read its pickle from
+    the run's shared temporary folder. The theory's tests assert each result; the CLI, record
+    and report tests that run the checks again read these instead (:func:`shared_checks`)."""
+    import pickle
+
+    from filelock import FileLock
+
+    from ropesplit.theory import check_all
+
+    path = shared_tmp(tmp_path_factory) / "step-results.pickle"
+    with FileLock(str(path) + ".lock"):
+        if not path.is_file():
+            path.write_bytes(pickle.dumps(check_all()))
+        return pickle.loads(path.read_bytes())
+
+
+def shared_checks(patch: pytest.MonkeyPatch, results) -> None:
+    """``Step.check`` of each step in ``theory.STEPS`` returns its result in ``results``
+    (:func:`step_results`) instead of running the check again; any other step (a test's
+    deliberately broken copy) still runs its own."""
+    from ropesplit.theory import STEPS
+    from ropesplit.theory.step import Step
+
+    original, mine = Step.check, {id(step): step.id for step in STEPS}
+
+    def check(self):
+        return results[mine[id(self)]] if id(self) in mine else original(self)
+
+    patch.setattr(Step, "check", check)
 
 
 @pytest.fixture(scope="session")

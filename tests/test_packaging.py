@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def _parse(source: str) -> ast.Module:
+    """``ast.parse``, once per source text: the checks below each walk every module (read
+    only), so each file is parsed once per run instead of once per check."""
+    return ast.parse(source)
 
 
 def _setuptools() -> dict:
@@ -150,7 +158,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     import ast
 
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -244,7 +252,7 @@ def _private_imports(folder: Path, package: str) -> list[str]:
 
     bad = []
     for path in sorted(folder.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
                     and node.module.startswith("ropesplit")):  # fmt: skip
                 continue
@@ -285,7 +293,7 @@ def _reaches_into_transformers(path: Path) -> list[str]:
     imported from transformers (``setattr(module, ...)`` or ``module.name = ...``)."""
     import ast
 
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -342,7 +350,7 @@ def _config_reads(path: Path) -> list[str]:
     ``cfg = model.cfg``), or such an expression itself (``loaded.config.vocab_size``)."""
     import ast
 
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path.read_text(encoding="utf-8"))
 
     def ends_in_config(node: ast.AST) -> bool:
         return isinstance(node, ast.Attribute) and node.attr in ("config", "cfg")
@@ -410,7 +418,7 @@ _TIMING = re.compile(r"\b\d+(\.\d+)?\s?(ms|s|sec|seconds?|min|minutes?|us|times 
 def _quoted_timings(path: Path) -> list[str]:
     """Docstring lines of ``path`` that quote a timing (``path:line: text``)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             doc = ast.get_docstring(node, clean=False)
             out += [f"{path.name}:{getattr(node, 'lineno', 1)}: {line.strip()}"
@@ -449,7 +457,7 @@ def _functions(root: Path) -> list[tuple[str, int, int]]:
     found = []
     for folder in ("theory", "numerics", "empirical", "ropesplit"):
         for path in sorted((root / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(_parse(path.read_text(encoding="utf-8"))):
                 if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     continue
                 if any("numba" in ast.unparse(d) for d in node.decorator_list):
@@ -498,7 +506,7 @@ def _wing_rules(empirical: Path) -> dict[str, set[str]]:
                    if p.is_dir() and (p / "__init__.py").is_file())  # fmt: skip
     rules = {}
     for wing in wings:
-        doc = ast.get_docstring(ast.parse((empirical / wing / "__init__.py").read_text())) or ""
+        doc = ast.get_docstring(_parse((empirical / wing / "__init__.py").read_text())) or ""
         rule = [para for para in doc.split("\n\n") if para.startswith("May import:")]
         assert len(rule) == 1, f"empirical/{wing}/__init__.py states no 'May import:' paragraph"
         rules[wing] = {w for w in wings if re.search(rf"\b{w}\b", rule[0])} | {wing}
@@ -556,7 +564,7 @@ def _runtime_imports(path: Path) -> list[tuple[int, str]]:
     left out), ``from package import submodule`` as the submodule."""
     import ast
 
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path.read_text(encoding="utf-8"))
     guards = [node for node in ast.walk(tree)
               if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
     typing_only = {id(n) for guard in guards for n in ast.walk(guard)}

@@ -25,7 +25,10 @@ def _written(tmp_path, name, record):
 
 
 @pytest.mark.slow  # end to end, seconds: make test runs it, test-fast does not
-def test_derive_cli_and_report_record_are_one(tmp_path, capsys):
+def test_derive_cli_and_report_record_are_one(tmp_path, capsys, monkeypatch, step_results):
+    from conftest import shared_checks
+
+    shared_checks(monkeypatch, step_results)  # each step's check, run once per test run
     assert main(["derive", "--check", "--json", str(tmp_path / "cli.json")]) == 0
     capsys.readouterr()
     cli = json.loads((tmp_path / "cli.json").read_text())

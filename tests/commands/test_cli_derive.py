@@ -34,7 +34,10 @@ def test_derivation_markdown_has_every_step_its_math_and_lemmas():
 
 
 @pytest.mark.slow  # end to end, seconds: make test runs it, test-fast does not
-def test_check_writes_json_with_every_step_checked(tmp_path, capsys):
+def test_check_writes_json_with_every_step_checked(tmp_path, capsys, monkeypatch, step_results):
+    from conftest import shared_checks
+
+    shared_checks(monkeypatch, step_results)  # each step's check, run once per test run
     out = tmp_path / "x.json"
     assert main(["derive", "--check", "--json", str(out)]) == 0
     data = json.loads(out.read_text())

@@ -57,18 +57,20 @@ def test_a_gguf_transformers_cannot_read_leaves_nothing_behind(monkeypatch, tmp_
 
 
 @pytest.mark.slow  # the real model, read twice from its GGUF
-def test_the_cached_model_is_the_ggufs_own(monkeypatch, tmp_path):
+def test_the_cached_model_is_the_ggufs_own(monkeypatch, tmp_path_factory):
     """Through the cache (made on the first load, read on the second) the weights, the
     tokenizer's ids, the config and the name equal a direct read of the GGUF."""
     import torch
+    from conftest import SMOLLM2_CACHE, shared_tmp
 
     from ropesplit.empirical import default_text, tokenize
 
+    cache = shared_tmp(tmp_path_factory) / SMOLLM2_CACHE  # test_empirical_analyze reads it too
     monkeypatch.setenv(CACHE_ENV, "none")
     direct = load_model()
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(cache))
     made = load_model()
-    (folder,) = (tmp_path / "gguf").iterdir()
+    (folder,) = (cache / "gguf").iterdir()
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     cached = load_model()
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # read, not rewritten

@@ -271,8 +271,18 @@ def test_the_memory_estimate_follows_a_measured_peak():
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    return load_model()
+def smollm2(tmp_path_factory):
+    """The embedded model, read from test_converted's cache of it once that test has made it
+    (the same weights: it checks them), else through the run's own cache."""
+    from conftest import SMOLLM2_CACHE, shared_tmp
+
+    from ropesplit.empirical.model.converted import CACHE_ENV
+
+    cache = shared_tmp(tmp_path_factory) / SMOLLM2_CACHE
+    with pytest.MonkeyPatch.context() as patch:
+        if any(cache.glob("gguf/*/model.safetensors")):  # whole or absent: written, renamed
+            patch.setenv(CACHE_ENV, str(cache))
+        return load_model()
 
 
 @pytest.mark.slow  # the real model

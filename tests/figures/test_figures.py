@@ -278,7 +278,14 @@ def test_figure_is_labelled_and_sized(name, width):
     assert_labelled(fig)
 
 
-@pytest.mark.parametrize("name", FIGURES)
+# the byte-for-byte rerun, 1 to 4 s a figure: these four (a heatmap, lines, intervals, a
+# grid of cells) in make test-fast, every figure in make test
+RERUN_FAST = ("r_split", "sweep", "remainder", "cells")
+
+
+@pytest.mark.parametrize("name", [name if name in RERUN_FAST else
+                                  pytest.param(name, marks=pytest.mark.slow)
+                                  for name in FIGURES])  # fmt: skip
 def test_pdf_and_png_written_byte_identical_on_rerun(name, tmp_path):
     digests = []
     for run in range(2):

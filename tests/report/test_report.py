@@ -17,6 +17,7 @@ import pytest
 from conftest import (
     N_TOKENS,
     TINY_TRAIN,
+    shared_checks,
     tiny_passages,
     tiny_report,
     tiny_report_settings,
@@ -66,10 +67,11 @@ def _qwen_record(folder):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def report(tmp_path_factory, step_results):
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as patch:
         tiny_report(patch)
+        shared_checks(patch, step_results)  # the derive stage's checks, run once per test run
         # the extension points: one Stage line (before gather), one SectionSpec line
         at = [stage.name for stage in pipeline.STAGES].index("gather")
         patch.setattr(pipeline, "STAGES", [*pipeline.STAGES[:at], pipeline.Stage(

@@ -16,7 +16,7 @@ import pytest
 import sympy as sp
 
 from ropesplit import RopesplitError
-from ropesplit.theory import STEPS, check_all, get_step
+from ropesplit.theory import STEPS, get_step
 from ropesplit.theory.step import is_zero
 from ropesplit.theory.sums import PAIR, PAIRS, indexed, over_pairs, summand_of
 
@@ -29,8 +29,9 @@ IDS = ("rope_relative", "layouts_equivalent", "logit_expansion", "split_exact",
 
 
 @pytest.fixture(scope="module")
-def results():
-    return check_all()
+def results(step_results):
+    """``check_all()``, run once per test run (conftest's ``step_results``)."""
+    return step_results
 
 
 def test_all_steps_in_derivation_order():
