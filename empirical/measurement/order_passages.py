@@ -63,7 +63,12 @@ from ropesplit.core.errors import RopesplitError
 from ropesplit.core.paper import PAPER_ORDER_HARMFUL, PAPER_ORDER_HARMLESS
 from ropesplit.empirical.model.inputs import special_positions
 from ropesplit.empirical.model.loaded import LoadedModel
-from ropesplit.empirical.model.passes import check_inputs, forward_batch, token_nll
+from ropesplit.empirical.model.passes import (
+    by_distinct_rows,
+    check_inputs,
+    forward_batch,
+    token_nll,
+)
 from ropesplit.numerics.schemes import movable_positions, nested_adjacent_swaps
 
 __all__ = [
@@ -107,24 +112,19 @@ def token_losses(
         raise RopesplitError(f"ids must be (B, N), got shape {ids_np.shape}")
     positions = np.broadcast_to(np.arange(ids_np.shape[1]), ids_np.shape)  # (B, N)
     check_inputs(loaded, ids_np, positions, 1)
-    if batch_size < 1:
-        raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
-    (_, n_tokens) = ids_np.shape
-    _, first, inverse = np.unique(ids_np, axis=0, return_index=True, return_inverse=True)
-    losses = np.empty((len(first), n_tokens - 1))  # (U, N - 1), one row per distinct input
     device = loaded.device
-    for lo in range(0, len(first), batch_size):
-        chosen = first[lo : lo + batch_size]
+
+    def score(chosen: np.ndarray) -> np.ndarray:
         batch_ids = torch.as_tensor(ids_np[chosen], device=device)  # (b, N)
         batch_pos = torch.as_tensor(np.ascontiguousarray(positions[chosen]), device=device)
         logits = forward_batch(loaded, batch_ids, batch_pos, 1, fast=fast)  # (b, N, vocab)
-        for row in range(len(chosen)):  # one row at a time: float64 logits are large
-            losses[lo + row] = token_nll(logits[row, :-1], batch_ids[row, 1:]).cpu().numpy()
-        if on_forward is not None:
-            on_forward(len(chosen))
+        return np.stack([token_nll(logits[row, :-1], batch_ids[row, 1:]).cpu().numpy()
+                         for row in range(len(chosen))])  # one row at a time: float64 is large
+
+    losses = by_distinct_rows(ids_np, batch_size, score, (ids_np.shape[1] - 1,), on_forward)
     if not np.all(np.isfinite(losses)):
         raise RopesplitError("token loss is not finite (NaN or inf logits)")
-    return losses[inverse.ravel()]
+    return losses
 
 
 def masked_losses(
@@ -153,27 +153,24 @@ def masked_losses(
         raise RopesplitError(f"inputs and labels must both be (B, N), got {x.shape}, {y.shape}")
     positions = np.broadcast_to(np.arange(x.shape[1]), x.shape)  # (B, N)
     check_inputs(loaded, x, positions, 1)
-    if batch_size < 1:
-        raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
-    _, first, inverse = np.unique(np.concatenate([x, y], 1), axis=0, return_index=True,
-                                  return_inverse=True)  # fmt: skip
-    losses = np.full((len(first), x.shape[1]), np.nan)  # (U, N): one row per distinct input
-    for lo in range(0, len(first), batch_size):
-        chosen = first[lo : lo + batch_size]
+
+    def score(chosen: np.ndarray) -> np.ndarray:
         ids = torch.as_tensor(x[chosen], device=loaded.device)  # (b, N)
         pos = torch.as_tensor(np.ascontiguousarray(positions[chosen]), device=loaded.device)
         with torch.no_grad(), fast_attention(loaded.model, loaded.attn):
             logits = model_pass(loaded.model, ids, pos).logits  # (b, N, vocab)
+        out = np.full((len(chosen), x.shape[1]), np.nan)  # NaN off the targets
         for row, index in enumerate(chosen):
             at = np.flatnonzero(y[index] >= 0)
             target = torch.as_tensor(y[index, at], device=logits.device)
-            losses[lo + row, at] = token_nll(logits[row, at], target).cpu().numpy()
-        if on_forward is not None:
-            on_forward(len(chosen))
-    scored = np.asarray(y >= 0)[first]
-    if not np.all(np.isfinite(losses[scored])):
+            out[row, at] = token_nll(logits[row, at], target).cpu().numpy()
+        return out
+
+    losses = by_distinct_rows(np.concatenate([x, y], 1), batch_size, score, (x.shape[1],),
+                              on_forward)  # fmt: skip
+    if not np.all(np.isfinite(losses[y >= 0])):
         raise RopesplitError("masked-token loss is not finite (NaN or inf logits)")
-    return losses[inverse.ravel()]
+    return losses
 
 
 def scored_targets(clean: Any, perturbed: Any, near: int = NEAR, *,
@@ -229,12 +226,42 @@ def _segment_swaps(n: int, bounds: Sequence[int], rates: Sequence[float],
     return perms
 
 
+def _check_moved(x: np.ndarray, ys: list[np.ndarray], rates: Sequence[float]) -> None:
+    """Refuse, in one line, a length at which some rate moves no token of ``x (n,)``."""
+    still = [rate_label(r) for r, y in zip(rates, ys, strict=True) if not np.any(y != x)]
+    if still:
+        raise RopesplitError(f"no token moves at {still[0]}% of {x.size} tokens: the passage is "
+                             "too short or has too few movable neighbours")  # fmt: skip
+
+
+def _rate_cells(x: np.ndarray, ys: list[np.ndarray], rates: Sequence[float], base: np.ndarray,
+                got: np.ndarray, start: int, local: np.ndarray) -> dict[str, float]:  # fmt: skip
+    """Per rate the damage over the targets from ``start`` on, the dose and the whole-text
+    ratio, and ``local_5`` over the ``local (T,)`` targets: ``base (T,)`` and ``got (R, T)``
+    the losses of the scored targets, in the passage ``x`` and in each rate's copy ``ys``."""
+    from ropesplit.numerics.intervention import log_ratio
+    from ropesplit.numerics.tolerance import dose, suffix_damage
+
+    damage = suffix_damage(base, got, start)  # (R,)
+    whole = suffix_damage(base, got, 0)
+    out = {}
+    for r, rate in enumerate(rates):
+        label = rate_label(rate)
+        out[f"damage_{label}"] = float(damage[r])
+        out[f"dose_{label}"] = dose(x, ys[r])
+        out[f"ppl_{label}"] = float(whole[r])
+    five = rates.index(PAPER_ORDER_HARMLESS)
+    with np.errstate(divide="ignore", invalid="ignore"):  # numerics' log ratio of mean losses
+        out["local_5"] = (float(log_ratio(got[five][local][None], base[local][None])[0])
+                          if local.any() else float("nan"))  # fmt: skip
+    return out
+
+
 def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
                 losses: np.ndarray, rates: Sequence[float], n: int, near: int
                 ) -> dict[str, float]:  # fmt: skip
     """One draw at length ``n``: damage, dose, whole-text and local ratios per rate."""
-    from ropesplit.numerics.intervention import log_ratio
-    from ropesplit.numerics.tolerance import dose, first_moved, suffix_damage
+    from ropesplit.numerics.tolerance import first_moved
 
     x = clean[:n]
     ys = [y[:n] for y in rows]  # (n,) per rate
@@ -242,24 +269,9 @@ def _one_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
     if start >= n - 1:
         raise RopesplitError(f"no target after a moved token at {n} tokens: the passage is too "
                              "short or has too few movable neighbours")  # fmt: skip
-    still = [rate_label(r) for r, y in zip(rates, ys, strict=True) if not np.any(y != x)]
-    if still:
-        raise RopesplitError(f"no token moves at {still[0]}% of {n} tokens: the passage is too "
-                             "short or has too few movable neighbours")  # fmt: skip
-    got = losses[:, : n - 1]  # (R, n - 1)
-    damage = suffix_damage(base[: n - 1], got, start)  # (R,)
-    whole = suffix_damage(base[: n - 1], got, 0)
-    out = {}
-    for r, rate in enumerate(rates):
-        label = rate_label(rate)
-        out[f"damage_{label}"] = float(damage[r])
-        out[f"dose_{label}"] = dose(x, ys[r])
-        out[f"ppl_{label}"] = float(whole[r])
+    _check_moved(x, ys, rates)
     local = scored_targets(x, ys[0], near)[1:]  # (n - 1,): one fixed set, from the lowest rate
-    five = rates.index(PAPER_ORDER_HARMLESS)
-    with np.errstate(divide="ignore", invalid="ignore"):  # numerics' log ratio of mean losses
-        out["local_5"] = (float(log_ratio(got[five][local][None], base[: n - 1][local][None])[0])
-                          if local.any() else float("nan"))  # fmt: skip
+    out = _rate_cells(x, ys, rates, base[: n - 1], losses[:, : n - 1], start, local)
     out["scored"] = float(n - 1 - start)
     return out
 
@@ -269,30 +281,14 @@ def _masked_length(clean: np.ndarray, rows: list[np.ndarray], base: np.ndarray,
                    ) -> dict[str, float]:  # fmt: skip
     """One draw at one length both ways (the module docstring): ``base (n,)`` and ``losses
     (R, n)`` the masked-token losses of the passage's first ``n`` tokens and of each rate's
-    copy, NaN off the masked targets."""
-    from ropesplit.numerics.intervention import log_ratio
-    from ropesplit.numerics.tolerance import dose, suffix_damage
-
+    copy, NaN off the masked targets; every target scored, so ``ppl_R`` is ``damage_R``."""
     n = base.size
     x = clean[:n]
     ys = [y[:n] for y in rows]  # (n,) per rate
-    still = [rate_label(r) for r, y in zip(rates, ys, strict=True) if not np.any(y != x)]
-    if still:
-        raise RopesplitError(f"no token moves at {still[0]}% of {n} tokens: the passage is too "
-                             "short or has too few movable neighbours")  # fmt: skip
+    _check_moved(x, ys, rates)
     targets = np.isfinite(base)  # (n,): the masked targets
-    damage = suffix_damage(base[targets], losses[:, targets], 0)  # (R,)
-    out = {}
-    for r, rate in enumerate(rates):
-        label = rate_label(rate)
-        out[f"damage_{label}"] = float(damage[r])
-        out[f"dose_{label}"] = dose(x, ys[r])
-        out[f"ppl_{label}"] = float(damage[r])  # every target reads every move: the whole text
-    local = targets & scored_targets(x, ys[0], near, both_ways=True)  # (n,)
-    five = rates.index(PAPER_ORDER_HARMLESS)
-    with np.errstate(divide="ignore", invalid="ignore"):  # numerics' log ratio of mean losses
-        out["local_5"] = (float(log_ratio(losses[five][local][None], base[local][None])[0])
-                          if local.any() else float("nan"))  # fmt: skip
+    local = scored_targets(x, ys[0], near, both_ways=True)[targets]  # (T,)
+    out = _rate_cells(x, ys, rates, base[targets], losses[:, targets], 0, local)
     out["scored"] = float(targets.sum())
     return out
 

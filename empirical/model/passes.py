@@ -34,6 +34,7 @@ from ropesplit.empirical.model.loaded import LoadedModel
 
 __all__ = [
     "NLL_CHUNK",
+    "by_distinct_rows",
     "check_inputs",
     "continuation_loss",
     "continuation_losses",
@@ -190,6 +191,30 @@ def check_inputs(loaded: LoadedModel, ids: np.ndarray, positions: np.ndarray, st
         raise RopesplitError(f"positions must be >= 0, got {int(positions.min())}")
 
 
+def by_distinct_rows(
+    keys: np.ndarray,
+    batch_size: int,
+    score: Callable[[np.ndarray], Any],
+    shape: tuple[int, ...],
+    on_forward: Callable[[int], Any] | None = None,
+) -> np.ndarray:
+    """``score(chosen) -> (b, *shape)`` on the distinct rows of ``keys (B, K)``, at most
+    ``batch_size`` rows a call (``chosen``: the indices in ``keys`` of its rows), and the
+    results ``(B, *shape)`` float64 in the order of ``keys``: identical rows share one forward
+    pass. ``on_forward(b)`` is called after each call with its rows (a progress bar's
+    ``update``)."""
+    if batch_size < 1:
+        raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    out = np.full((len(first), *shape), np.nan)  # one row per distinct key
+    for lo in range(0, len(first), batch_size):
+        chosen = first[lo : lo + batch_size]
+        out[lo : lo + len(chosen)] = score(chosen)
+        if on_forward is not None:
+            on_forward(len(chosen))
+    return out[inverse.ravel()]
+
+
 def continuation_losses(
     loaded: LoadedModel,
     ids: Any,
@@ -210,24 +235,20 @@ def continuation_losses(
     ids_np = np.asarray(ids, dtype=np.int64)
     pos_np = np.asarray(positions, dtype=np.int64)
     check_inputs(loaded, ids_np, pos_np, start)
-    if batch_size < 1:
-        raise RopesplitError(f"batch_size must be at least 1, got {batch_size}")
-    rows = np.concatenate([ids_np, pos_np], axis=1)  # (B, 2N): one key per distinct input
-    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-    losses = np.empty(len(first))
     device = loaded.device
-    for lo in range(0, len(first), batch_size):
-        chosen = first[lo : lo + batch_size]
+
+    def score(chosen: np.ndarray) -> list[float]:
         batch_ids = torch.as_tensor(ids_np[chosen], device=device)  # (b, N)
         batch_pos = torch.as_tensor(pos_np[chosen], device=device)  # (b, N)
         logits = forward_batch(loaded, batch_ids, batch_pos, start)  # (b, N - start + 1, vocab)
-        for row in range(len(chosen)):
-            losses[lo + row] = logits_loss(logits[row, :-1], batch_ids[row, start:])
-        if on_forward is not None:
-            on_forward(len(chosen))
+        return [logits_loss(logits[row, :-1], batch_ids[row, start:])
+                for row in range(len(chosen))]  # fmt: skip
+
+    keys = np.concatenate([ids_np, pos_np], axis=1)  # (B, 2N): one key per distinct input
+    losses = by_distinct_rows(keys, batch_size, score, (), on_forward)
     if not np.all(np.isfinite(losses)):
         raise RopesplitError("continuation loss is not finite (NaN or inf logits)")
-    return losses[inverse.ravel()]
+    return losses
 
 
 def logits_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
